@@ -1,0 +1,302 @@
+"""``ss.App``: the public face. Registers functions, sends events, manages runs
+and hosts in-process workers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from stepstone import serde
+from stepstone.clock import SYSTEM_CLOCK, Clock
+from stepstone.errors import ConfigError
+from stepstone.events import Event
+from stepstone.function import (
+    Backoff,
+    Batch,
+    CancelOn,
+    Concurrency,
+    Debounce,
+    FunctionDef,
+    Priority,
+    RateLimit,
+    Singleton,
+    Throttle,
+    Timeouts,
+    build_flow,
+    build_function,
+)
+from stepstone.ingest import ingest, prepare
+from stepstone.registry import Registry
+from stepstone.runs import Runs
+from stepstone.store.base import Store, Tx, WorkerRow, make_store
+from stepstone.triggers import Trigger
+from stepstone.worker import Worker
+
+F = TypeVar("F", bound=Callable[..., Any])
+DEFAULT_DATABASE_URL = "sqlite:///.stepstone/stepstone.db"
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if callable(value):
+        return getattr(value, "__qualname__", repr(value))
+    return value
+
+
+class Workers:
+    """``app.workers``: the registry of live workers."""
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+
+    def list(self, alive_within: float = 60.0) -> list[WorkerRow]:
+        since = self._app.clock.now() - alive_within
+
+        def op(tx: Tx) -> list[WorkerRow]:
+            return tx.list_workers(since)
+
+        return self._app._store_ready().read_sync(op)
+
+
+class App:
+    """A Stepstone application: its functions and the database they run on.
+
+    ``database_url`` defaults to ``$STEPSTONE_DATABASE_URL`` or, without it,
+    ``sqlite:///.stepstone/stepstone.db``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        database_url: str | None = None,
+        *,
+        app_version: str | None = None,
+        middleware: Sequence[Any] = (),
+        clock: Clock | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError("name", "expected a non-empty app name")
+        self.name = name
+        self.database_url = (
+            database_url or os.environ.get("STEPSTONE_DATABASE_URL") or DEFAULT_DATABASE_URL
+        )
+        self.app_version = app_version
+        self.middleware = tuple(middleware)
+        self.clock: Clock = clock or SYSTEM_CLOCK
+        self.registry = Registry()
+        self.runs = Runs(self)
+        self.workers = Workers(self)
+        self._store: Store | None = None
+        self._lock = threading.RLock()
+        self._local_workers: list[Worker] = []
+        self._watchers: dict[str, set[Callable[[], Any]]] = {}
+        self._background: _Background | None = None
+
+    # -- functions -------------------------------------------------------------------------
+    def function(
+        self,
+        *,
+        id: str,  # noqa: A002 - public keyword
+        trigger: Trigger | list[Trigger] | None = None,
+        retries: int = 4,
+        backoff: Backoff | None = None,
+        concurrency: Concurrency | Sequence[Concurrency] | None = None,
+        throttle: Throttle | None = None,
+        rate_limit: RateLimit | None = None,
+        debounce: Debounce | None = None,
+        priority: Priority | None = None,
+        batch: Batch | None = None,
+        idempotency: str | None = None,
+        singleton: Singleton | None = None,
+        cancel_on: CancelOn | Sequence[CancelOn] | None = None,
+        timeouts: Timeouts | None = None,
+        on_failure: Callable[..., Any] | None = None,
+        middleware: Sequence[Any] = (),
+    ) -> Callable[[F], F]:
+        """Register a durable function; invalid options raise ``ConfigError`` here."""
+        flow = build_flow(
+            concurrency=concurrency, throttle=throttle, rate_limit=rate_limit, debounce=debounce,
+            priority=priority, batch=batch, idempotency=idempotency, singleton=singleton,
+            cancel_on=cancel_on, timeouts=timeouts,
+        )
+        options = {k: _jsonable(v) for k, v in {
+            "backoff": backoff, "concurrency": concurrency, "throttle": throttle,
+            "rate_limit": rate_limit, "debounce": debounce, "priority": priority, "batch": batch,
+            "idempotency": idempotency, "singleton": singleton, "cancel_on": cancel_on,
+            "timeouts": timeouts, "on_failure": on_failure,
+        }.items() if v is not None}
+
+        def decorate(handler: F) -> F:
+            fn = build_function(
+                handler, id=id, trigger=trigger, retries=retries, backoff=backoff,
+                on_failure=on_failure, middleware=middleware, flow=flow, options=options,
+            )
+            with self._lock:
+                self.registry.add(fn)
+                if self._store is not None:
+                    self._register(self._store)
+            return handler
+
+        return decorate
+
+    def get_function(self, function_id: str) -> FunctionDef | None:
+        return self.registry.get(function_id)
+
+    # -- store -------------------------------------------------------------------------------
+    def _store_ready(self) -> Store:
+        store = self._store
+        if store is not None:
+            return store
+        with self._lock:
+            if self._store is None:
+                store = make_store(self.database_url)
+                store.migrate()
+                self._register(store)
+                self._store = store
+            return self._store
+
+    def _register(self, store: Store) -> None:
+        configs = {fn.id: serde.dumps(fn.describe(), what="function config") for fn in self.registry}
+        name, now = self.name, self.clock.now()
+
+        def op(tx: Tx) -> None:
+            tx.register_functions(name, configs, now)
+
+        store.transact_sync(op)
+
+    @property
+    def store(self) -> Store:
+        return self._store_ready()
+
+    # -- events --------------------------------------------------------------------------------
+    def send(self, events: Event | Sequence[Event]) -> list[str]:
+        """Record events and start the runs they trigger; returns the event ids.
+        An event whose ``id`` was seen in the last 24 h starts nothing new."""
+        now = self.clock.now()
+        prepared = prepare(events, now)
+        registry = self.registry
+        ids = self._store_ready().transact_sync(lambda tx: ingest(tx, prepared, registry, now))
+        self._notify_workers()
+        return ids
+
+    async def send_async(self, events: Event | Sequence[Event]) -> list[str]:
+        now = self.clock.now()
+        prepared = prepare(events, now)
+        registry = self.registry
+        ids = await self._store_ready().transact(lambda tx: ingest(tx, prepared, registry, now))
+        self._notify_workers()
+        return ids
+
+    # -- in-process notifications ------------------------------------------------------------------
+    def _notify_workers(self) -> None:
+        for worker in list(self._local_workers):
+            worker.notify()
+
+    @contextlib.contextmanager
+    def _watching(self, run_id: str, callback: Callable[[], Any]) -> Iterator[None]:
+        with self._lock:
+            self._watchers.setdefault(run_id, set()).add(callback)
+        try:
+            yield
+        finally:
+            with self._lock:
+                callbacks = self._watchers.get(run_id)
+                if callbacks is not None:
+                    callbacks.discard(callback)
+                    if not callbacks:
+                        del self._watchers[run_id]
+
+    def _run_changed(self, run_id: str) -> None:
+        callbacks = self._watchers.get(run_id)
+        if callbacks:
+            for callback in list(callbacks):
+                callback()
+
+    # -- workers -----------------------------------------------------------------------------------
+    def worker(self, *, concurrency: int = 10, instance_id: str | None = None,
+               lease_ttl: float = 15.0) -> Worker:
+        """A worker for this app's functions (not started)."""
+        worker = Worker(
+            store=self._store_ready(), registry=self.registry, clock=self.clock,
+            app_name=self.name, app_version=self.app_version, concurrency=concurrency,
+            instance_id=instance_id, lease_ttl=lease_ttl, on_run_end=self._run_changed,
+        )
+        return worker
+
+    async def start_async(self, *, concurrency: int = 10, instance_id: str | None = None,
+                          lease_ttl: float = 15.0) -> Worker:
+        """Start a worker on the running event loop."""
+        worker = self.worker(concurrency=concurrency, instance_id=instance_id, lease_ttl=lease_ttl)
+        await worker.start()
+        with self._lock:
+            self._local_workers.append(worker)
+        return worker
+
+    async def stop_async(self, drain_timeout: float = 30.0) -> None:
+        """Drain and stop the workers started on this loop."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            mine = [w for w in self._local_workers if w.loop is loop]
+            for worker in mine:
+                self._local_workers.remove(worker)
+        await asyncio.gather(*(w.stop(drain_timeout) for w in mine))
+
+    def start(self, *, concurrency: int = 10, instance_id: str | None = None,
+              lease_ttl: float = 15.0) -> None:
+        """Start workers in a background thread of this process."""
+        with self._lock:
+            if self._background is None:
+                self._background = _Background()
+        self._background.call(
+            self.start_async(concurrency=concurrency, instance_id=instance_id, lease_ttl=lease_ttl)
+        )
+
+    def stop(self, drain_timeout: float = 30.0) -> None:
+        """Drain the background workers (in-flight steps finish) and stop them."""
+        with self._lock:
+            background, self._background = self._background, None
+        if background is not None:
+            background.call(self.stop_async(drain_timeout))
+            background.close()
+
+    def close(self) -> None:
+        self.stop()
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+    def __enter__(self) -> App:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Background:
+    """An event loop on a daemon thread, for the synchronous ``start``/``stop``."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="stepstone-loop",
+                                       daemon=True)
+        self.thread.start()
+
+    def call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()

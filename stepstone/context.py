@@ -1,0 +1,85 @@
+"""What a handler receives: the event(s), run identity, the step API, a logger."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING, Any
+
+from stepstone.errors import ErrorInfo
+from stepstone.events import Event
+from stepstone.steps import AsyncStep, Interpreter, SyncStep, current_step
+
+if TYPE_CHECKING:
+    LoggerBase = logging.LoggerAdapter[logging.Logger]
+else:
+    LoggerBase = logging.LoggerAdapter
+
+
+class RunLogger(LoggerBase):
+    """A ``logging.Logger``-compatible logger that adds run id, function id, step id
+    and attempt to each record, and stays silent while the handler replays steps
+    that earlier invocations already passed."""
+
+    def __init__(self, logger: logging.Logger, ctx: Context, interp: Interpreter) -> None:
+        super().__init__(logger, {})
+        self._ctx = ctx
+        self._interp = interp
+
+    def isEnabledFor(self, level: int) -> bool:  # noqa: N802 - logging API
+        if self._interp.replaying and current_step.get() is None:
+            return False
+        return self.logger.isEnabledFor(level)
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        scope = current_step.get()
+        extra = dict(kwargs.get("extra") or {})
+        extra.update(
+            run_id=self._ctx.run_id,
+            function_id=self._ctx.function_id,
+            step_id=scope.step_id if scope else None,
+            attempt=scope.attempt if scope else self._ctx.run_attempt,
+        )
+        kwargs["extra"] = extra
+        return msg, kwargs
+
+
+class Context:
+    """``ctx`` passed to every handler.
+
+    ``event`` is the triggering event, ``events`` the whole batch (one event
+    unless the function batches), ``attempt`` the 0-based attempt of the step
+    executing now (outside steps: of the invocation), ``error`` the failure an
+    ``on_failure`` handler is handling (``None`` elsewhere).
+    """
+
+    def __init__(
+        self,
+        *,
+        events: list[Event],
+        run_id: str,
+        function_id: str,
+        run_attempt: int,
+        step: AsyncStep | SyncStep,
+        interp: Interpreter,
+        logger: logging.Logger,
+        error: ErrorInfo | None = None,
+        failed_run_id: str | None = None,
+    ) -> None:
+        self.events = events
+        self.event = events[0]
+        self.run_id = run_id
+        self.function_id = function_id
+        self.run_attempt = run_attempt
+        self.step: Any = step
+        self.error = error
+        self.failed_run_id = failed_run_id
+        self.logger = RunLogger(logger, self, interp)
+
+    @property
+    def attempt(self) -> int:
+        scope = current_step.get()
+        return scope.attempt if scope is not None else self.run_attempt
+
+    def __repr__(self) -> str:
+        return f"<Context run={self.run_id} function={self.function_id}>"

@@ -1,0 +1,106 @@
+"""The run journal: staged step writes, committed under the run's lease fence.
+
+The interpreter stages a step's memo when the step ends; the journal commits
+it before the next step starts (``flush``) or together with the invocation's
+final write, so a three-step run costs one commit per step, the last one also
+ending the run. Every commit re-checks the fence and extends the lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from typing import Any
+
+from stepstone.clock import Clock
+from stepstone.errors import LeaseLostError, StoreUnavailableError
+from stepstone.steps import CancelSignal, LeaseLostSignal
+from stepstone.store.base import Fence, SpanRow, StepRow, Store, Tx
+
+
+class RunJournal:
+    def __init__(self, store: Store, fence: Fence, clock: Clock, lease_ttl: float) -> None:
+        self.store = store
+        self.fence = fence
+        self.clock = clock
+        self.lease_ttl = lease_ttl
+        self.steps: list[StepRow] = []
+        self.spans: list[SpanRow] = []
+        self.cancel_requested = False
+        self.lease_lost = False
+        self._commits: list[asyncio.Future[bool]] = []
+
+    # -- Journal protocol (used by the interpreter) ---------------------------------
+    def stage(self, step: StepRow, span: SpanRow | None) -> None:
+        self.steps.append(step)
+        if span is not None:
+            self.spans.append(span)
+
+    def warn(self, name: str, message: str) -> None:
+        now = self.clock.now()
+        self.spans.append(SpanRow(self.fence.run_id, "warning", name, now, now, "warning",
+                                  detail=message))
+
+    async def flush(self) -> None:
+        """Commit what is staged (and wait for commits already under way)."""
+        if self.steps or self.spans:
+            steps, spans = self._take()
+            self._commits.append(asyncio.ensure_future(self._checkpoint(steps, spans)))
+        await self._settle_commits()
+        if self.lease_lost:
+            raise LeaseLostSignal()
+        if self.cancel_requested:
+            raise CancelSignal()
+
+    # -- used by the executor ---------------------------------------------------------
+    def _take(self) -> tuple[list[StepRow], list[SpanRow]]:
+        steps, spans = self.steps, self.spans
+        self.steps, self.spans = [], []
+        return steps, spans
+
+    async def _settle_commits(self) -> None:
+        while self._commits:
+            pending = list(self._commits)
+            results = await asyncio.gather(*pending, return_exceptions=True)
+            for future in pending:
+                self._commits.remove(future)
+            for result in results:
+                if isinstance(result, LeaseLostError):
+                    self.lease_lost = True
+                elif isinstance(result, BaseException):
+                    raise result
+                elif result:
+                    self.cancel_requested = True
+
+    async def _checkpoint(self, steps: list[StepRow], spans: list[SpanRow]) -> bool:
+        fence, until = self.fence, self.clock.now() + self.lease_ttl
+
+        def op(tx: Tx) -> bool:
+            return tx.checkpoint(fence, steps, spans, until, None, None)
+
+        return await self.commit(op)
+
+    async def commit(self, op: Callable[[Tx], Any]) -> Any:
+        """Run a fenced write, retrying while the database is unreachable."""
+        delay = 0.05
+        while True:
+            try:
+                return await self.store.transact(op)
+            except StoreUnavailableError:
+                await asyncio.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 2.0)
+
+    async def finish(self, final: Callable[[Tx], Any]) -> Any:
+        """Commit staged writes and the invocation's final write in one transaction."""
+        await self._settle_commits()
+        if self.lease_lost:
+            raise LeaseLostError(f"run {self.fence.run_id}: lease lost")
+        steps, spans = self._take()
+        fence, until = self.fence, self.clock.now() + self.lease_ttl
+
+        def op(tx: Tx) -> Any:
+            tx.checkpoint(fence, steps, spans, until, None, None)
+            return final(tx)
+
+        return await self.commit(op)

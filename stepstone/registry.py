@@ -1,0 +1,82 @@
+"""The function registry: which functions exist and which events trigger them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from stepstone.errors import ConfigError
+from stepstone.function import FunctionDef, build_flow
+from stepstone.triggers import on_event
+
+FAILED_EVENT = "stepstone/function.failed"
+FINISHED_EVENT = "stepstone/function.finished"
+CANCELLED_EVENT = "stepstone/function.cancelled"
+INVOKE_EVENT = "stepstone/function.invoked"
+SYSTEM_EVENTS = (FAILED_EVENT, FINISHED_EVENT, CANCELLED_EVENT)
+
+
+class Registry:
+    """Functions by id, with an index from event name to triggered functions."""
+
+    def __init__(self) -> None:
+        self.functions: dict[str, FunctionDef] = {}
+        self._exact: dict[str, list[tuple[FunctionDef, Any]]] = {}
+        self._wildcards: list[tuple[FunctionDef, Any]] = []
+
+    def add(self, fn: FunctionDef) -> None:
+        if fn.id in self.functions:
+            raise ConfigError("id", f"function id {fn.id!r} is already registered")
+        self.functions[fn.id] = fn
+        for trigger in fn.event_triggers:
+            if trigger.pattern is not None:
+                self._wildcards.append((fn, trigger))
+            else:
+                self._exact.setdefault(trigger.event, []).append((fn, trigger))
+        if fn.on_failure is not None:
+            self.add(failure_function(fn))
+
+    def get(self, function_id: str) -> FunctionDef | None:
+        return self.functions.get(function_id)
+
+    def __iter__(self) -> Iterable[FunctionDef]:  # type: ignore[misc]
+        return iter(self.functions.values())
+
+    def ids(self) -> list[str]:
+        return sorted(self.functions)
+
+    def match(self, name: str, variables: dict[str, Any]) -> list[FunctionDef]:
+        """Functions triggered by an event, each at most once, in registration order."""
+        found: dict[str, FunctionDef] = {}
+        for fn, trigger in self._exact.get(name, ()):
+            if fn.id not in found and trigger.matches(name, variables):
+                found[fn.id] = fn
+        for fn, trigger in self._wildcards:
+            if fn.id not in found and trigger.matches(name, variables):
+                found[fn.id] = fn
+        return list(found.values())
+
+    def listens_to(self, name: str) -> bool:
+        return name in self._exact or any(t.pattern.fullmatch(name) for _, t in self._wildcards)
+
+
+def failure_function(fn: FunctionDef) -> FunctionDef:
+    """The internal function that runs ``fn.on_failure`` once per failed run."""
+    assert fn.on_failure is not None
+    condition = f"event.data.function_id == {_cel_string(fn.id)}"
+    failure = FunctionDef(
+        id=f"{fn.id}-failure",
+        handler=fn.on_failure,
+        triggers=(on_event(FAILED_EVENT, if_=condition),),
+        retries=fn.retries,
+        backoff=fn.backoff,
+        flow=build_flow(),
+        middleware=fn.middleware,
+        options={"on_failure_of": fn.id},
+    )
+    failure.failure_of = fn.id
+    return failure
+
+
+def _cel_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -1,0 +1,346 @@
+"""Reading and managing runs: ``app.runs.get/list/wait/cancel/replay/rerun_from``.
+
+Every operation is a store operation built once (``_*_op``); the sync method and
+its ``_async`` twin differ only in how they submit it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from stepstone import serde
+from stepstone.durations import Duration, parse_duration
+from stepstone.errors import (
+    ConfigError,
+    ErrorInfo,
+    InvalidStateError,
+    NotFoundError,
+    RunTimeoutError,
+)
+from stepstone.ids import new_id
+from stepstone.store.base import (
+    CANCELLED,
+    ENDED_STATUSES,
+    FAILED,
+    RUN_STATUSES,
+    NewRun,
+    RunFilter,
+    RunRow,
+    SpanRow,
+    StepRow,
+    Tx,
+)
+
+if TYPE_CHECKING:
+    from stepstone.app import App
+
+T = TypeVar("T")
+Moment = datetime | float | int
+
+
+def _dt(ts: float | None) -> datetime | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC)
+
+
+def _ts(value: Moment | None, field_name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    raise ConfigError(field_name, f"expected a datetime or epoch seconds, got {value!r}")
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    id: str
+    status: str
+    attempts: int
+    output: Any
+    error: ErrorInfo | None
+    kind: str = "run"
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Span:
+    """One entry of a run's trace."""
+
+    kind: str
+    name: str
+    status: str
+    attempt: int
+    started_at: datetime
+    ended_at: datetime | None
+    error: ErrorInfo | None
+    detail: Any
+
+    @property
+    def duration(self) -> float | None:
+        return None if self.ended_at is None else (self.ended_at - self.started_at).total_seconds()
+
+
+@dataclass(frozen=True)
+class Run:
+    id: str
+    function_id: str
+    status: str
+    output: Any
+    error: ErrorInfo | None
+    event_ids: list[str]
+    created_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    steps: list[StepRecord] = field(default_factory=list)
+    attempt: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ENDED_STATUSES
+
+
+def _step_record(row: StepRow) -> StepRecord:
+    return StepRecord(
+        id=row.step_id, status=row.status, attempts=row.attempts, output=serde.loads(row.output),
+        error=ErrorInfo.from_json(serde.loads(row.error)), kind=row.kind,
+        started_at=_dt(row.started_at), ended_at=_dt(row.ended_at),
+    )
+
+
+def to_run(row: RunRow, steps: list[StepRow]) -> Run:
+    return Run(
+        id=row.id, function_id=row.function_id, status=row.status,
+        output=serde.loads(row.output), error=ErrorInfo.from_json(serde.loads(row.error)),
+        event_ids=row.event_ids, created_at=_dt(row.created_at) or datetime.now(UTC),
+        started_at=_dt(row.started_at), ended_at=_dt(row.ended_at),
+        steps=[_step_record(s) for s in steps], attempt=row.attempt,
+        meta=serde.loads(row.meta) or {},
+    )
+
+
+def _to_span(row: SpanRow) -> Span:
+    return Span(
+        kind=row.kind, name=row.name, status=row.status, attempt=row.attempt,
+        started_at=_dt(row.started_at) or datetime.now(UTC), ended_at=_dt(row.ended_at),
+        error=ErrorInfo.from_json(serde.loads(row.error)), detail=serde.loads(row.detail)
+        if row.detail and row.detail[:1] in "{[\"" else row.detail,
+    )
+
+
+# -- operations ------------------------------------------------------------------------------
+
+def _get_op(run_id: str) -> Callable[[Tx], Run]:
+    def op(tx: Tx) -> Run:
+        row = tx.get_run(run_id)
+        if row is None:
+            raise NotFoundError(f"no run {run_id!r}")
+        return to_run(row, tx.get_steps(run_id))
+    return op
+
+
+def _list_op(where: RunFilter) -> Callable[[Tx], list[Run]]:
+    def op(tx: Tx) -> list[Run]:
+        return [to_run(row, tx.get_steps(row.id)) for row in tx.list_runs(where)]
+    return op
+
+
+def _trace_op(run_id: str) -> Callable[[Tx], list[Span]]:
+    def op(tx: Tx) -> list[Span]:
+        if tx.get_run(run_id) is None:
+            raise NotFoundError(f"no run {run_id!r}")
+        return [_to_span(s) for s in tx.get_spans(run_id)]
+    return op
+
+
+def _cancel_op(run_id: str, now: float) -> Callable[[Tx], str]:
+    def op(tx: Tx) -> str:
+        run = tx.get_run(run_id)
+        if run is None:
+            raise NotFoundError(f"no run {run_id!r}")
+        return tx.request_cancel(run_id, now)
+    return op
+
+
+def _replay_op(run_id: str, now: float) -> Callable[[Tx], None]:
+    def op(tx: Tx) -> None:
+        run = tx.get_run(run_id)
+        if run is None:
+            raise NotFoundError(f"no run {run_id!r}")
+        if run.status not in (FAILED, CANCELLED):
+            raise InvalidStateError(f"run {run_id} is {run.status}; only failed or cancelled runs replay")
+        unfinished = [s.step_id for s in tx.get_steps(run_id) if s.status != "completed"]
+        tx.requeue_run(run_id, now, unfinished)
+        tx.save_steps([], [SpanRow(run_id, "replay", "replay", now, now, "ok",
+                                   detail=f"replayed from {run.status}")])
+    return op
+
+
+def _rerun_op(run_id: str, step_id: str, now: float) -> Callable[[Tx], str]:
+    def op(tx: Tx) -> str:
+        run = tx.get_run(run_id)
+        if run is None:
+            raise NotFoundError(f"no run {run_id!r}")
+        steps = tx.get_steps(run_id)
+        by_id = {s.step_id: s for s in steps}
+        if step_id not in by_id:
+            raise NotFoundError(f"run {run_id} has no step {step_id!r}")
+        cut = by_id[step_id].position
+        new_run = new_id(now)
+        events = tx.get_events(run_id)
+        tx.create_run(NewRun(
+            id=new_run, function_id=run.function_id, event_seqs=[e.seq for e in events],
+            event_ids=[e.id for e in events], available_at=now, created_at=now,
+            meta=serde.dumps({"rerun_of": run_id, "from_step": step_id}, what="meta"),
+        ))
+        kept = [StepRow(**{**s.__dict__, "run_id": new_run}) for s in steps
+                if s.position < cut and s.status == "completed"]
+        tx.save_steps(kept, [SpanRow(new_run, "rerun", step_id, now, now, "ok",
+                                     detail=f"forked from run {run_id} at step {step_id!r}")])
+        return new_run
+    return op
+
+
+class Runs:
+    """``app.runs``."""
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+
+    def _read(self, op: Callable[[Tx], T]) -> T:
+        return self._app._store_ready().read_sync(op)
+
+    async def _aread(self, op: Callable[[Tx], T]) -> T:
+        return await self._app._store_ready().read(op)
+
+    def _write(self, op: Callable[[Tx], T]) -> T:
+        result = self._app._store_ready().transact_sync(op)
+        self._app._notify_workers()
+        return result
+
+    async def _awrite(self, op: Callable[[Tx], T]) -> T:
+        result = await self._app._store_ready().transact(op)
+        self._app._notify_workers()
+        return result
+
+    def _now(self) -> float:
+        return self._app.clock.now()
+
+    # -- reading -----------------------------------------------------------------------
+    def get(self, run_id: str) -> Run:
+        """The run with its steps; ``NotFoundError`` if there is none."""
+        return self._read(_get_op(run_id))
+
+    async def get_async(self, run_id: str) -> Run:
+        return await self._aread(_get_op(run_id))
+
+    def list(self, **filters: Any) -> list[Run]:
+        """Newest first. Filters: ``function_id``, ``event_id``, ``status``, ``since``,
+        ``until``, ``limit`` (default 100), ``before`` (a run id, for the next page)."""
+        return self._read(_list_op(_filter(**filters)))
+
+    async def list_async(self, **filters: Any) -> list[Run]:
+        return await self._aread(_list_op(_filter(**filters)))
+
+    def trace(self, run_id: str) -> list[Span]:
+        """Every step attempt, sleep, wait and warning of the run, in order."""
+        return self._read(_trace_op(run_id))
+
+    async def trace_async(self, run_id: str) -> list[Span]:
+        return await self._aread(_trace_op(run_id))
+
+    # -- acting --------------------------------------------------------------------------
+    def cancel(self, run_id: str) -> str:
+        """Cancel a run; a run executing a step ends after that step. Returns its status."""
+        return self._write(_cancel_op(run_id, self._now()))
+
+    async def cancel_async(self, run_id: str) -> str:
+        return await self._awrite(_cancel_op(run_id, self._now()))
+
+    def replay(self, run_id: str) -> None:
+        """Resume a failed or cancelled run from its last successful step."""
+        self._write(_replay_op(run_id, self._now()))
+
+    async def replay_async(self, run_id: str) -> None:
+        await self._awrite(_replay_op(run_id, self._now()))
+
+    def rerun_from(self, run_id: str, step_id: str) -> str:
+        """Fork a new run that keeps the steps before ``step_id`` and re-executes from it."""
+        return self._write(_rerun_op(run_id, step_id, self._now()))
+
+    async def rerun_from_async(self, run_id: str, step_id: str) -> str:
+        return await self._awrite(_rerun_op(run_id, step_id, self._now()))
+
+    # -- waiting -------------------------------------------------------------------------
+    def wait(self, run_id: str, timeout: Duration = "30s") -> Run:
+        """Block until the run ends; ``RunTimeoutError`` (a ``TimeoutError``) if not."""
+        waiter = _Waiter(run_id, timeout)
+        signal = threading.Event()
+        with self._app._watching(run_id, signal.set):
+            while True:
+                pause = waiter.check(self.get(run_id))
+                if isinstance(pause, Run):
+                    return pause
+                signal.wait(pause)
+                signal.clear()
+
+    async def wait_async(self, run_id: str, timeout: Duration = "30s") -> Run:
+        waiter = _Waiter(run_id, timeout)
+        signal = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        with self._app._watching(run_id, lambda: loop.call_soon_threadsafe(signal.set)):
+            while True:
+                pause = waiter.check(await self.get_async(run_id))
+                if isinstance(pause, Run):
+                    return pause
+                try:
+                    await asyncio.wait_for(signal.wait(), pause)
+                except TimeoutError:
+                    pass
+                signal.clear()
+
+
+class _Waiter:
+    """Deadline and poll interval of ``runs.wait``: in-process runs signal their end;
+    runs finished by other processes are noticed by polling (2 ms, doubling to 250 ms)."""
+
+    def __init__(self, run_id: str, timeout: Duration) -> None:
+        self.run_id = run_id
+        self.timeout = timeout
+        self.deadline = time.monotonic() + parse_duration(timeout, field="timeout")
+        self.interval = 0.002
+
+    def check(self, run: Run) -> Run | float:
+        if run.ended:
+            return run
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise RunTimeoutError(f"run {self.run_id} still {run.status} after {self.timeout}")
+        pause = min(self.interval, remaining)
+        self.interval = min(self.interval * 2, 0.25)
+        return pause
+
+
+def _filter(
+    *, function_id: str | None = None, event_id: str | None = None, status: str | None = None,
+    since: Moment | None = None, until: Moment | None = None, limit: int = 100,
+    before: str | None = None,
+) -> RunFilter:
+    if status is not None and status not in RUN_STATUSES:
+        raise ConfigError("status", f"unknown status {status!r}; one of {', '.join(RUN_STATUSES)}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise ConfigError("limit", "must be an integer between 1 and 1000")
+    lo, hi = _ts(since, "since"), _ts(until, "until")
+    if lo is not None and hi is not None and lo > hi:
+        raise ConfigError("since", "must not be after until")
+    return RunFilter(function_id=function_id, status=status, event_id=event_id, since=lo,
+                     until=hi, limit=limit, before_id=before)
+

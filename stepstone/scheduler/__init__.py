@@ -1,0 +1,1 @@
+"""Scheduling: cron ticks, flow control and fair partition selection."""

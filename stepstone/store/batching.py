@@ -1,0 +1,56 @@
+"""Group commit: run several operations in one transaction, each isolated by a
+savepoint so that one failing operation is rolled back alone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+Outcome = tuple[bool, Any]  # (ok, value or exception)
+
+
+def run_batch(
+    conn: Any,
+    ops: Sequence[Callable[[Any], Any]],
+    make_tx: Callable[[Any], Any],
+    begin: str,
+    translate: Callable[[BaseException], BaseException],
+) -> list[Outcome]:
+    """Run ``ops`` in one transaction on ``conn``; returns one outcome per op.
+
+    If the transaction itself fails (begin or commit), every op gets the
+    translated error: none of them took effect.
+    """
+    tx = make_tx(conn)
+    try:
+        conn.execute(begin)
+    except Exception as exc:  # noqa: BLE001 - translated and handed to every caller
+        err = translate(exc)
+        return [(False, err)] * len(ops)
+    outcomes: list[Outcome] = []
+    try:
+        if len(ops) == 1:
+            try:
+                outcomes.append((True, ops[0](tx)))
+            except Exception as exc:  # noqa: BLE001 - the op's own failure
+                conn.execute("ROLLBACK")
+                return [(False, translate(exc))]
+        else:
+            for op in ops:
+                conn.execute("SAVEPOINT op")
+                try:
+                    outcomes.append((True, op(tx)))
+                    conn.execute("RELEASE SAVEPOINT op")
+                except Exception as exc:  # noqa: BLE001 - the op's own failure
+                    conn.execute("ROLLBACK TO SAVEPOINT op")
+                    conn.execute("RELEASE SAVEPOINT op")
+                    outcomes.append((False, translate(exc)))
+        conn.execute("COMMIT")
+    except Exception as exc:  # noqa: BLE001 - commit failed: nothing took effect
+        try:
+            conn.execute("ROLLBACK")
+        except Exception:  # noqa: BLE001, S110 - the connection may be gone
+            pass
+        err = translate(exc)
+        return [(False, err)] * len(ops)
+    return outcomes

@@ -1,0 +1,236 @@
+"""The embedded SQLite store: WAL, ``BEGIN IMMEDIATE``, busy timeout.
+
+Writes submitted from an event loop are group-committed *on that loop's thread*:
+the first submission schedules a flush with ``call_soon``; everything submitted
+before the flush runs shares its transaction. SQLite writes are short, so
+running them inline beats handing them to a thread (measured: 27 µs against
+141 µs per sequential write). Several processes may share one file.
+
+URL: ``sqlite:///relative.db`` or ``sqlite:////absolute.db`` with options
+``synchronous=full|normal`` (default ``full``: a committed step survives power
+loss; ``normal`` survives a process crash but may lose the last commits on
+power loss) and ``busy_timeout`` (milliseconds, default 10000).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlsplit
+
+from stepstone.errors import ConfigError, StoreError, StoreUnavailableError
+from stepstone.store.base import Tx
+from stepstone.store.batching import run_batch
+from stepstone.store.migrate import CREATE_LEDGER, migration_files
+from stepstone.store.sqltx import Dialect, SqlTx
+
+T = TypeVar("T")
+
+DIALECT = Dialect("sqlite")
+
+
+def translate(exc: BaseException) -> BaseException:
+    """Driver errors become Stepstone errors (``__cause__`` keeps the original)."""
+    if isinstance(exc, sqlite3.OperationalError):
+        message = str(exc)
+        kind = StoreUnavailableError if ("locked" in message or "busy" in message) else StoreError
+        err = kind(f"sqlite: {message}")
+    elif isinstance(exc, sqlite3.Error):
+        err = StoreError(f"sqlite: {exc}")
+    else:
+        return exc
+    err.__cause__ = exc
+    return err
+
+
+class _Lane:
+    """Group commit on one event loop."""
+
+    def __init__(self, store: SqliteStore, loop: asyncio.AbstractEventLoop) -> None:
+        self.conn = store.connect()
+        self.loop = loop
+        self.pending: list[tuple[Callable[[Tx], Any], asyncio.Future[Any]]] = []
+
+    def submit(self, op: Callable[[Tx], Any]) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = self.loop.create_future()
+        if not self.pending:
+            self.loop.call_soon(self.flush)
+        self.pending.append((op, future))
+        return future
+
+    def flush(self) -> None:
+        batch, self.pending = self.pending, []
+        outcomes = run_batch(
+            self.conn, [op for op, _ in batch], _make_tx, "BEGIN IMMEDIATE", translate
+        )
+        for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
+            if future.cancelled():
+                continue
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+
+
+def _make_tx(conn: Any) -> Tx:
+    return SqlTx(conn, DIALECT)
+
+
+class SqliteStore:
+    dialect = "sqlite"
+
+    def __init__(self, path: str, *, synchronous: str = "full", busy_timeout_ms: int = 10000) -> None:
+        if synchronous.lower() not in ("full", "normal", "extra", "off"):
+            raise ConfigError("database_url", f"synchronous must be full or normal, not {synchronous!r}")
+        self.path = path
+        self.synchronous = synchronous.upper()
+        self.busy_timeout_ms = busy_timeout_ms
+        self._lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lane] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._local = threading.local()
+        self._watch: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        folder = os.path.dirname(os.path.abspath(path))
+        os.makedirs(folder, exist_ok=True)
+
+    @classmethod
+    def from_url(cls, url: str) -> SqliteStore:
+        parts = urlsplit(url)
+        path = parts.path
+        if url.startswith("sqlite:///"):
+            path = url[len("sqlite:///"):].split("?", 1)[0]
+        if not path:
+            raise ConfigError("database_url", f"no file path in {url!r}")
+        options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        unknown = set(options) - {"synchronous", "busy_timeout"}
+        if unknown:
+            raise ConfigError("database_url", f"unknown SQLite option(s): {', '.join(sorted(unknown))}")
+        try:
+            busy = int(options.get("busy_timeout", "10000"))
+        except ValueError as exc:
+            raise ConfigError("database_url", "busy_timeout must be milliseconds") from exc
+        return cls(path, synchronous=options.get("synchronous", "full"), busy_timeout_ms=busy)
+
+    # -- connections --------------------------------------------------------------
+    def connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False,
+            timeout=self.busy_timeout_ms / 1000, cached_statements=256,
+        )
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        if mode != "wal":
+            self._retry_locked(lambda: conn.execute("PRAGMA journal_mode = WAL"))
+        conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        return conn
+
+    def _retry_locked(self, fn: Callable[[], Any]) -> Any:
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise translate(exc) from exc
+                time.sleep(0.01)
+
+    def _thread_conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self.connect()
+        return conn
+
+    def _lane(self) -> _Lane:
+        loop = asyncio.get_running_loop()
+        lane = self._lanes.get(loop)
+        if lane is None:
+            lane = self._lanes[loop] = _Lane(self, loop)
+        return lane
+
+    # -- Store protocol ----------------------------------------------------------------
+    async def transact(self, op: Callable[[Tx], T]) -> T:
+        result: T = await self._lane().submit(op)
+        return result
+
+    def transact_sync(self, op: Callable[[Tx], T]) -> T:
+        [(ok, value)] = run_batch(self._thread_conn(), [op], _make_tx, "BEGIN IMMEDIATE", translate)
+        if not ok:
+            raise value
+        result: T = value
+        return result
+
+    async def read(self, op: Callable[[Tx], T]) -> T:
+        return self._read(self._lane().conn, op)
+
+    def read_sync(self, op: Callable[[Tx], T]) -> T:
+        return self._read(self._thread_conn(), op)
+
+    def _read(self, conn: sqlite3.Connection, op: Callable[[Tx], T]) -> T:
+        [(ok, value)] = run_batch(conn, [op], _make_tx, "BEGIN", translate)
+        if not ok:
+            raise value
+        result: T = value
+        return result
+
+    def change_token(self) -> Any:
+        with self._lock:
+            if self._watch is None:
+                self._watch = self.connect()
+            return self._watch.execute("PRAGMA data_version").fetchone()[0]
+
+    def migrate(self) -> list[str]:
+        conn = self.connect()
+        applied: list[str] = []
+        try:
+            conn.execute(CREATE_LEDGER)
+            for name, sql in migration_files("sqlite"):
+                self._retry_locked(lambda: conn.execute("BEGIN IMMEDIATE"))
+                done = conn.execute(
+                    "SELECT 1 FROM schema_migrations WHERE name = ?", (name,)
+                ).fetchone()
+                if done:
+                    conn.execute("COMMIT")
+                    continue
+                try:
+                    for statement in _statements(sql):
+                        conn.execute(statement)
+                    conn.execute(
+                        "INSERT INTO schema_migrations (name, applied_at) VALUES (?, ?)",
+                        (name, time.time()),
+                    )
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                applied.append(name)
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+        finally:
+            conn.close()
+        return applied
+
+    def close(self) -> None:
+        for lane in list(self._lanes.values()):
+            lane.conn.close()
+        self._lanes.clear()
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+
+
+def _statements(sql: str) -> list[str]:
+    """Split a migration into statements (no semicolons inside our literals)."""
+    lines = [line for line in sql.splitlines() if not line.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]

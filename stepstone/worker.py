@@ -1,0 +1,243 @@
+"""Workers: lease due runs, execute them, heartbeat, drain on stop.
+
+A worker is an asyncio task family: one loop that leases up to
+``concurrency`` runs and spawns an invocation per run, and one heartbeat that
+extends the leases it holds and keeps its row in the worker registry. A worker
+that dies loses its leases after ``lease_ttl``; other workers then resume its
+runs from their last checkpoint.
+
+Wake-ups: sends in this process notify the worker directly; commits by other
+processes are noticed through the store's change token (SQLite's
+``data_version``), checked while idle; timers (sleeps, back-offs, lease
+expiries) wake it at the next due time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from stepstone.clock import Clock
+from stepstone.errors import StoreError
+from stepstone.executor import ExecEnv, execute
+from stepstone.registry import Registry
+from stepstone.store.base import LeasedRun, Store, Tx, WorkerRow
+
+log = logging.getLogger("stepstone.worker")
+
+
+def default_instance_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        registry: Registry,
+        clock: Clock,
+        app_name: str,
+        app_version: str | None = None,
+        concurrency: int = 10,
+        instance_id: str | None = None,
+        lease_ttl: float = 15.0,
+        idle_poll: float = 0.05,
+        max_idle_sleep: float = 1.0,
+        on_idle: Callable[[], Any] | None = None,
+        on_run_end: Callable[[str], Any] | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.store = store
+        self.registry = registry
+        self.clock = clock
+        self.app_name = app_name
+        self.app_version = app_version
+        self.concurrency = concurrency
+        self.id = instance_id or default_instance_id()
+        self.lease_ttl = lease_ttl
+        self.idle_poll = idle_poll
+        self.max_idle_sleep = max_idle_sleep
+        self.on_idle = on_idle
+        self.on_run_end = on_run_end
+        self.threads = ThreadPoolExecutor(max_workers=concurrency + 4, thread_name_prefix="stepstone")
+        self.inflight: dict[str, asyncio.Task[Any]] = {}
+        self.started_at = clock.now()
+        self._function_ids = registry.ids()
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
+        self._tasks: list[asyncio.Task[Any]] = []
+        self.invocations = 0
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        return self._loop
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        await self._register()
+        self._tasks = [
+            asyncio.create_task(self._lease_loop(), name=f"stepstone-worker-{self.id}"),
+            asyncio.create_task(self._heartbeat_loop(), name=f"stepstone-heartbeat-{self.id}"),
+        ]
+
+    def notify(self) -> None:
+        """Wake the worker (thread-safe): new work may be due."""
+        loop, wake = self._loop, self._wake
+        if loop is None or wake is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            wake.set()
+        else:
+            loop.call_soon_threadsafe(wake.set)
+
+    async def stop(self, drain_timeout: float = 30.0) -> None:
+        """Stop taking work, let in-flight invocations finish (up to the timeout),
+        then give back every lease so other workers resume at once."""
+        self._stopping = True
+        self.notify()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        pending = list(self.inflight.values())
+        if pending:
+            _done, still = await asyncio.wait(pending, timeout=drain_timeout)
+            for task in still:
+                task.cancel()
+            await asyncio.gather(*still, return_exceptions=True)
+        owner, now = self.id, self.clock.now()
+
+        def release(tx: Tx) -> None:
+            tx.release_leases(owner, now)
+            tx.remove_worker(owner)
+
+        try:
+            await self.store.transact(release)
+        except StoreError:
+            log.exception("worker %s: could not release leases; they will expire", self.id)
+        self.threads.shutdown(wait=False, cancel_futures=True)
+
+    # -- leasing -------------------------------------------------------------------------
+    async def _lease_loop(self) -> None:
+        assert self._wake is not None
+        token = None
+        while not self._stopping:
+            free = self.concurrency - len(self.inflight)
+            due: float | None = None
+            leased: list[LeasedRun] = []
+            if free > 0:
+                try:
+                    leased, due = await self._lease(free)
+                except StoreError as exc:
+                    log.warning("worker %s: lease failed (%s); retrying", self.id, exc)
+                    await asyncio.sleep(0.5)
+                    continue
+                for item in leased:
+                    self._spawn(item)
+            if leased and len(leased) == free:
+                await asyncio.sleep(0)
+                continue
+            token = await self._idle(due, free > 0, token)
+
+    async def _lease(self, free: int) -> tuple[list[LeasedRun], float | None]:
+        owner, ids, now = self.id, self._function_ids, self.clock.now()
+        until = now + self.lease_ttl
+
+        def op(tx: Tx) -> tuple[list[LeasedRun], float | None]:
+            leased = tx.lease(owner, ids, free, now, until)
+            return leased, tx.next_due(ids)
+
+        return await self.store.transact(op)
+
+    async def _idle(self, due: float | None, has_room: bool, token: Any) -> Any:
+        """Sleep until notified, the next due time, or another process commits."""
+        assert self._wake is not None
+        if self.on_idle is not None and not self.inflight:
+            self.on_idle()
+        deadline = self.clock.now() + self.max_idle_sleep
+        if due is not None and has_room:
+            deadline = min(deadline, due)
+        if token is None:
+            token = self.store.change_token()
+        while not self._stopping:
+            remaining = deadline - self.clock.now()
+            if remaining <= 0:
+                break
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=min(remaining, self.idle_poll))
+                break
+            except TimeoutError:
+                pass
+            current = self.store.change_token()
+            if current != token:
+                token = current
+                break
+        self._wake.clear()
+        return token
+
+    def _spawn(self, item: LeasedRun) -> None:
+        env = ExecEnv(self.store, self.registry, self.clock, self.id, self.lease_ttl, self.threads)
+        task = asyncio.create_task(self._invoke(item, env), name=f"stepstone-run-{item.run.id}")
+        self.inflight[item.run.id] = task
+
+    async def _invoke(self, item: LeasedRun, env: ExecEnv) -> None:
+        try:
+            await execute(item, env)
+            self.invocations += 1
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("run %s: invocation crashed; the lease will expire and it will resume",
+                          item.run.id)
+        finally:
+            self.inflight.pop(item.run.id, None)
+            if self.on_run_end is not None:
+                self.on_run_end(item.run.id)
+            self.notify()
+
+    # -- heartbeats ----------------------------------------------------------------------
+    async def _register(self) -> None:
+        row = WorkerRow(self.id, self.app_name, self.app_version, self.concurrency,
+                        self.started_at, self.clock.now(), self._function_ids)
+
+        def op(tx: Tx) -> None:
+            tx.upsert_worker(row)
+
+        await self.store.transact(op)
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self.lease_ttl / 3
+        while not self._stopping:
+            await asyncio.sleep(interval)
+            held = list(self.inflight)
+            owner, until = self.id, self.clock.now() + self.lease_ttl
+            row = WorkerRow(self.id, self.app_name, self.app_version, self.concurrency,
+                            self.started_at, self.clock.now(), self._function_ids)
+
+            def op(tx: Tx, held: list[str] = held, row: WorkerRow = row) -> list[str]:
+                tx.upsert_worker(row)
+                return tx.extend_leases(owner, held, until)
+
+            try:
+                kept = await self.store.transact(op)
+            except StoreError as exc:
+                log.warning("worker %s: heartbeat failed (%s)", self.id, exc)
+                continue
+            lost = set(held) - set(kept)
+            for run_id in lost:
+                if run_id in self.inflight:
+                    log.warning("worker %s: lease on run %s lost", self.id, run_id)

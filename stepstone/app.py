@@ -107,7 +107,7 @@ class App:
     def function(
         self,
         *,
-        id: str,  # noqa: A002 - public keyword
+        id: str,
         trigger: Trigger | list[Trigger] | None = None,
         retries: int = 4,
         backoff: Backoff | None = None,

@@ -26,7 +26,7 @@ class RunLogger(LoggerBase):
         self._ctx = ctx
         self._interp = interp
 
-    def isEnabledFor(self, level: int) -> bool:  # noqa: N802 - logging API
+    def isEnabledFor(self, level: int) -> bool:
         if self._interp.replaying and current_step.get() is None:
             return False
         return self.logger.isEnabledFor(level)

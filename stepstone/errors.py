@@ -115,5 +115,5 @@ class ErrorInfo:
 # --- control-flow signals (not errors) -------------------------------------
 
 
-class Interrupt(BaseException):  # noqa: N818 - a signal, not an error
+class Interrupt(BaseException):
     """Unwinds the handler when the run must pause; never seen by user code."""

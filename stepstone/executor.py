@@ -102,7 +102,7 @@ async def execute(leased: LeasedRun, env: ExecEnv) -> Outcome | None:
         outcome: tuple[str, Any] = ("return", output)
     except (PauseSignal, CancelSignal, LeaseLostSignal) as signal:
         outcome = ("signal", signal)
-    except Exception as exc:  # noqa: BLE001 - the handler's failure decides the run's fate
+    except Exception as exc:
         outcome = ("error", exc)
     await interp.settle()
     try:
@@ -153,13 +153,13 @@ async def _conclude(outcome: tuple[str, Any], fn: FunctionDef, leased: LeasedRun
         return await _finish(journal, env, fn.id, leased, CANCELLED, None, None)
     if isinstance(value, PauseSignal):
         return await _park(journal, interp, leased.run.attempt)
-    exc: Exception = value
-    if isinstance(exc, StepError | NonRetriableError):
-        info = error_info(exc)
-        if isinstance(exc, StepError):
-            info = ErrorInfo(exc.error_type, exc.message, info.traceback)
+    failure: Exception = value
+    if isinstance(failure, StepError | NonRetriableError):
+        info = error_info(failure)
+        if isinstance(failure, StepError):
+            info = ErrorInfo(failure.error_type, failure.message, info.traceback)
         return await _finish(journal, env, fn.id, leased, FAILED, None, info)
-    return await _retry_invocation(exc, fn, leased, journal, env)
+    return await _retry_invocation(failure, fn, leased, journal, env)
 
 
 async def _park(journal: RunJournal, interp: Interpreter, attempt: int | None) -> Outcome:

@@ -358,7 +358,7 @@ def _as_list(value: Any, kind: type, field_name: str) -> list[Any]:
 def build_function(
     handler: Handler,
     *,
-    id: str,  # noqa: A002 - the public keyword is ``id``
+    id: str,
     trigger: Trigger | list[Trigger] | None,
     retries: int,
     backoff: Backoff | None,

@@ -29,6 +29,7 @@ class RunJournal:
         self.spans: list[SpanRow] = []
         self.cancel_requested = False
         self.lease_lost = False
+        self.failure: BaseException | None = None
         self._commits: list[asyncio.Future[bool]] = []
 
     # -- Journal protocol (used by the interpreter) ---------------------------------
@@ -60,18 +61,23 @@ class RunJournal:
         return steps, spans
 
     async def _settle_commits(self) -> None:
+        # Several parallel steps may wait on the same commits: whoever sees a
+        # commit finish first records its result; everyone reads the flags.
         while self._commits:
             pending = list(self._commits)
             results = await asyncio.gather(*pending, return_exceptions=True)
-            for future in pending:
+            for future, result in zip(pending, results, strict=True):
+                if future not in self._commits:
+                    continue
                 self._commits.remove(future)
-            for result in results:
                 if isinstance(result, LeaseLostError):
                     self.lease_lost = True
                 elif isinstance(result, BaseException):
-                    raise result
+                    self.failure = result
                 elif result:
                     self.cancel_requested = True
+        if self.failure is not None:
+            raise self.failure
 
     async def _checkpoint(self, steps: list[StepRow], spans: list[SpanRow]) -> bool:
         fence, until = self.fence, self.clock.now() + self.lease_ttl
@@ -79,7 +85,7 @@ class RunJournal:
         def op(tx: Tx) -> bool:
             return tx.checkpoint(fence, steps, spans, until, None, None)
 
-        return await self.commit(op)
+        return bool(await self.commit(op))
 
     async def commit(self, op: Callable[[Tx], Any]) -> Any:
         """Run a fenced write, retrying while the database is unreachable."""

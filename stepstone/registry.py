@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterator
 from typing import Any
 
 from stepstone.errors import ConfigError
@@ -23,11 +23,13 @@ class Registry:
         self.functions: dict[str, FunctionDef] = {}
         self._exact: dict[str, list[tuple[FunctionDef, Any]]] = {}
         self._wildcards: list[tuple[FunctionDef, Any]] = []
+        self._ids: list[str] = []
 
     def add(self, fn: FunctionDef) -> None:
         if fn.id in self.functions:
             raise ConfigError("id", f"function id {fn.id!r} is already registered")
         self.functions[fn.id] = fn
+        self._ids = sorted(self.functions)
         for trigger in fn.event_triggers:
             if trigger.pattern is not None:
                 self._wildcards.append((fn, trigger))
@@ -39,11 +41,12 @@ class Registry:
     def get(self, function_id: str) -> FunctionDef | None:
         return self.functions.get(function_id)
 
-    def __iter__(self) -> Iterable[FunctionDef]:  # type: ignore[misc]
+    def __iter__(self) -> Iterator[FunctionDef]:
         return iter(self.functions.values())
 
     def ids(self) -> list[str]:
-        return sorted(self.functions)
+        """Sorted function ids (a new list object whenever a function is added)."""
+        return self._ids
 
     def match(self, name: str, variables: dict[str, Any]) -> list[FunctionDef]:
         """Functions triggered by an event, each at most once, in registration order."""

@@ -7,6 +7,7 @@ its ``_async`` twin differ only in how they submit it.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import threading
 import time
 from collections.abc import Callable
@@ -242,19 +243,19 @@ class Runs:
     async def get_async(self, run_id: str) -> Run:
         return await self._aread(_get_op(run_id))
 
-    def list(self, **filters: Any) -> list[Run]:
+    def list(self, **filters: Any) -> builtins.list[Run]:
         """Newest first. Filters: ``function_id``, ``event_id``, ``status``, ``since``,
         ``until``, ``limit`` (default 100), ``before`` (a run id, for the next page)."""
         return self._read(_list_op(_filter(**filters)))
 
-    async def list_async(self, **filters: Any) -> list[Run]:
+    async def list_async(self, **filters: Any) -> builtins.list[Run]:
         return await self._aread(_list_op(_filter(**filters)))
 
-    def trace(self, run_id: str) -> list[Span]:
+    def trace(self, run_id: str) -> builtins.list[Span]:
         """Every step attempt, sleep, wait and warning of the run, in order."""
         return self._read(_trace_op(run_id))
 
-    async def trace_async(self, run_id: str) -> list[Span]:
+    async def trace_async(self, run_id: str) -> builtins.list[Span]:
         return await self._aread(_trace_op(run_id))
 
     # -- acting --------------------------------------------------------------------------

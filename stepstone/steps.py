@@ -272,7 +272,7 @@ class Interpreter:
                     result = await loop.run_in_executor(self.threads, context.run, fn, *args)
                     if inspect.isawaitable(result):
                         result = await result
-            except Exception as exc:  # noqa: BLE001 - recorded as the step's failure
+            except Exception as exc:
                 failure = exc
         finally:
             current_step.reset(token)
@@ -342,17 +342,17 @@ class AsyncStep:
     def __init__(self, interp: Interpreter) -> None:
         self._i = interp
 
-    def run(self, id: str, fn: Callable[..., Any], *args: Any,  # noqa: A002
+    def run(self, id: str, fn: Callable[..., Any], *args: Any,
             retries: int | None = None) -> Coroutine[Any, Any, Any]:
         step_id = self._i.claim_id(id)
         return self._i.run(step_id, fn, args, _check_retries(retries))
 
-    async def sleep(self, id: str, duration: Duration) -> None:  # noqa: A002
+    async def sleep(self, id: str, duration: Duration) -> None:
         step_id = self._i.claim_id(id)
         seconds = parse_duration(duration, field="duration")
         self._i.sleep_until(step_id, self._i.clock.now() + seconds)
 
-    async def sleep_until(self, id: str, until: datetime) -> None:  # noqa: A002
+    async def sleep_until(self, id: str, until: datetime) -> None:
         step_id = self._i.claim_id(id)
         self._i.sleep_until(step_id, _as_timestamp(until))
 
@@ -364,7 +364,7 @@ class AsyncStep:
             raise failure
         return results
 
-    def idempotency_key(self, id: str | None = None) -> str:  # noqa: A002
+    def idempotency_key(self, id: str | None = None) -> str:
         return self._i.idempotency_key(id)
 
 
@@ -383,7 +383,7 @@ class SyncStep:
     def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    def run(self, id: str, fn: Callable[..., Any], *args: Any,  # noqa: A002
+    def run(self, id: str, fn: Callable[..., Any], *args: Any,
             retries: int | None = None) -> Any:
         step_id = self._i.claim_id(id)
         retries = _check_retries(retries)
@@ -400,19 +400,19 @@ class SyncStep:
                 result = self._on_loop(fn(*args))
             else:
                 result = fn(*args)
-        except Exception as exc:  # noqa: BLE001 - recorded as the step's failure
+        except Exception as exc:
             failure = exc
         finally:
             current_step.reset(token)
         return self._on_loop(_call(self._i.finish_run, step_id, attempt, started, result,
                                    failure, retries))
 
-    def sleep(self, id: str, duration: Duration) -> None:  # noqa: A002
+    def sleep(self, id: str, duration: Duration) -> None:
         step_id = self._i.claim_id(id)
         seconds = parse_duration(duration, field="duration")
         self._on_loop(_call(self._i.sleep_until, step_id, self._i.clock.now() + seconds))
 
-    def sleep_until(self, id: str, until: datetime) -> None:  # noqa: A002
+    def sleep_until(self, id: str, until: datetime) -> None:
         step_id = self._i.claim_id(id)
         self._on_loop(_call(self._i.sleep_until, step_id, _as_timestamp(until)))
 
@@ -422,7 +422,7 @@ class SyncStep:
         def branch(i: int, context: contextvars.Context) -> None:
             try:
                 results[i] = context.run(branches[i])
-            except BaseException as exc:  # noqa: BLE001 - re-raised below, signals included
+            except BaseException as exc:
                 results[i] = exc
 
         threads = [
@@ -438,7 +438,7 @@ class SyncStep:
             raise failure
         return results
 
-    def idempotency_key(self, id: str | None = None) -> str:  # noqa: A002
+    def idempotency_key(self, id: str | None = None) -> str:
         return self._i.idempotency_key(id)
 
 

@@ -69,12 +69,15 @@ class Worker:
         self.threads = ThreadPoolExecutor(max_workers=concurrency + 4, thread_name_prefix="stepstone")
         self.inflight: dict[str, asyncio.Task[Any]] = {}
         self.started_at = clock.now()
-        self._function_ids = registry.ids()
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
         self._tasks: list[asyncio.Task[Any]] = []
         self.invocations = 0
+
+    @property
+    def _function_ids(self) -> list[str]:
+        return self.registry.ids()
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -228,7 +231,8 @@ class Worker:
             row = WorkerRow(self.id, self.app_name, self.app_version, self.concurrency,
                             self.started_at, self.clock.now(), self._function_ids)
 
-            def op(tx: Tx, held: list[str] = held, row: WorkerRow = row) -> list[str]:
+            def op(tx: Tx, held: list[str] = held, row: WorkerRow = row, owner: str = owner,
+                   until: float = until) -> list[str]:
                 tx.upsert_worker(row)
                 return tx.extend_leases(owner, held, until)
 

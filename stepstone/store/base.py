@@ -226,6 +226,10 @@ class Tx(Protocol):
         cancellation was requested for the run."""
         ...
 
+    def save_steps(self, steps: Sequence[StepRow], spans: Sequence[SpanRow]) -> None:
+        """Upsert step memos and append spans (unfenced: operator actions)."""
+        ...
+
     def reschedule(
         self, fence: Fence, status: str, available_at: float | None, attempt: int | None
     ) -> None:
@@ -304,6 +308,3 @@ def make_store(url: str) -> Store:
 
     raise ConfigError("database_url", f"unsupported URL {url!r}; use sqlite:/// or postgresql://")
 
-
-def extra(value: Any) -> dict[str, Any]:
-    return dict(value) if value else {}

@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -35,7 +35,7 @@ _NAME = re.compile(r"^-- name: (\w+)\s*$", re.M)
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _raw_queries() -> dict[str, str]:
     text = resources.files("stepstone.store").joinpath("queries.sql").read_text()
     parts = _NAME.split(text)
@@ -53,7 +53,7 @@ class Dialect:
         default_factory=dict, compare=False, repr=False
     )
 
-    def sql(self, name: str, lists: Mapping[str, int] = {}) -> str:  # noqa: B006 - read only
+    def sql(self, name: str, lists: Mapping[str, int] = {}) -> str:
         key = (name, tuple(sorted(lists.items())))
         cached = self._cache.get(key)
         if cached is not None:

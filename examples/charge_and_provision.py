@@ -1,0 +1,126 @@
+"""The classic workflow: charge a card, insert a record, provision access.
+
+Provisioning is flaky (it fails twice, then works) and, in the second act, has
+a bug that fails every attempt until it is fixed and the run is replayed. The
+ledger shows that the card was charged once per order either way.
+
+Run it with ``./scripts/demo.sh`` (or ``python examples/charge_and_provision.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+import tempfile
+
+import stepstone as ss
+
+WORKDIR = os.environ.get("DEMO_DIR") or tempfile.mkdtemp(prefix="stepstone-demo-")
+app = ss.App("shop", database_url=f"sqlite:///{WORKDIR}/stepstone.db")
+ledger = sqlite3.connect(f"{WORKDIR}/ledger.db", isolation_level=None, check_same_thread=False)
+ledger.execute("CREATE TABLE IF NOT EXISTS effects (order_id TEXT, action TEXT, detail TEXT)")
+provisioning = {"failures_left": 2, "bug": False}
+
+
+def record(order_id: str, action: str, detail: str = "") -> None:
+    ledger.execute("INSERT INTO effects VALUES (?, ?, ?)", (order_id, action, detail))
+
+
+def charge(order_id: str, amount: int, idempotency_key: str) -> dict[str, object]:
+    record(order_id, "charge", f"{amount} cents, key {idempotency_key}")
+    return {"id": f"ch_{order_id}", "amount": amount}
+
+
+def insert_subscription(order_id: str, payment_id: str) -> dict[str, object]:
+    record(order_id, "insert-subscription", payment_id)
+    return {"id": f"sub_{order_id}"}
+
+
+def grant_access(order_id: str, user_id: str) -> str:
+    record(order_id, "provision-attempt")
+    if provisioning["bug"]:
+        raise KeyError("plan_tier")  # the bug: fails every attempt
+    if provisioning["failures_left"] > 0:
+        provisioning["failures_left"] -= 1
+        raise ConnectionError("provisioning service timed out")
+    record(order_id, "provisioned", user_id)
+    return "granted"
+
+
+@app.function(
+    id="charge-and-provision",
+    trigger=ss.on_event("user.subscription.created", if_="event.data.plan != 'free'"),
+    retries=3,
+    backoff=ss.Backoff(initial="200ms", factor=2, max="2s"),
+)
+def charge_and_provision(ctx: ss.Context) -> dict[str, object]:
+    data = ctx.event.data
+    key = ctx.step.idempotency_key("charge-user")
+    payment = ctx.step.run("charge-user", charge, data["order_id"], data["amount"], key)
+    row = ctx.step.run("create-subscription-record", insert_subscription, data["order_id"], payment["id"])
+    ctx.step.run("provision-access", grant_access, data["order_id"], data["user_id"])
+    return {"subscription_id": row["id"]}
+
+
+def show(run: ss.Run, order_id: str) -> None:
+    print(f"  run {run.id}: {run.status}  output={run.output}")
+    for step in run.steps:
+        error = f"  last error: {step.error.type}: {step.error.message}" if step.error else ""
+        print(f"    step {step.id:<28} {step.status:<10} attempts={step.attempts}{error}")
+    rows = ledger.execute(
+        "SELECT action, COUNT(*) FROM effects WHERE order_id = ? GROUP BY action ORDER BY MIN(rowid)",
+        (order_id,),
+    ).fetchall()
+    print("  ledger: " + ", ".join(f"{action} x{count}" for action, count in rows))
+
+
+def order(order_id: str) -> ss.Run:
+    [event_id] = app.send(ss.Event("user.subscription.created", {
+        "order_id": order_id, "user_id": "u-42", "amount": 4900, "plan": "pro",
+    }, id=order_id))
+    [run] = app.runs.list(event_id=event_id)
+    return app.runs.wait(run.id, timeout="30s")
+
+
+def count(order_id: str, action: str) -> int:
+    row = ledger.execute("SELECT COUNT(*) FROM effects WHERE order_id = ? AND action = ?",
+                         (order_id, action)).fetchone()
+    return int(row[0])
+
+
+def main() -> int:
+    print(f"Stepstone demo on SQLite ({WORKDIR}/stepstone.db)\n")
+    app.start(concurrency=4)
+    try:
+        print("1. Provisioning times out twice, then works: only that step is retried.")
+        run = order("order-1")
+        show(run, "order-1")
+        assert run.status == "completed" and count("order-1", "charge") == 1
+
+        print("\n2. A bug fails provisioning on every attempt: the run fails after its retries.")
+        provisioning["bug"] = True
+        run = order("order-2")
+        show(run, "order-2")
+        assert run.status == "failed"
+
+        print("\n   Fix the bug, replay the run: it resumes at the failed step.")
+        provisioning["bug"] = False
+        app.runs.replay(run.id)
+        run = app.runs.wait(run.id, timeout="30s")
+        show(run, "order-2")
+        assert run.status == "completed" and count("order-2", "charge") == 1
+
+        print("\n3. The same order sent again (same event id) starts no second run.")
+        app.send(ss.Event("user.subscription.created", {"order_id": "order-1", "user_id": "u-42",
+                                                        "amount": 4900, "plan": "pro"}, id="order-1"))
+        print(f"   runs for order-1: {len(app.runs.list(event_id='order-1'))}, "
+              f"charges: {count('order-1', 'charge')}")
+    finally:
+        app.stop()
+    print("\nEvery card was charged exactly once.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

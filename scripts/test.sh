@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Set everything up and run the whole test suite: lint, types, tests.
+set -euo pipefail
+EXTRAS="dev,server,postgres,crypto,otel"
+source "$(dirname "$0")/_venv.sh"
+cd "$ROOT"
+source scripts/_services.sh
+echo "== ruff";  ruff check stepstone tests bench examples
+echo "== mypy";  mypy
+echo "== pytest"; python -m pytest -q "$@"

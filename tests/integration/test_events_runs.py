@@ -1,0 +1,213 @@
+"""Events, triggers, dedupe, and the runs API (get, list, wait, replay, rerun, cancel)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import stepstone as ss
+
+from ..conftest import FAST, run_of, send_and_wait
+
+
+class ManualClock:
+    def __init__(self, t: float = 1_800_000_000.0) -> None:
+        self.t = t
+
+    def now(self) -> float:
+        return self.t
+
+
+def test_send_returns_ids_and_creates_runs(app: ss.App) -> None:
+    app.function(id="f", trigger=ss.on_event("go"))(lambda ctx: None)
+    ids = app.send([ss.Event("go", id="a"), ss.Event("go")])
+    assert ids[0] == "a" and len(ids[1]) == 26
+    assert len(app.runs.list(function_id="f")) == 2
+    run = run_of(app, "a")
+    assert run.status == "queued" and run.event_ids == ["a"]
+
+
+def test_event_id_dedupes_for_24_hours(make_app: Callable[..., ss.App]) -> None:
+    clock = ManualClock()
+    app = make_app(clock=clock)
+    app.function(id="f", trigger=ss.on_event("go"))(lambda ctx: None)
+    assert app.send(ss.Event("go", id="order-1")) == ["order-1"]
+    clock.t += 23 * 3600
+    assert app.send(ss.Event("go", {"again": True}, id="order-1")) == ["order-1"]
+    assert len(app.runs.list(function_id="f")) == 1
+    clock.t += 3601  # 24 h after the first
+    app.send(ss.Event("go", id="order-1"))
+    assert len(app.runs.list(function_id="f")) == 2
+
+
+def test_fan_out_wildcards_conditions_and_several_triggers(app: ss.App) -> None:
+    app.function(id="exact", trigger=ss.on_event("user.created"))(lambda ctx: None)
+    app.function(id="dotted", trigger=ss.on_event("user.*"))(lambda ctx: None)
+    app.function(id="slashed", trigger=ss.on_event("app/*"))(lambda ctx: None)
+    app.function(id="paid-only", trigger=ss.on_event("user.created", if_="event.data.plan != 'free'"))(
+        lambda ctx: None)
+    app.function(id="two", trigger=[ss.on_event("user.created"), ss.on_event("app/ping")])(lambda ctx: None)
+
+    def started_by(event: ss.Event) -> set[str]:
+        [eid] = app.send(event)
+        return {r.function_id for r in app.runs.list(event_id=eid)}
+
+    assert started_by(ss.Event("user.created", {"plan": "pro"})) == {"exact", "dotted", "paid-only", "two"}
+    assert started_by(ss.Event("user.created", {"plan": "free"})) == {"exact", "dotted", "two"}
+    assert started_by(ss.Event("user.deleted")) == {"dotted"}
+    assert started_by(ss.Event("app/ping")) == {"slashed", "two"}
+    assert started_by(ss.Event("nobody.listens")) == set()
+
+
+def test_bad_events_are_rejected_whole(app: ss.App) -> None:
+    app.function(id="f", trigger=ss.on_event("go"))(lambda ctx: None)
+    cases: list[tuple[Any, type[Exception], str]] = [
+        ([ss.Event("go"), ss.Event("go", data="x")], ss.InvalidEventError, "data must be an object"),  # type: ignore[arg-type]
+        (ss.Event(""), ss.InvalidEventError, "non-empty"),
+        (ss.Event("n" * 513), ss.LimitExceededError, "limit of 512"),
+        (ss.Event("go", {"blob": "x" * (512 * 1024)}), ss.LimitExceededError, "524288 bytes"),
+        (ss.Event("go", {"x": object()}), ss.SerializationError, "not JSON"),
+        (ss.Event("stepstone/function.failed"), ss.InvalidEventError, "reserved"),
+        ("go", ss.InvalidEventError, "stepstone.Event"),
+    ]
+    for events, kind, message in cases:
+        with pytest.raises(kind, match=message):
+            app.send(events)
+    assert app.runs.list() == []  # nothing half-written
+    app.send(ss.Event("go", {"blob": "x" * (500 * 1024)}))  # under the limit
+
+
+def test_runs_get_list_filters_and_pages(make_app: Callable[..., ss.App]) -> None:
+    clock = ManualClock()
+    app = make_app(clock=clock)
+    app.function(id="a", trigger=ss.on_event("a"))(lambda ctx: None)
+    app.function(id="b", trigger=ss.on_event("b"))(lambda ctx: None)
+    for i in range(5):
+        clock.t += 10
+        app.send([ss.Event("a", id=f"a{i}"), ss.Event("b", id=f"b{i}")])
+    assert len(app.runs.list()) == 10
+    assert {r.function_id for r in app.runs.list(function_id="a")} == {"a"}
+    assert len(app.runs.list(status="queued")) == 10 and app.runs.list(status="completed") == []
+    since = clock.t - 25
+    assert {r.event_ids[0] for r in app.runs.list(function_id="a", since=since)} == {"a2", "a3", "a4"}
+    assert {r.event_ids[0] for r in app.runs.list(function_id="a", until=since)} == {"a0", "a1"}
+    page1 = app.runs.list(limit=4)
+    page2 = app.runs.list(limit=4, before=page1[-1].id)
+    page3 = app.runs.list(limit=4, before=page2[-1].id)
+    ids = [r.id for r in page1 + page2 + page3]
+    assert len(ids) == 10 and len(set(ids)) == 10 and ids == sorted(ids, reverse=True)
+    assert app.runs.get(ids[0]).id == ids[0]
+    with pytest.raises(ss.NotFoundError):
+        app.runs.get("nope")
+    with pytest.raises(ss.ConfigError, match="status"):
+        app.runs.list(status="exploded")
+    with pytest.raises(ss.ConfigError, match="since"):
+        app.runs.list(since=20, until=10)
+
+
+def test_wait_times_out_with_timeout_error(app: ss.App) -> None:
+    app.function(id="f", trigger=ss.on_event("go"))(lambda ctx: None)
+    [eid] = app.send(ss.Event("go"))
+    with pytest.raises(TimeoutError):
+        app.runs.wait(run_of(app, eid).id, timeout="100ms")
+
+
+def test_fix_the_bug_and_replay_resumes_from_the_failed_step(app: ss.App) -> None:
+    calls: Counter[str] = Counter()
+    bug = {"present": True}
+
+    def provision() -> str:
+        calls["provision"] += 1
+        if bug["present"]:
+            raise KeyError("tier")
+        return "granted"
+
+    @app.function(id="f", trigger=ss.on_event("go"), retries=1, backoff=FAST)
+    def f(ctx: ss.Context) -> str:
+        ctx.step.run("charge", lambda: calls.update(["charge"]))
+        ctx.step.run("record", lambda: calls.update(["record"]))
+        return str(ctx.step.run("provision", provision))
+
+    app.start()
+    run = send_and_wait(app, ss.Event("go"))
+    assert run.status == "failed" and calls == {"charge": 1, "record": 1, "provision": 2}
+    with pytest.raises(ss.InvalidStateError):
+        app.runs.replay(app.runs.list(status="completed")[0].id if app.runs.list(status="completed")
+                        else _completed_run(app))
+    bug["present"] = False
+    app.runs.replay(run.id)
+    replayed = app.runs.wait(run.id)
+    assert replayed.status == "completed" and replayed.output == "granted"
+    assert calls == {"charge": 1, "record": 1, "provision": 3}
+    assert [s.kind for s in app.runs.trace(run.id)].count("replay") == 1
+
+
+def _completed_run(app: ss.App) -> str:
+    app.function(id="ok", trigger=ss.on_event("ok"))(lambda ctx: 1)
+    return send_and_wait(app, ss.Event("ok")).id
+
+
+def test_rerun_from_a_step_forks_a_new_run(app: ss.App) -> None:
+    calls: Counter[str] = Counter()
+
+    @app.function(id="f", trigger=ss.on_event("go"))
+    def f(ctx: ss.Context) -> list[int]:
+        return [ctx.step.run(n, lambda n=n: calls.update([n]) or calls[n]) for n in ("a", "b", "c")]
+
+    app.start()
+    first = send_and_wait(app, ss.Event("go"))
+    assert first.output == [1, 1, 1]
+    fork_id = app.runs.rerun_from(first.id, "b")
+    fork = app.runs.wait(fork_id)
+    assert fork.id != first.id and fork.output == [1, 2, 2]
+    assert calls == {"a": 1, "b": 2, "c": 2}
+    assert fork.meta == {"rerun_of": first.id, "from_step": "b"}
+    with pytest.raises(ss.NotFoundError):
+        app.runs.rerun_from(first.id, "zzz")
+
+
+def test_cancel_a_queued_run(app: ss.App) -> None:
+    app.function(id="f", trigger=ss.on_event("go"))(lambda ctx: None)
+    [eid] = app.send(ss.Event("go"))
+    run = run_of(app, eid)
+    assert app.runs.cancel(run.id) == "cancelled"
+    assert app.runs.get(run.id).status == "cancelled"
+    app.runs.replay(run.id)  # cancelled runs can be replayed
+    assert app.runs.get(run.id).status == "queued"
+
+
+def test_async_client_api(app: ss.App) -> None:
+    @app.function(id="f", trigger=ss.on_event("go"))
+    async def f(ctx: ss.Context) -> int:
+        return int(await ctx.step.run("s", lambda: 7))
+
+    async def scenario() -> ss.Run:
+        await app.start_async()
+        try:
+            [eid] = await app.send_async(ss.Event("go"))
+            [run] = await app.runs.list_async(event_id=eid)
+            return await app.runs.wait_async(run.id, timeout="10s")
+        finally:
+            await app.stop_async()
+
+    assert asyncio.run(scenario()).output == 7
+
+
+def test_send_from_many_threads(app: ss.App) -> None:
+    app.function(id="f", trigger=ss.on_event("go"))(lambda ctx: None)
+
+    def sender(n: int) -> None:
+        for i in range(20):
+            app.send(ss.Event("go", id=f"{n}-{i}"))
+
+    threads = [threading.Thread(target=sender, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(app.runs.list(limit=1000)) == 80

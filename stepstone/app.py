@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from stepstone import serde
+from stepstone.catalog import Catalog
 from stepstone.clock import SYSTEM_CLOCK, Clock
 from stepstone.errors import ConfigError
 from stepstone.events import Event
@@ -95,6 +96,7 @@ class App:
         self.middleware = tuple(middleware)
         self.clock: Clock = clock or SYSTEM_CLOCK
         self.registry = Registry()
+        self.catalog = Catalog(self.registry)
         self.runs = Runs(self)
         self.workers = Workers(self)
         self._store: Store | None = None
@@ -185,16 +187,18 @@ class App:
         An event whose ``id`` was seen in the last 24 h starts nothing new."""
         now = self.clock.now()
         prepared = prepare(events, now)
-        registry = self.registry
-        ids = self._store_ready().transact_sync(lambda tx: ingest(tx, prepared, registry, now))
+        store = self._store_ready()
+        registry = self.catalog.registry(store)
+        ids = store.transact_sync(lambda tx: ingest(tx, prepared, registry, now))
         self._notify_workers()
         return ids
 
     async def send_async(self, events: Event | Sequence[Event]) -> list[str]:
         now = self.clock.now()
         prepared = prepare(events, now)
-        registry = self.registry
-        ids = await self._store_ready().transact(lambda tx: ingest(tx, prepared, registry, now))
+        store = self._store_ready()
+        registry = self.catalog.registry(store)
+        ids = await store.transact(lambda tx: ingest(tx, prepared, registry, now))
         self._notify_workers()
         return ids
 
@@ -231,6 +235,7 @@ class App:
             store=self._store_ready(), registry=self.registry, clock=self.clock,
             app_name=self.name, app_version=self.app_version, concurrency=concurrency,
             instance_id=instance_id, lease_ttl=lease_ttl, on_run_end=self._run_changed,
+            matcher=lambda: self.catalog.registry(self._store_ready()),
         )
         return worker
 

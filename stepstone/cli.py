@@ -79,7 +79,8 @@ def _database_url(url: str | None) -> str:
 
 
 @main.command()
-@click.option("--database-url", default=None, help="Default: $STEPSTONE_DATABASE_URL or the local SQLite file.")
+@click.option("--database-url", default=None,
+              help="Default: $STEPSTONE_DATABASE_URL or the local SQLite file.")
 def migrate(database_url: str | None) -> None:
     """Apply pending schema migrations."""
     store = make_store(_database_url(database_url))
@@ -190,7 +191,12 @@ def runs_cancel(run_id: str, database_url: str | None) -> None:
 @click.option("--database-url", default=None)
 def runs_replay(run_id: str, database_url: str | None) -> None:
     app = App("cli", database_url=_database_url(database_url))
-    _guard(lambda: (app.runs.replay(run_id), click.echo(f"replaying {run_id}")))
+
+    def replay() -> None:
+        app.runs.replay(run_id)
+        click.echo(f"replaying {run_id}")
+
+    _guard(replay)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -70,6 +70,7 @@ class ExecEnv:
     owner: str
     lease_ttl: float
     threads: Executor
+    matcher: Callable[[], Registry]
 
 
 @dataclass(frozen=True)
@@ -201,13 +202,14 @@ async def _finish(journal: RunJournal, env: ExecEnv, function_id: str, leased: L
     now = env.clock.now()
     run = leased.run
     error_json = None if error is None else serde.dumps(error.to_json(), what="error")
-    system = system_events(env.registry, function_id, run.id, status, output, error, leased)
+    matcher = env.matcher()
+    system = system_events(matcher, function_id, run.id, status, output, error, leased)
     prepared = prepare(system, now, system=True) if system else []
     fence = journal.fence
 
     def final(tx: Tx) -> None:
         if tx.finish_run(fence, run.id, status, output, error_json, now) and prepared:
-            ingest(tx, prepared, env.registry, now)
+            ingest(tx, prepared, matcher, now)
 
     await journal.finish(final)
     return Outcome(status)

@@ -26,8 +26,15 @@ class Registry:
         self._ids: list[str] = []
 
     def add(self, fn: FunctionDef) -> None:
+        """Register a user's function (and its failure handler, if any)."""
         if fn.id in self.functions:
             raise ConfigError("id", f"function id {fn.id!r} is already registered")
+        self.add_definition(fn)
+        if fn.on_failure is not None:
+            self.add(failure_function(fn))
+
+    def add_definition(self, fn: FunctionDef) -> None:
+        """Index one definition as it is."""
         self.functions[fn.id] = fn
         self._ids = sorted(self.functions)
         for trigger in fn.event_triggers:
@@ -35,8 +42,6 @@ class Registry:
                 self._wildcards.append((fn, trigger))
             else:
                 self._exact.setdefault(trigger.event, []).append((fn, trigger))
-        if fn.on_failure is not None:
-            self.add(failure_function(fn))
 
     def get(self, function_id: str) -> FunctionDef | None:
         return self.functions.get(function_id)

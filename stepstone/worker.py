@@ -51,6 +51,7 @@ class Worker:
         max_idle_sleep: float = 1.0,
         on_idle: Callable[[], Any] | None = None,
         on_run_end: Callable[[str], Any] | None = None,
+        matcher: Callable[[], Registry] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -66,12 +67,16 @@ class Worker:
         self.max_idle_sleep = max_idle_sleep
         self.on_idle = on_idle
         self.on_run_end = on_run_end
+        self.matcher = matcher or (lambda: registry)
         self.threads = ThreadPoolExecutor(max_workers=concurrency + 4, thread_name_prefix="stepstone")
         self.inflight: dict[str, asyncio.Task[Any]] = {}
         self.started_at = clock.now()
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
+        self._want_lease = True
+        self._more = False
+        self._due: float | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self.invocations = 0
 
@@ -95,6 +100,10 @@ class Worker:
 
     def notify(self) -> None:
         """Wake the worker (thread-safe): new work may be due."""
+        self._want_lease = True
+        self._poke()
+
+    def _poke(self) -> None:
         loop, wake = self._loop, self._wake
         if loop is None or wake is None or loop.is_closed():
             return
@@ -134,26 +143,28 @@ class Worker:
         self.threads.shutdown(wait=False, cancel_futures=True)
 
     # -- leasing -------------------------------------------------------------------------
+    # The loop leases only when there may be work: a local send notified it, the
+    # next due time came, another process committed, or a slot freed after a
+    # lease that filled every slot. It never leases on a fixed timer except the
+    # ``max_idle_sleep`` safety net.
     async def _lease_loop(self) -> None:
-        assert self._wake is not None
-        token = None
+        token = self.store.change_token()
         while not self._stopping:
             free = self.concurrency - len(self.inflight)
-            due: float | None = None
-            leased: list[LeasedRun] = []
-            if free > 0:
+            if free > 0 and self._want_lease:
+                self._want_lease = False
                 try:
-                    leased, due = await self._lease(free)
+                    leased, self._due = await self._lease(free)
                 except StoreError as exc:
                     log.warning("worker %s: lease failed (%s); retrying", self.id, exc)
+                    self._want_lease = True
                     await asyncio.sleep(0.5)
                     continue
+                self._more = len(leased) == free
                 for item in leased:
                     self._spawn(item)
-            if leased and len(leased) == free:
-                await asyncio.sleep(0)
                 continue
-            token = await self._idle(due, free > 0, token)
+            token = await self._idle(token)
 
     async def _lease(self, free: int) -> tuple[list[LeasedRun], float | None]:
         owner, ids, now = self.id, self._function_ids, self.clock.now()
@@ -165,42 +176,46 @@ class Worker:
 
         return await self.store.transact(op)
 
-    async def _idle(self, due: float | None, has_room: bool, token: Any) -> Any:
-        """Sleep until notified, the next due time, or another process commits."""
+    async def _idle(self, token: Any) -> Any:
+        """Wait until a lease is warranted; returns the latest change token."""
         assert self._wake is not None
         if self.on_idle is not None and not self.inflight:
             self.on_idle()
-        deadline = self.clock.now() + self.max_idle_sleep
-        if due is not None and has_room:
-            deadline = min(deadline, due)
-        if token is None:
-            token = self.store.change_token()
         while not self._stopping:
-            remaining = deadline - self.clock.now()
-            if remaining <= 0:
+            now = self.clock.now()
+            free = self.concurrency - len(self.inflight)
+            if free > 0 and self._want_lease:
+                break
+            deadline = now + self.max_idle_sleep
+            if self._due is not None and free > 0:
+                deadline = min(deadline, self._due)
+            if deadline <= now:
+                self._want_lease = True
                 break
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout=min(remaining, self.idle_poll))
-                break
+                await asyncio.wait_for(self._wake.wait(), timeout=min(deadline - now, self.idle_poll))
+                continue
             except TimeoutError:
                 pass
             current = self.store.change_token()
             if current != token:
                 token = current
-                break
-        self._wake.clear()
+                self._want_lease = True
         return token
 
     def _spawn(self, item: LeasedRun) -> None:
-        env = ExecEnv(self.store, self.registry, self.clock, self.id, self.lease_ttl, self.threads)
+        env = ExecEnv(self.store, self.registry, self.clock, self.id, self.lease_ttl, self.threads,
+                      self.matcher)
         task = asyncio.create_task(self._invoke(item, env), name=f"stepstone-run-{item.run.id}")
         self.inflight[item.run.id] = task
 
     async def _invoke(self, item: LeasedRun, env: ExecEnv) -> None:
         try:
-            await execute(item, env)
+            outcome = await execute(item, env)
             self.invocations += 1
+            if outcome is not None and outcome.wake_at is not None:
+                self._due = outcome.wake_at if self._due is None else min(self._due, outcome.wake_at)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -210,7 +225,9 @@ class Worker:
             self.inflight.pop(item.run.id, None)
             if self.on_run_end is not None:
                 self.on_run_end(item.run.id)
-            self.notify()
+            if self._more:
+                self._want_lease = True
+            self._poke()
 
     # -- heartbeats ----------------------------------------------------------------------
     async def _register(self) -> None:

@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from stepstone.errors import ConfigError, StoreError, StoreUnavailableError
 from stepstone.store.base import Tx
-from stepstone.store.batching import run_batch
+from stepstone.store.batching import Outcome, run_batch
 from stepstone.store.migrate import CREATE_LEDGER, migration_files
 from stepstone.store.sqltx import Dialect, SqlTx
 
@@ -53,6 +53,7 @@ class _Lane:
     """Group commit on one event loop."""
 
     def __init__(self, store: SqliteStore, loop: asyncio.AbstractEventLoop) -> None:
+        self.store = store
         self.conn = store.connect()
         self.loop = loop
         self.pending: list[tuple[Callable[[Tx], Any], asyncio.Future[Any]]] = []
@@ -66,9 +67,7 @@ class _Lane:
 
     def flush(self) -> None:
         batch, self.pending = self.pending, []
-        outcomes = run_batch(
-            self.conn, [op for op, _ in batch], _make_tx, "BEGIN IMMEDIATE", translate
-        )
+        outcomes = self.store.write_batch(self.conn, [op for op, _ in batch])
         for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
             if future.cancelled():
                 continue
@@ -97,6 +96,7 @@ class SqliteStore:
         self._local = threading.local()
         self._watch: sqlite3.Connection | None = None
         self._lock = threading.Lock()
+        self.commits = 0  # write transactions that changed data (for tests and benchmarks)
         folder = os.path.dirname(os.path.abspath(path))
         os.makedirs(folder, exist_ok=True)
 
@@ -160,8 +160,16 @@ class SqliteStore:
         result: T = await self._lane().submit(op)
         return result
 
+    def write_batch(self, conn: sqlite3.Connection, ops: list[Callable[[Tx], Any]]) -> list[Outcome]:
+        """One write transaction for ``ops``; counts commits that changed data."""
+        before = conn.total_changes
+        outcomes = run_batch(conn, ops, _make_tx, "BEGIN IMMEDIATE", translate)
+        if conn.total_changes != before:
+            self.commits += 1
+        return outcomes
+
     def transact_sync(self, op: Callable[[Tx], T]) -> T:
-        [(ok, value)] = run_batch(self._thread_conn(), [op], _make_tx, "BEGIN IMMEDIATE", translate)
+        [(ok, value)] = self.write_batch(self._thread_conn(), [op])
         if not ok:
             raise value
         result: T = value

@@ -1,0 +1,116 @@
+"""Functions known to the whole database, not only to this process.
+
+Every app writes a JSON description of its functions into the store. Any
+process (an app that only sends, a worker of another app, the HTTP server
+without user code) rebuilds those descriptions into definitions without
+handlers, so that an event sent anywhere starts runs of every function it
+triggers, with that function's flow control.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from stepstone.function import (
+    Backoff,
+    Batch,
+    CancelOn,
+    Concurrency,
+    Debounce,
+    FunctionDef,
+    Priority,
+    RateLimit,
+    Singleton,
+    Throttle,
+    Timeouts,
+    build_flow,
+)
+from stepstone.registry import Registry
+from stepstone.store.base import Store, Tx
+from stepstone.triggers import Trigger, on_cron, on_event
+
+_CONFIG_TYPES: dict[str, type] = {
+    "concurrency": Concurrency, "throttle": Throttle, "rate_limit": RateLimit,
+    "debounce": Debounce, "priority": Priority, "batch": Batch, "singleton": Singleton,
+    "cancel_on": CancelOn, "timeouts": Timeouts,
+}
+
+
+def _remote_handler(ctx: Any) -> None:
+    raise RuntimeError("this function's code lives in another process")
+
+
+def _config(kind: type, raw: Any) -> Any:
+    if isinstance(raw, list):
+        return [kind(**item) for item in raw]
+    return kind(**raw)
+
+
+def rebuild(description: dict[str, Any]) -> FunctionDef:
+    """A handler-less ``FunctionDef`` from ``FunctionDef.describe()`` output."""
+    triggers: list[Trigger] = []
+    for raw in description.get("triggers", []):
+        if "cron" in raw:
+            triggers.append(on_cron(raw["cron"], jitter=raw.get("jitter")))
+        else:
+            triggers.append(on_event(raw["event"], if_=raw.get("if")))
+    flow_args = {name: _config(kind, description[name]) for name, kind in _CONFIG_TYPES.items()
+                 if description.get(name) is not None}
+    if description.get("idempotency") is not None:
+        flow_args["idempotency"] = description["idempotency"]
+    backoff = Backoff(**description["backoff"]) if description.get("backoff") else Backoff()
+    fn = FunctionDef(
+        id=description["id"], handler=_remote_handler, triggers=tuple(triggers),
+        retries=int(description.get("retries", 4)), backoff=backoff.validated(),
+        flow=build_flow(**flow_args), options={k: v for k, v in description.items()
+                                               if k not in ("id", "triggers", "retries", "failure_of")},
+    )
+    fn.failure_of = description.get("failure_of")
+    return fn
+
+
+class Catalog:
+    """This app's functions plus every function registered in the store,
+    refreshed at most every ``ttl`` seconds."""
+
+    def __init__(self, own: Registry, ttl: float = 2.0) -> None:
+        self.own = own
+        self.ttl = ttl
+        self._merged: Registry | None = None
+        self._own_ids: list[str] = []
+        self._loaded_at = 0.0
+        self._lock = threading.Lock()
+
+    def registry(self, store: Store) -> Registry:
+        with self._lock:
+            fresh = time.monotonic() - self._loaded_at < self.ttl
+            if self._merged is not None and fresh and self._own_ids is self.own.ids():
+                return self._merged
+            self._merged = self._load(store)
+            self._own_ids = self.own.ids()
+            self._loaded_at = time.monotonic()
+            return self._merged
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._merged = None
+
+    def _load(self, store: Store) -> Registry:
+        def op(tx: Tx) -> dict[str, tuple[str, str]]:
+            return tx.load_functions()
+
+        rows = store.read_sync(op)
+        merged = Registry()
+        for fn in self.own:
+            merged.add_definition(fn)
+        for function_id, (_app, config) in sorted(rows.items()):
+            if merged.get(function_id) is None:
+                merged.add_definition(rebuild(json.loads(config)))
+        return merged
+
+
+RegistrySource = Callable[[], Registry]

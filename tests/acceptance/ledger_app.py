@@ -1,0 +1,31 @@
+"""A workflow whose steps write a side-effect ledger (imported by worker processes)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+
+import stepstone as ss
+
+app = ss.App("ledger", database_url=os.environ["STEPSTONE_DATABASE_URL"])
+LEDGER = os.environ["LEDGER_PATH"]
+STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.2"))
+
+
+def effect(run_id: str, step: str) -> str:
+    conn = sqlite3.connect(LEDGER, timeout=30, isolation_level=None)
+    try:
+        conn.execute("INSERT INTO ledger (run_id, step, phase, pid, at) VALUES (?, ?, 'start', ?, ?)",
+                     (run_id, step, os.getpid(), time.time()))
+        time.sleep(STEP_SECONDS)
+        conn.execute("INSERT INTO ledger (run_id, step, phase, pid, at) VALUES (?, ?, 'end', ?, ?)",
+                     (run_id, step, os.getpid(), time.time()))
+    finally:
+        conn.close()
+    return step
+
+
+@app.function(id="three-steps", trigger=ss.on_event("work"))
+def three_steps(ctx: ss.Context) -> list[str]:
+    return [ctx.step.run(name, effect, ctx.run_id, name) for name in ("charge", "record", "provision")]

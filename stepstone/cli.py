@@ -50,7 +50,8 @@ def main(log_level: str) -> None:
 @click.argument("target")
 @click.option("--concurrency", default=10, show_default=True, help="Runs executed at once.")
 @click.option("--instance-id", default=None, help="Worker name (default: host-pid).")
-@click.option("--lease-ttl", default=15.0, show_default=True, help="Seconds before a dead worker's runs move.")
+@click.option("--lease-ttl", default=15.0, show_default=True,
+              help="Seconds before a dead worker's runs move on.")
 @click.option("--drain-timeout", default=30.0, show_default=True, help="Seconds to finish steps on SIGTERM.")
 def worker(target: str, concurrency: int, instance_id: str | None, lease_ttl: float,
            drain_timeout: float) -> None:

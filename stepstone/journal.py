@@ -30,7 +30,7 @@ class RunJournal:
         self.cancel_requested = False
         self.lease_lost = False
         self.failure: BaseException | None = None
-        self._commits: list[asyncio.Future[bool]] = []
+        self._commits: list[tuple[asyncio.Future[Any], Callable[[Tx], Any]]] = []
 
     # -- Journal protocol (used by the interpreter) ---------------------------------
     def stage(self, step: StepRow, span: SpanRow | None) -> None:
@@ -47,7 +47,14 @@ class RunJournal:
         """Commit what is staged (and wait for commits already under way)."""
         if self.steps or self.spans:
             steps, spans = self._take()
-            self._commits.append(asyncio.ensure_future(self._checkpoint(steps, spans)))
+            fence = self.fence
+
+            def op(tx: Tx) -> bool:
+                return tx.checkpoint(fence, steps, spans)
+
+            # The store's own future, not a task: a sequential step costs one
+            # event-loop round trip for its commit.
+            self._commits.append((self.store.submit(op), op))
         await self._settle_commits()
         if self.lease_lost:
             raise LeaseLostSignal()
@@ -65,11 +72,16 @@ class RunJournal:
         # commit finish first records its result; everyone reads the flags.
         while self._commits:
             pending = list(self._commits)
-            results = await asyncio.gather(*pending, return_exceptions=True)
-            for future, result in zip(pending, results, strict=True):
-                if future not in self._commits:
+            if len(pending) == 1:
+                results: list[Any] = [await _outcome(pending[0][0])]
+            else:
+                results = await asyncio.gather(*(f for f, _ in pending), return_exceptions=True)
+            for item, result in zip(pending, results, strict=True):
+                if item not in self._commits:
                     continue
-                self._commits.remove(future)
+                self._commits.remove(item)
+                if isinstance(result, StoreUnavailableError):
+                    result = await _outcome(asyncio.ensure_future(self.commit(item[1])))
                 if isinstance(result, LeaseLostError):
                     self.lease_lost = True
                 elif isinstance(result, BaseException):
@@ -78,14 +90,6 @@ class RunJournal:
                     self.cancel_requested = True
         if self.failure is not None:
             raise self.failure
-
-    async def _checkpoint(self, steps: list[StepRow], spans: list[SpanRow]) -> bool:
-        fence, until = self.fence, self.clock.now() + self.lease_ttl
-
-        def op(tx: Tx) -> bool:
-            return tx.checkpoint(fence, steps, spans, until, None, None)
-
-        return bool(await self.commit(op))
 
     async def commit(self, op: Callable[[Tx], Any]) -> Any:
         """Run a fenced write, retrying while the database is unreachable."""
@@ -103,10 +107,18 @@ class RunJournal:
         if self.lease_lost:
             raise LeaseLostError(f"run {self.fence.run_id}: lease lost")
         steps, spans = self._take()
-        fence, until = self.fence, self.clock.now() + self.lease_ttl
+        fence = self.fence
 
         def op(tx: Tx) -> Any:
-            tx.checkpoint(fence, steps, spans, until, None, None)
+            tx.checkpoint(fence, steps, spans)
             return final(tx)
 
         return await self.commit(op)
+
+
+async def _outcome(future: asyncio.Future[Any]) -> Any:
+    """The future's result, or its exception as a value."""
+    try:
+        return await future
+    except Exception as exc:  # noqa: BLE001 - handed back as a value
+        return exc

@@ -155,11 +155,36 @@ def _list_op(where: RunFilter) -> Callable[[Tx], list[Run]]:
 
 
 def _trace_op(run_id: str) -> Callable[[Tx], list[Span]]:
+    """The trace: stored spans (retried attempts, warnings, operator actions) plus
+    the final state of every step, plus the run's time in the queue."""
     def op(tx: Tx) -> list[Span]:
-        if tx.get_run(run_id) is None:
+        run = tx.get_run(run_id)
+        if run is None:
             raise NotFoundError(f"no run {run_id!r}")
-        return [_to_span(s) for s in tx.get_spans(run_id)]
+        spans = [_to_span(s) for s in tx.get_spans(run_id)]
+        # a step waiting for its retry is already traced by its failed attempts
+        spans.extend(_step_span(step) for step in tx.get_steps(run_id)
+                     if step.started_at is not None and step.status != "retrying")
+        created = _dt(run.created_at) or datetime.now(UTC)
+        spans.append(Span("queued", "queue", "done" if run.started_at else "waiting", 0, created,
+                          _dt(run.started_at), None, None))
+        spans.sort(key=lambda s: (s.started_at, s.kind != "queued"))
+        return spans
     return op
+
+
+_STEP_SPAN_KIND = {"run": "step"}
+
+
+def _step_span(row: StepRow) -> Span:
+    started = _dt(row.started_at) or datetime.now(UTC)
+    return Span(
+        kind=_STEP_SPAN_KIND.get(row.kind, row.kind), name=row.step_id, status=row.status,
+        attempt=max(0, row.attempts - 1) if row.kind == "run" else 0, started_at=started,
+        ended_at=_dt(row.ended_at), error=ErrorInfo.from_json(serde.loads(row.error))
+        if row.status == "failed" else None,
+        detail={"wake_at": row.wake_at} if row.wake_at is not None else None,
+    )
 
 
 def _cancel_op(run_id: str, now: float) -> Callable[[Tx], str]:

@@ -133,7 +133,8 @@ class Interpreter:
         self.backoff = backoff
         self.threads = threads
         self._counters: dict[str, int] = {}
-        self._reached: set[str] = set()
+        self._unreached = {s.step_id: s.position for s in steps}  # recorded, not yet reached
+        self._warned = False
         self._last_recorded = max((s.position for s in steps), default=-1)
         self._next_position = self._last_recorded + 1
         self.replaying = bool(steps)
@@ -165,17 +166,15 @@ class Interpreter:
                 raise LimitExceededError(
                     f"run has {len(self.memo)} steps; the limit is {limits.MAX_STEPS_PER_RUN}"
                 )
-            skipped = [
-                s.step_id for s in self.memo.values()
-                if s.step_id not in self._reached and s.position < self._last_recorded + 1
-            ]
-            if skipped and self._last_recorded >= 0:
+            if self._unreached and not self._warned:
+                self._warned = True
+                skipped = sorted(self._unreached, key=self._unreached.__getitem__)
                 self.journal.warn(
                     "nondeterminism",
                     f"new step {step_id!r} reached while recorded step(s) "
                     f"{', '.join(repr(s) for s in skipped)} were not",
                 )
-        self._reached.add(step_id)
+        self._unreached.pop(step_id, None)
         return memo
 
     def _position(self, memo: StepRow | None) -> int:
@@ -230,26 +229,24 @@ class Interpreter:
         if failure is None:
             row = StepRow(self.run_id, step_id, position, "run", COMPLETED, attempt + 1,
                           encoded, None, None, started, now)
-            self._save(row, SpanRow(self.run_id, "step", step_id, started, now, COMPLETED, attempt))
+            self._save(row, None)  # the memo itself is the final attempt's trace entry
             return serde.loads(encoded)
         info = error_info(failure)
         error_json = serde.dumps(info.to_json(), what="error")
         allowed = self.retries if retries is None else retries
-        span_status = FAILED
         if isinstance(failure, NonRetriableError) or attempt >= allowed:
             row = StepRow(self.run_id, step_id, position, "run", FAILED, attempt + 1, None,
                           error_json, None, started, now)
-        else:
-            wake = (_retry_at(failure, now) if isinstance(failure, RetryAfterError)
-                    else now + self.backoff.delay(attempt + 1))
-            row = StepRow(self.run_id, step_id, position, "run", RETRYING, attempt + 1, None,
-                          error_json, wake, started, None)
-            span_status = RETRYING
-        self._save(row, SpanRow(self.run_id, "step", step_id, started, now, span_status, attempt,
+            self._save(row, None)
+            raise StepError(step_id, info.type, info.message) from failure
+        wake = (_retry_at(failure, now) if isinstance(failure, RetryAfterError)
+                else now + self.backoff.delay(attempt + 1))
+        row = StepRow(self.run_id, step_id, position, "run", RETRYING, attempt + 1, None,
+                      error_json, wake, started, None)
+        # A failed attempt that will be retried keeps its own trace entry.
+        self._save(row, SpanRow(self.run_id, "step", step_id, started, now, RETRYING, attempt,
                                 error_json))
-        if row.status == RETRYING:
-            raise self._pause(row.wake_at, RUNNING) from failure
-        raise StepError(step_id, info.type, info.message) from failure
+        raise self._pause(row.wake_at, RUNNING) from failure
 
     async def run(self, step_id: str, fn: Callable[..., Any], args: tuple[Any, ...],
                   retries: int | None) -> Any:
@@ -297,7 +294,7 @@ class Interpreter:
         if wake_at <= now:
             row = StepRow(self.run_id, step_id, position, "sleep", COMPLETED, 1, None, None,
                           wake_at, started, now)
-            self._save(row, SpanRow(self.run_id, "sleep", step_id, started, now, COMPLETED))
+            self._save(row, None)
             return
         if memo is None:
             row = StepRow(self.run_id, step_id, position, "sleep", SLEEPING_STEP, 0, None, None,

@@ -14,6 +14,7 @@ so the testing harness can run on a virtual clock.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -212,18 +213,10 @@ class Tx(Protocol):
         ...
 
     # --- checkpoints (fenced) -----------------------------------------------------
-    def checkpoint(
-        self,
-        fence: Fence,
-        steps: Sequence[StepRow],
-        spans: Sequence[SpanRow],
-        lease_until: float,
-        status: str | None,
-        started_at: float | None,
-    ) -> bool:
-        """Save step memos and trace spans; extend the lease. Raises
-        ``LeaseLostError`` if the fence no longer holds. Returns whether a
-        cancellation was requested for the run."""
+    def checkpoint(self, fence: Fence, steps: Sequence[StepRow], spans: Sequence[SpanRow]) -> bool:
+        """Save step memos and trace spans. Raises ``LeaseLostError`` if the
+        fence no longer holds (heartbeats extend leases, not checkpoints).
+        Returns whether a cancellation was requested for the run."""
         ...
 
     def save_steps(self, steps: Sequence[StepRow], spans: Sequence[SpanRow]) -> None:
@@ -270,6 +263,10 @@ class Store(Protocol):
 
     async def transact(self, op: Callable[[Tx], T]) -> T:
         """Run ``op`` in a (possibly shared) write transaction on the current loop."""
+        ...
+
+    def submit(self, op: Callable[[Tx], T]) -> asyncio.Future[T]:
+        """Like ``transact`` but returns the future at once (call on the loop)."""
         ...
 
     def transact_sync(self, op: Callable[[Tx], T]) -> T:

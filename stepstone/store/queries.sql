@@ -96,10 +96,8 @@ RETURNING run_id;
 -- name: release_leases
 UPDATE queue SET owner = NULL, available_at = :now WHERE owner = :owner;
 
--- name: fence_extend
-UPDATE queue SET available_at = :until
-WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch
-RETURNING cancel_requested;
+-- name: fence_check
+SELECT cancel_requested FROM queue WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch;
 
 -- name: upsert_step
 INSERT INTO steps (run_id, step_id, position, kind, status, attempts, output, error, wake_at,
@@ -109,14 +107,11 @@ VALUES (:run_id, :step_id, :position, :kind, :status, :attempts, :output, :error
 ON CONFLICT (run_id, step_id) DO UPDATE SET
     kind = excluded.kind, status = excluded.status, attempts = excluded.attempts,
     output = excluded.output, error = excluded.error, wake_at = excluded.wake_at,
-    ended_at = excluded.ended_at;
+    started_at = excluded.started_at, ended_at = excluded.ended_at;
 
 -- name: insert_span
 INSERT INTO spans (run_id, kind, name, attempt, started_at, ended_at, status, error, detail)
 VALUES (:run_id, :kind, :name, :attempt, :started_at, :ended_at, :status, :error, :detail);
-
--- name: set_run_status
-UPDATE runs SET status = :status WHERE id = :id AND status <> :status;
 
 -- name: fence_park
 UPDATE queue SET owner = NULL, available_at = :available_at

@@ -160,6 +160,9 @@ class SqliteStore:
         result: T = await self._lane().submit(op)
         return result
 
+    def submit(self, op: Callable[[Tx], T]) -> asyncio.Future[T]:
+        return self._lane().submit(op)
+
     def write_batch(self, conn: sqlite3.Connection, ops: list[Callable[[Tx], Any]]) -> list[Outcome]:
         """One write transaction for ``ops``; counts commits that changed data."""
         before = conn.total_changes

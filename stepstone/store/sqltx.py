@@ -236,14 +236,11 @@ class SqlTx:
                                     "epoch": fence.epoch, **params})
         return cursor
 
-    def checkpoint(self, fence: Fence, steps: Sequence[StepRow], spans: Sequence[SpanRow],
-                   lease_until: float, status: str | None, started_at: float | None) -> bool:
-        row = self._fence("fence_extend", fence, until=lease_until).fetchone()
+    def checkpoint(self, fence: Fence, steps: Sequence[StepRow], spans: Sequence[SpanRow]) -> bool:
+        row = self._fence("fence_check", fence).fetchone()
         if row is None:
             raise LeaseLostError(f"run {fence.run_id}: lease lost by {fence.owner}")
         self.save_steps(steps, spans)
-        if status is not None:
-            self._exec("set_run_status", {"id": fence.run_id, "status": status})
         return bool(row["cancel_requested"])
 
     def save_steps(self, steps: Sequence[StepRow], spans: Sequence[SpanRow]) -> None:

@@ -224,3 +224,32 @@ def test_bad_step_retries_value_fails_clearly(app: ss.App, bad: Any) -> None:
     app.start()
     run = send_and_wait(app, ss.Event("go"))
     assert run.status == "failed" and run.error is not None and "retries" in run.error.message
+
+
+def test_trace_has_every_attempt_in_order(app: ss.App) -> None:
+    calls: Counter[str] = Counter()
+
+    def flaky() -> str:
+        calls["flaky"] += 1
+        if calls["flaky"] < 3:
+            raise RuntimeError(f"attempt {calls['flaky']}")
+        return "ok"
+
+    @app.function(id="f", trigger=ss.on_event("go"), backoff=FAST)
+    def f(ctx: ss.Context) -> str:
+        ctx.step.run("first", lambda: 1)
+        return str(ctx.step.run("flaky", flaky))
+
+    app.start()
+    run = send_and_wait(app, ss.Event("go"))
+    trace = app.runs.trace(run.id)
+    assert [(s.kind, s.name, s.status, s.attempt) for s in trace] == [
+        ("queued", "queue", "done", 0),
+        ("step", "first", "completed", 0),
+        ("step", "flaky", "retrying", 0),
+        ("step", "flaky", "retrying", 1),
+        ("step", "flaky", "completed", 2),
+    ]
+    assert trace[2].error is not None and trace[2].error.message == "attempt 1"
+    assert trace[2].error.traceback and "RuntimeError: attempt 1" in trace[2].error.traceback
+    assert all(s.ended_at is not None and s.ended_at >= s.started_at for s in trace)

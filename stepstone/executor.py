@@ -103,7 +103,7 @@ async def execute(leased: LeasedRun, env: ExecEnv) -> Outcome | None:
         outcome: tuple[str, Any] = ("return", output)
     except (PauseSignal, CancelSignal, LeaseLostSignal) as signal:
         outcome = ("signal", signal)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the handler's failure decides the run's fate
         outcome = ("error", exc)
     await interp.settle()
     try:

@@ -269,7 +269,7 @@ class Interpreter:
                     result = await loop.run_in_executor(self.threads, context.run, fn, *args)
                     if inspect.isawaitable(result):
                         result = await result
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - recorded as the step's failure
                 failure = exc
         finally:
             current_step.reset(token)
@@ -397,7 +397,7 @@ class SyncStep:
                 result = self._on_loop(fn(*args))
             else:
                 result = fn(*args)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - recorded as the step's failure
             failure = exc
         finally:
             current_step.reset(token)
@@ -419,7 +419,7 @@ class SyncStep:
         def branch(i: int, context: contextvars.Context) -> None:
             try:
                 results[i] = context.run(branches[i])
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - re-raised by parallel(), signals included
                 results[i] = exc
 
         threads = [

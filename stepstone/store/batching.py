@@ -24,7 +24,7 @@ def run_batch(
     tx = make_tx(conn)
     try:
         conn.execute(begin)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - translated and handed to every caller
         err = translate(exc)
         return [(False, err)] * len(ops)
     outcomes: list[Outcome] = []
@@ -32,7 +32,7 @@ def run_batch(
         if len(ops) == 1:
             try:
                 outcomes.append((True, ops[0](tx)))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the op's own failure
                 conn.execute("ROLLBACK")
                 return [(False, translate(exc))]
         else:
@@ -41,15 +41,15 @@ def run_batch(
                 try:
                     outcomes.append((True, op(tx)))
                     conn.execute("RELEASE SAVEPOINT op")
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - the op's own failure
                     conn.execute("ROLLBACK TO SAVEPOINT op")
                     conn.execute("RELEASE SAVEPOINT op")
                     outcomes.append((False, translate(exc)))
         conn.execute("COMMIT")
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - commit failed: nothing took effect
         try:
             conn.execute("ROLLBACK")
-        except Exception:
+        except Exception:  # noqa: BLE001 - the connection may be gone
             pass
         err = translate(exc)
         return [(False, err)] * len(ops)

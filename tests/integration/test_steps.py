@@ -269,3 +269,21 @@ def test_context_fields(app: ss.App) -> None:
     run = app.runs.wait(app.runs.list(event_id=eid)[0].id)
     assert run.output == {"run": run.id, "fn": "ctx-fields", "name": "go", "n": 1, "id": "evt-1",
                           "attempt": 0}
+
+
+def test_step_output_over_4mb_fails_clearly(app: ss.App) -> None:
+    calls: Counter[str] = Counter()
+
+    def huge() -> str:
+        calls["huge"] += 1
+        return "x" * (4 * 1024 * 1024 + 1)
+
+    @app.function(id="f", trigger=ss.on_event("go"))
+    def f(ctx: ss.Context) -> None:
+        ctx.step.run("huge", huge)
+
+    app.start()
+    run = send_and_wait(app, ss.Event("go"))
+    assert run.status == "failed" and calls["huge"] == 1
+    assert run.error is not None and run.error.type == "LimitExceededError"
+    assert "step 'huge' output" in run.error.message and "4194304" in run.error.message

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import dataclasses
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -24,8 +25,10 @@ from stepstone.errors import (
     NotFoundError,
     RunTimeoutError,
 )
+from stepstone.expressions import Expression, compile_expression
 from stepstone.ids import new_id
 from stepstone.store.base import (
+    ACTIVE_STATUSES,
     CANCELLED,
     ENDED_STATUSES,
     FAILED,
@@ -235,6 +238,58 @@ def _rerun_op(run_id: str, step_id: str, now: float) -> Callable[[Tx], str]:
     return op
 
 
+BULK_PAGE = 200
+Progress = Callable[[int, int], Any]  # (runs acted on so far, runs examined so far)
+
+
+@dataclass
+class _Bulk:
+    """A bulk action walking the matching runs page by page, newest first; each
+    page is read and acted on in one transaction."""
+
+    where: RunFilter
+    condition: Expression | None
+    act: Callable[[Tx, RunRow], bool]
+    done: int = 0
+    examined: int = 0
+    finished: bool = False
+
+    def page_op(self) -> Callable[[Tx], None]:
+        def op(tx: Tx) -> None:
+            rows = tx.list_runs(self.where)
+            for row in rows:
+                self.examined += 1
+                if self.condition is not None:
+                    events = tx.get_events(row.id)
+                    first = events[0] if events else None
+                    variables = {"event": {"name": first.name, "data": serde.loads(first.data),
+                                           "id": first.id, "ts": first.ts} if first else {}}
+                    if not self.condition.test(variables):
+                        continue
+                if self.act(tx, row):
+                    self.done += 1
+            self.finished = len(rows) < self.where.limit
+            if rows:
+                self.where = dataclasses.replace(self.where, before_id=rows[-1].id)
+        return op
+
+
+def _bulk(action: str, now: float, *, function_id: str | None, status: str | Sequence[str],
+          since: Moment | None, until: Moment | None, if_: str | None) -> _Bulk:
+    where = _filter(function_id=function_id, status=status, since=since, until=until, limit=BULK_PAGE)
+    condition = None if if_ is None else compile_expression(if_, field="if_")
+
+    def cancel(tx: Tx, row: RunRow) -> bool:
+        tx.request_cancel(row.id, now)  # at once, or at the run's next step boundary
+        return True
+
+    def replay(tx: Tx, row: RunRow) -> bool:
+        _replay_op(row.id, now)(tx)
+        return True
+
+    return _Bulk(where, condition, cancel if action == "cancel" else replay)
+
+
 class Runs:
     """``app.runs``."""
 
@@ -305,6 +360,54 @@ class Runs:
     async def rerun_from_async(self, run_id: str, step_id: str) -> str:
         return await self._awrite(_rerun_op(run_id, step_id, self._now()))
 
+    # -- bulk ----------------------------------------------------------------------------
+    def cancel_many(self, *, function_id: str | None = None, since: Moment | None = None,
+                    until: Moment | None = None, if_: str | None = None,
+                    progress: Progress | None = None) -> int:
+        """Cancel every active run matching the filters (``if_`` is CEL over the
+        run's ``event``); returns how many were cancelled or flagged."""
+        bulk = _bulk("cancel", self._now(), function_id=function_id, status=ACTIVE_STATUSES,
+                     since=since, until=until, if_=if_)
+        return self._drive(bulk, progress)
+
+    async def cancel_many_async(self, *, function_id: str | None = None, since: Moment | None = None,
+                                until: Moment | None = None, if_: str | None = None,
+                                progress: Progress | None = None) -> int:
+        bulk = _bulk("cancel", self._now(), function_id=function_id, status=ACTIVE_STATUSES,
+                     since=since, until=until, if_=if_)
+        return await self._adrive(bulk, progress)
+
+    def replay_many(self, *, function_id: str | None = None, status: str | Sequence[str] = FAILED,
+                    since: Moment | None = None, until: Moment | None = None, if_: str | None = None,
+                    progress: Progress | None = None) -> int:
+        """Replay every failed (or ``status``: failed/cancelled) run matching the
+        filters; returns how many were replayed."""
+        bulk = _bulk("replay", self._now(), function_id=function_id, status=_replayable(status),
+                     since=since, until=until, if_=if_)
+        return self._drive(bulk, progress)
+
+    async def replay_many_async(self, *, function_id: str | None = None,
+                                status: str | Sequence[str] = FAILED, since: Moment | None = None,
+                                until: Moment | None = None, if_: str | None = None,
+                                progress: Progress | None = None) -> int:
+        bulk = _bulk("replay", self._now(), function_id=function_id, status=_replayable(status),
+                     since=since, until=until, if_=if_)
+        return await self._adrive(bulk, progress)
+
+    def _drive(self, bulk: _Bulk, progress: Progress | None) -> int:
+        while not bulk.finished:
+            self._write(bulk.page_op())
+            if progress is not None:
+                progress(bulk.done, bulk.examined)
+        return bulk.done
+
+    async def _adrive(self, bulk: _Bulk, progress: Progress | None) -> int:
+        while not bulk.finished:
+            await self._awrite(bulk.page_op())
+            if progress is not None:
+                progress(bulk.done, bulk.examined)
+        return bulk.done
+
     # -- waiting -------------------------------------------------------------------------
     def wait(self, run_id: str, timeout: Duration = "30s") -> Run:
         """Block until the run ends; ``RunTimeoutError`` (a ``TimeoutError``) if not."""
@@ -355,18 +458,28 @@ class _Waiter:
         return pause
 
 
+def _replayable(status: str | Sequence[str]) -> tuple[str, ...]:
+    statuses = (status,) if isinstance(status, str) else tuple(status)
+    for item in statuses:
+        if item not in (FAILED, CANCELLED):
+            raise ConfigError("status", f"only failed or cancelled runs replay, not {item!r}")
+    return statuses
+
+
 def _filter(
-    *, function_id: str | None = None, event_id: str | None = None, status: str | None = None,
-    since: Moment | None = None, until: Moment | None = None, limit: int = 100,
-    before: str | None = None,
+    *, function_id: str | None = None, event_id: str | None = None,
+    status: str | Sequence[str] | None = None, since: Moment | None = None,
+    until: Moment | None = None, limit: int = 100, before: str | None = None,
 ) -> RunFilter:
-    if status is not None and status not in RUN_STATUSES:
-        raise ConfigError("status", f"unknown status {status!r}; one of {', '.join(RUN_STATUSES)}")
+    statuses = (status,) if isinstance(status, str) else tuple(status or ())
+    for item in statuses:
+        if item not in RUN_STATUSES:
+            raise ConfigError("status", f"unknown status {item!r}; one of {', '.join(RUN_STATUSES)}")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
         raise ConfigError("limit", "must be an integer between 1 and 1000")
     lo, hi = _ts(since, "since"), _ts(until, "until")
     if lo is not None and hi is not None and lo > hi:
         raise ConfigError("since", "must not be after until")
-    return RunFilter(function_id=function_id, status=status, event_id=event_id, since=lo,
+    return RunFilter(function_id=function_id, statuses=statuses, event_id=event_id, since=lo,
                      until=hi, limit=limit, before_id=before)
 

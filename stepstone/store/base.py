@@ -134,7 +134,7 @@ class Fence:
 @dataclass(frozen=True)
 class RunFilter:
     function_id: str | None = None
-    status: str | None = None
+    statuses: tuple[str, ...] = ()
     event_id: str | None = None
     since: float | None = None
     until: float | None = None

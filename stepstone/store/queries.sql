@@ -59,7 +59,7 @@ SELECT * FROM spans WHERE run_id = :run_id ORDER BY id;
 -- name: list_runs
 SELECT r.* FROM runs r
 WHERE (:function_id IS NULL OR r.function_id = :function_id)
-  AND (:status IS NULL OR r.status = :status)
+  AND (:any_status = 1 OR r.status IN ({statuses}))
   AND (:since IS NULL OR r.created_at >= :since)
   AND (:until IS NULL OR r.created_at < :until)
   AND (:before_id IS NULL OR r.id < :before_id)

@@ -190,11 +190,11 @@ class SqlTx:
 
     def list_runs(self, where: RunFilter) -> list[RunRow]:
         params = {
-            "function_id": where.function_id, "status": where.status, "since": where.since,
-            "until": where.until, "before_id": where.before_id, "event_id": where.event_id,
-            "limit": where.limit,
+            "function_id": where.function_id, "any_status": 0 if where.statuses else 1,
+            "since": where.since, "until": where.until, "before_id": where.before_id,
+            "event_id": where.event_id, "limit": where.limit,
         }
-        return [_run_row(r) for r in self._all("list_runs", params)]
+        return [_run_row(r) for r in self._all("list_runs", params, {"statuses": where.statuses})]
 
     # -- queue and leases ---------------------------------------------------------------
     def lease(self, owner: str, function_ids: Sequence[str], limit: int, now: float,

@@ -119,3 +119,18 @@ def test_sigterm_drains_in_flight_steps_and_releases_leases(env: dict[str, str],
     starts = Counter((r[0], r[1]) for r in ledger(env) if r[2] == "start")
     assert max(starts.values()) == 1  # a graceful stop re-runs nothing
     app.close()
+
+
+def test_two_workers_share_one_sqlite_file(env: dict[str, str], spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
+    env["STEP_SECONDS"] = "0.01"
+    app = client(env)
+    a = spawn("--concurrency", "4", "--instance-id", "a")
+    b = spawn("--concurrency", "4", "--instance-id", "b")
+    wait_for(lambda: len(app.workers.list()) == 2, 30, "both workers to register")
+    app.send([ss.Event("work", id=f"order-{i}") for i in range(40)])
+    wait_for(lambda: len(app.runs.list(status="completed", limit=100)) == 40, 90, "all runs to complete")
+    starts = Counter((r[0], r[1]) for r in ledger(env) if r[2] == "start")
+    assert len(starts) == 120 and max(starts.values()) == 1  # no step leased twice
+    pids = {r[3] for r in ledger(env)}
+    assert pids == {a.pid, b.pid}  # both took work
+    app.close()

@@ -211,3 +211,28 @@ def test_send_from_many_threads(app: ss.App) -> None:
     for t in threads:
         t.join()
     assert len(app.runs.list(limit=1000)) == 80
+
+
+def test_cancel_many_and_replay_many(make_app: Callable[..., ss.App]) -> None:
+    clock = ManualClock()
+    app = make_app(clock=clock)
+    app.function(id="a", trigger=ss.on_event("a"))(lambda ctx: None)
+    app.function(id="b", trigger=ss.on_event("b"))(lambda ctx: None)
+    for i in range(250):  # more than one page
+        clock.t += 1
+        app.send([ss.Event("a", {"tenant": "t1" if i % 2 else "t2", "i": i}), ss.Event("b")])
+    progress: list[tuple[int, int]] = []
+    n = app.runs.cancel_many(function_id="a", if_="event.data.tenant == 't1'",
+                             progress=lambda done, seen: progress.append((done, seen)))
+    assert n == 125
+    assert progress[-1] == (125, 250) and len(progress) == 2
+    assert len(app.runs.list(function_id="a", status="cancelled", limit=1000)) == 125
+    assert len(app.runs.list(function_id="b", status="queued", limit=1000)) == 250
+    # time range: the last 50 seconds of b
+    assert app.runs.cancel_many(function_id="b", since=clock.t - 49) == 50
+    assert app.runs.replay_many(function_id="a", status="cancelled", until=clock.t - 149) == 50
+    assert len(app.runs.list(function_id="a", status="cancelled", limit=1000)) == 75
+    with pytest.raises(ss.ConfigError, match="if_"):
+        app.runs.cancel_many(if_="event.data.")
+    with pytest.raises(ss.ConfigError, match="status"):
+        app.runs.replay_many(status="completed")

@@ -7,7 +7,8 @@ that dies loses its leases after ``lease_ttl``; other workers then resume its
 runs from their last checkpoint.
 
 Wake-ups: sends in this process notify the worker directly; commits by other
-processes are noticed through the store's change token (SQLite's
+processes are pushed by the store when it can (PostgreSQL LISTEN/NOTIFY,
+``Store.subscribe``) and otherwise noticed through its change token (SQLite's
 ``data_version``), checked while idle; timers (sleeps, back-offs, lease
 expiries) wake it at the next due time.
 """
@@ -78,6 +79,7 @@ class Worker:
         self._more = False
         self._due: float | None = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self._unsubscribe: Callable[[], None] | None = None
         self.invocations = 0
 
     @property
@@ -92,6 +94,7 @@ class Worker:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
+        self._unsubscribe = self.store.subscribe(self.notify)
         await self._register()
         self._tasks = [
             asyncio.create_task(self._lease_loop(), name=f"stepstone-worker-{self.id}"),
@@ -120,6 +123,8 @@ class Worker:
         """Stop taking work, let in-flight invocations finish (up to the timeout),
         then give back every lease so other workers resume at once."""
         self._stopping = True
+        if self._unsubscribe is not None:
+            self._unsubscribe()
         self.notify()
         for task in self._tasks:
             task.cancel()
@@ -168,10 +173,10 @@ class Worker:
 
     async def _lease(self, free: int) -> tuple[list[LeasedRun], float | None]:
         owner, ids, now = self.id, self._function_ids, self.clock.now()
-        until = now + self.lease_ttl
+        until, version = now + self.lease_ttl, self.app_version
 
         def op(tx: Tx) -> tuple[list[LeasedRun], float | None]:
-            leased = tx.lease(owner, ids, free, now, until)
+            leased = tx.lease(owner, ids, free, now, until, version)
             return leased, tx.next_due(ids)
 
         return await self.store.transact(op)
@@ -222,7 +227,10 @@ class Worker:
             log.exception("run %s: invocation crashed; the lease will expire and it will resume",
                           item.run.id)
         finally:
-            self.inflight.pop(item.run.id, None)
+            # After a lost lease this worker may have leased the run again: the
+            # slot then belongs to the newer invocation.
+            if self.inflight.get(item.run.id) is asyncio.current_task():
+                del self.inflight[item.run.id]
             if self.on_run_end is not None:
                 self.on_run_end(item.run.id)
             if self._more:

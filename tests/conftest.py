@@ -1,7 +1,18 @@
-"""Shared fixtures: a fresh SQLite file per test, apps with in-process workers."""
+"""Shared fixtures: a fresh database per test on every backend, apps with
+in-process workers.
+
+``db_url`` is parametrized over SQLite (a file per test) and PostgreSQL (a
+database cloned from a migrated template, on a private cluster started once per
+session), so every test using ``db_url``, ``make_app`` or ``app`` runs on both.
+Pin one backend with ``@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)``.
+Without PostgreSQL the postgres cases are skipped, unless ``CI`` is set: then
+they fail.
+"""
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,11 +22,49 @@ import pytest
 import stepstone as ss
 
 FAST = ss.Backoff(initial="5ms", factor=1, max="5ms", jitter=0)
+BACKENDS = ("sqlite", "postgres")
+TEMPLATE = "stepstone_template"
+_databases = itertools.count()
+
+
+def _pg_missing(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"PostgreSQL is required when CI is set: {reason}", pytrace=False)
+    pytest.skip(f"PostgreSQL unavailable: {reason}")
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Any]:
+    """A private PostgreSQL cluster for the session, with a migrated template database."""
+    try:
+        from stepstone.store.postgres import PostgresStore
+        from tests.pgcluster import PgCluster
+
+        cluster = PgCluster.start_new()
+    except Exception as exc:  # noqa: BLE001 - any reason PostgreSQL cannot run here
+        _pg_missing(str(exc))
+    try:
+        store = PostgresStore.from_url(cluster.create_database(TEMPLATE))
+        store.migrate()
+        store.close()
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path}/stepstone.db"
+def pg_url(pg_cluster: Any) -> str:
+    """A fresh, migrated PostgreSQL database (a clone of the template)."""
+    url: str = pg_cluster.create_database(f"t_{next(_databases)}", template=TEMPLATE)
+    return url
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/stepstone.db"
+    url: str = request.getfixturevalue("pg_url")
+    return url
 
 
 @pytest.fixture

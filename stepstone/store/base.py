@@ -194,10 +194,12 @@ class Tx(Protocol):
 
     # --- queue and leases -------------------------------------------------------
     def lease(
-        self, owner: str, function_ids: Sequence[str], limit: int, now: float, until: float
+        self, owner: str, function_ids: Sequence[str], limit: int, now: float, until: float,
+        app_version: str | None = None,
     ) -> list[LeasedRun]:
         """Take up to ``limit`` due runs of ``function_ids`` until ``until``; each
-        lease bumps the run's epoch so older owners are fenced out."""
+        lease bumps the run's epoch so older owners are fenced out, and records
+        ``app_version`` (when given) as the version of the code running the run."""
         ...
 
     def next_due(self, function_ids: Sequence[str]) -> float | None:
@@ -285,6 +287,13 @@ class Store(Protocol):
 
     def change_token(self) -> Any:
         """A cheap value that changes when another connection commits (for idle polling)."""
+        ...
+
+    def subscribe(self, callback: Callable[[], Any]) -> Callable[[], None]:
+        """Call ``callback`` (from any thread) when another connection may have
+        made work available; returns a function that unsubscribes. PostgreSQL
+        pushes these (LISTEN/NOTIFY); SQLite never calls back: its workers poll
+        ``change_token`` while idle."""
         ...
 
     def close(self) -> None: ...

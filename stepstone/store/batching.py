@@ -15,11 +15,14 @@ def run_batch(
     make_tx: Callable[[Any], Any],
     begin: str,
     translate: Callable[[BaseException], BaseException],
+    before_commit: Callable[[Any], Any] | None = None,
 ) -> list[Outcome]:
     """Run ``ops`` in one transaction on ``conn``; returns one outcome per op.
 
-    If the transaction itself fails (begin or commit), every op gets the
-    translated error: none of them took effect.
+    ``before_commit(tx)``, if given, runs last inside the transaction (the
+    PostgreSQL store issues its NOTIFY there). If the transaction itself fails
+    (begin, ``before_commit`` or commit), every op gets the translated error:
+    none of them took effect.
     """
     tx = make_tx(conn)
     try:
@@ -45,6 +48,8 @@ def run_batch(
                     conn.execute("ROLLBACK TO SAVEPOINT op")
                     conn.execute("RELEASE SAVEPOINT op")
                     outcomes.append((False, translate(exc)))
+        if before_commit is not None:
+            before_commit(tx)
         conn.execute("COMMIT")
     except Exception as exc:  # noqa: BLE001 - commit failed: nothing took effect
         try:

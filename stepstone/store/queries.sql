@@ -57,13 +57,14 @@ WHERE re.run_id = :run_id ORDER BY re.position;
 SELECT * FROM spans WHERE run_id = :run_id ORDER BY id;
 
 -- name: list_runs
+-- (the CASTs give PostgreSQL the type of a parameter that may be NULL)
 SELECT r.* FROM runs r
-WHERE (:function_id IS NULL OR r.function_id = :function_id)
+WHERE (CAST(:function_id AS TEXT) IS NULL OR r.function_id = :function_id)
   AND (:any_status = 1 OR r.status IN ({statuses}))
-  AND (:since IS NULL OR r.created_at >= :since)
-  AND (:until IS NULL OR r.created_at < :until)
-  AND (:before_id IS NULL OR r.id < :before_id)
-  AND (:event_id IS NULL OR r.id IN (
+  AND (CAST(:since AS DOUBLE PRECISION) IS NULL OR r.created_at >= :since)
+  AND (CAST(:until AS DOUBLE PRECISION) IS NULL OR r.created_at < :until)
+  AND (CAST(:before_id AS TEXT) IS NULL OR r.id < :before_id)
+  AND (CAST(:event_id AS TEXT) IS NULL OR r.id IN (
         SELECT re.run_id FROM run_events re JOIN events e ON e.seq = re.event_seq
         WHERE e.id = :event_id))
 ORDER BY r.id DESC
@@ -82,7 +83,8 @@ RETURNING run_id, epoch, cancel_requested;
 UPDATE runs SET
     status = CASE WHEN status IN ('queued', 'sleeping', 'waiting') THEN 'running' ELSE status END,
     started_at = COALESCE(started_at, :now),
-    epoch = :epoch
+    epoch = :epoch,
+    app_version = COALESCE(:app_version, app_version)
 WHERE id = :id
 RETURNING *;
 
@@ -90,7 +92,10 @@ RETURNING *;
 SELECT MIN(available_at) AS due FROM queue WHERE function_id IN ({function_ids});
 
 -- name: extend_leases
-UPDATE queue SET available_at = :until WHERE owner = :owner AND run_id IN ({run_ids})
+-- (rows another transaction is changing are skipped, not waited for: that is a
+-- park or finish of the same run, and waiting could deadlock with it)
+UPDATE queue SET available_at = :until
+WHERE run_id IN (SELECT run_id FROM queue WHERE owner = :owner AND run_id IN ({run_ids}) {lock})
 RETURNING run_id;
 
 -- name: release_leases

@@ -197,6 +197,10 @@ class SqliteStore:
                 self._watch = self.connect()
             return self._watch.execute("PRAGMA data_version").fetchone()[0]
 
+    def subscribe(self, callback: Callable[[], Any]) -> Callable[[], None]:
+        """SQLite cannot push wake-ups; workers poll ``change_token`` instead."""
+        return _no_op
+
     def migrate(self) -> list[str]:
         conn = self.connect()
         applied: list[str] = []
@@ -239,6 +243,10 @@ class SqliteStore:
         if self._watch is not None:
             self._watch.close()
             self._watch = None
+
+
+def _no_op() -> None:
+    return None
 
 
 def _statements(sql: str) -> list[str]:

@@ -64,7 +64,7 @@ class Dialect:
         for k, v in expansions.items():
             text = text.replace("{" + k + "}", v)
         if self.pyformat:
-            text = _PARAM.sub(r"%(\1)s", text)
+            text = _PARAM.sub(r"%(\1)s", text.replace("%", "%%"))
         self._cache[key] = text
         return text
 
@@ -198,7 +198,7 @@ class SqlTx:
 
     # -- queue and leases ---------------------------------------------------------------
     def lease(self, owner: str, function_ids: Sequence[str], limit: int, now: float,
-              until: float) -> list[LeasedRun]:
+              until: float, app_version: str | None = None) -> list[LeasedRun]:
         if not function_ids or limit <= 0:
             return []
         taken = self._all(
@@ -207,7 +207,8 @@ class SqlTx:
         )
         leased = []
         for item in taken:
-            run = self._one("mark_running", {"id": item["run_id"], "now": now, "epoch": item["epoch"]})
+            run = self._one("mark_running", {"id": item["run_id"], "now": now, "epoch": item["epoch"],
+                                             "app_version": app_version})
             leased.append(LeasedRun(
                 run=_run_row(run), epoch=item["epoch"], events=self.get_events(item["run_id"]),
                 steps=self.get_steps(item["run_id"]), cancel_requested=bool(item["cancel_requested"]),

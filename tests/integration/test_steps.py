@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import threading
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import stepstone as ss
+from stepstone.store.base import make_store
 
 from ..conftest import FAST, send_and_wait
 
@@ -183,13 +183,11 @@ def test_idempotency_key_is_stable_across_retries(app: ss.App) -> None:
 
 
 def test_each_step_is_committed_before_the_next_starts(app: ss.App, db_url: str) -> None:
-    path = db_url.removeprefix("sqlite:///")
+    observer = make_store(db_url)  # another store, other connections: sees only commits
 
     def committed_steps(run_id: str) -> list[str]:
-        with sqlite3.connect(path) as conn:  # another connection: sees only commits
-            rows = conn.execute("SELECT step_id FROM steps WHERE run_id = ? AND status = 'completed'"
-                                " ORDER BY position", (run_id,)).fetchall()
-        return [r[0] for r in rows]
+        return [s.step_id for s in observer.read_sync(lambda tx: tx.get_steps(run_id))
+                if s.status == "completed"]
 
     @app.function(id="f", trigger=ss.on_event("go"))
     def f(ctx: ss.Context) -> list[list[str]]:
@@ -200,6 +198,7 @@ def test_each_step_is_committed_before_the_next_starts(app: ss.App, db_url: str)
 
     app.start()
     run = send_and_wait(app, ss.Event("go"))
+    observer.close()
     assert run.output == [["one"], ["one", "two"]]
 
 

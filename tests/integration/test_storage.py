@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import stepstone as ss
+from stepstone.store.postgres import PostgresStore
 from stepstone.store.sqlite import SqliteStore
 
 SCHEMA_SNAPSHOT = Path(__file__).parent.parent / "schema" / "sqlite.sql"
@@ -60,7 +61,7 @@ def test_three_step_run_costs_five_commits(app: ss.App) -> None:
 
     app.start()
     store = app.store
-    assert isinstance(store, SqliteStore)
+    assert isinstance(store, SqliteStore | PostgresStore)
     before = store.commits
     [eid] = app.send(ss.Event("go"))
     run = app.runs.wait(app.runs.list(event_id=eid)[0].id)

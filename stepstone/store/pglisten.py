@@ -1,0 +1,132 @@
+"""LISTEN/NOTIFY wake-ups for PostgreSQL workers.
+
+One thread per store holds a connection that LISTENs on the work channel and
+calls every subscriber (from that thread) on each notification. Transactions
+that make work available (a new run, a parked or released run, a finished
+run) issue ``NOTIFY`` before they commit, so an idle worker on any machine
+wakes at once.
+
+Notifications are a hint, not a log: any may be lost while the connection is
+down. After every (re)connection the listener calls the subscribers once, and
+workers keep their ``max_idle_sleep`` safety net.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import select
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from stepstone.errors import StoreError
+from stepstone.store.pgerrors import translate
+
+log = logging.getLogger("stepstone.store.postgres")
+
+PING_EVERY = 10.0  # seconds of silence before checking that the connection is alive
+
+
+class Listener:
+    def __init__(self, connect: Callable[[], Any], channel: str) -> None:
+        self.connect = connect
+        self.channel = channel
+        self.token = 0  # bumped on every notification and reconnection
+        self.connected = threading.Event()
+        self._subscribers: dict[int, Callable[[], Any]] = {}
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._stop_r, self._stop_w = os.pipe()  # wakes the thread's select() on close
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._loop, name="stepstone-pg-listen",
+                                                daemon=True)
+                self._thread.start()
+
+    def subscribe(self, callback: Callable[[], Any]) -> Callable[[], None]:
+        key = next(self._ids)
+        with self._lock:
+            self._subscribers[key] = callback
+        self.start()
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._subscribers.pop(key, None)
+
+        return unsubscribe
+
+    def close(self, timeout: float = 5.0) -> None:
+        with self._lock:
+            if self._stop.is_set():
+                return
+            self._stop.set()
+            thread = self._thread
+        os.write(self._stop_w, b"x")
+        if thread is None:
+            self._close_pipe()
+        else:  # the thread closes the pipe on its way out
+            thread.join(timeout)
+
+    def _close_pipe(self) -> None:
+        os.close(self._stop_r)
+        os.close(self._stop_w)
+
+    # -- listener thread ----------------------------------------------------------------
+    def _fire(self) -> None:
+        self.token += 1
+        with self._lock:
+            callbacks = list(self._subscribers.values())
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("postgresql: a wake-up subscriber failed")
+
+    def _loop(self) -> None:
+        try:
+            self._reconnecting()
+        finally:
+            self._close_pipe()
+
+    def _reconnecting(self) -> None:
+        delay = 0.05
+        while not self._stop.is_set():
+            try:
+                self._listen()
+                delay = 0.05
+            except StoreError as exc:
+                self.connected.clear()
+                if self._stop.is_set():
+                    break
+                log.warning("postgresql: LISTEN connection lost (%s); reconnecting in %.2fs", exc, delay)
+                select.select([self._stop_r], [], [], delay)
+                delay = min(delay * 2, 2.0)
+
+    def _listen(self) -> None:
+        conn = self.connect()
+        try:
+            conn.execute(f"LISTEN {self.channel}")
+            self.connected.set()
+            self._fire()  # notifications may have been missed while disconnected
+            while not self._stop.is_set():
+                ready, _, _ = select.select([conn.fileno(), self._stop_r], [], [], PING_EVERY)
+                if self._stop_r in ready:
+                    break
+                if not ready:  # silence: make sure the connection is still alive
+                    conn.execute("SELECT 1")
+                if list(conn.notifies(timeout=0)):
+                    self._fire()  # one wake-up for every notification read at once
+        except psycopg.Error as exc:
+            raise translate(exc) from exc
+        finally:
+            with contextlib.suppress(Exception):
+                conn.close()

@@ -1,0 +1,235 @@
+"""The PostgreSQL store: many worker processes on many machines, one database.
+
+Writes go through ``Writers`` (``pgwriter.py``): a few threads, each owning a
+connection, group-commit whatever is queued (each operation in a savepoint),
+so an event loop never waits on the network. Reads run on a small
+``psycopg_pool`` pool in a consistent read-only snapshot. Leasing uses
+``FOR UPDATE SKIP LOCKED``; a transaction that makes work available issues
+``NOTIFY`` before it commits and ``pglisten.Listener`` wakes the idle workers.
+
+URL: ``postgresql://user:password@host:port/database?option=value``. Stepstone
+options, removed before the URL reaches libpq: ``writers`` (writer
+connections, default 2) and ``readers`` (read pool size, default 4). Every
+other option is libpq's (``sslmode``, ``connect_timeout`` (default 5),
+``application_name`` (default ``stepstone``), ...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from stepstone.errors import ConfigError, StoreUnavailableError
+from stepstone.store.base import Tx
+from stepstone.store.batching import Outcome, run_batch
+from stepstone.store.migrate import migration_files
+from stepstone.store.pgerrors import translate
+from stepstone.store.pglisten import Listener
+from stepstone.store.pgwriter import Writers, async_resolver, sync_resolver
+from stepstone.store.sqltx import Dialect, SqlTx
+
+T = TypeVar("T")
+
+DIALECT = Dialect("postgres", lock="FOR UPDATE SKIP LOCKED", pyformat=True)
+CHANNEL = "stepstone_work"
+READ_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+MIGRATION_LOCK = 0x5354_4550_5354  # pg_advisory_xact_lock key shared by every migrator
+LEDGER = ("CREATE TABLE IF NOT EXISTS schema_migrations "
+          "(name TEXT PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)")
+DEFAULTS = {"connect_timeout": "5", "application_name": "stepstone", "keepalives_idle": "10",
+            "keepalives_interval": "5", "keepalives_count": "3"}
+OWN_OPTIONS = ("writers", "readers")
+
+# Statements that make queue work available (or change when it is due): a new
+# or requeued item, a parked, released or finished run. A transaction that ran
+# one of them (changing a row) notifies the listening workers.
+WAKE_QUERIES = frozenset({"insert_queue_item", "fence_park", "release_leases", "fence_delete",
+                          "delete_queue_item"})
+_WRITE_VERBS = ("INSERT", "UPDATE", "DELETE")
+
+
+class PgTx(SqlTx):
+    """``SqlTx`` that notes whether its transaction changed data and whether it
+    made work available (the store then issues ``NOTIFY``)."""
+
+    changed = False
+    wake = False
+
+    def _exec(self, name: str, params: Mapping[str, Any] | None = None,
+              lists: Mapping[str, Sequence[Any]] | None = None) -> Any:
+        cursor = super()._exec(name, params, lists)
+        if cursor.rowcount > 0 and (cursor.statusmessage or "").startswith(_WRITE_VERBS):
+            self.changed = True
+            if name in WAKE_QUERIES:
+                self.wake = True
+        return cursor
+
+
+def _notify_if_woken(tx: PgTx) -> None:
+    if tx.wake:
+        tx.conn.execute(f"NOTIFY {CHANNEL}")
+
+
+def parse_url(url: str) -> tuple[str, dict[str, int]]:
+    """Split a ``postgresql://`` URL into a libpq conninfo and Stepstone's options."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    options: dict[str, int] = {}
+    for key, value in query:
+        if key in OWN_OPTIONS:
+            if not value.isdigit() or not 1 <= int(value) <= 64:
+                raise ConfigError("database_url", f"{key} must be an integer from 1 to 64")
+            options[key] = int(value)
+    rest = urlencode([(k, v) for k, v in query if k not in OWN_OPTIONS])
+    try:
+        params = conninfo_to_dict(urlunsplit(parts._replace(query=rest)))
+    except psycopg.ProgrammingError as exc:
+        raise ConfigError("database_url", f"invalid PostgreSQL URL: {exc}") from exc
+    for key, value in DEFAULTS.items():
+        params.setdefault(key, value)
+    return make_conninfo("", **params), options
+
+
+class PostgresStore:
+    dialect = "postgres"
+
+    def __init__(self, conninfo: str, *, writers: int = 2, readers: int = 4) -> None:
+        self.conninfo = conninfo
+        self.readers = readers
+        self.commits = 0  # write transactions that changed data (for tests and benchmarks)
+        self._lock = threading.Lock()
+        self._pool: ConnectionPool[Any] | None = None
+        self._read_threads: ThreadPoolExecutor | None = None
+        self._writers = Writers(self._connect, self._write_batch, count=writers)
+        self._listener = Listener(self._connect, CHANNEL)
+
+    @classmethod
+    def from_url(cls, url: str) -> PostgresStore:
+        conninfo, options = parse_url(url)
+        return cls(conninfo, **options)
+
+    # -- connections ---------------------------------------------------------------
+    def _connect(self) -> Any:
+        try:
+            return psycopg.connect(self.conninfo, autocommit=True, row_factory=dict_row)
+        except psycopg.Error as exc:
+            raise translate(exc) from exc
+
+    def _pool_ready(self) -> ConnectionPool[Any]:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ConnectionPool(
+                    self.conninfo, kwargs={"autocommit": True, "row_factory": dict_row},
+                    min_size=1, max_size=self.readers, open=True, timeout=10.0,
+                    name="stepstone-read",
+                )
+            return self._pool
+
+    # -- writes ----------------------------------------------------------------------
+    def _write_batch(self, conn: Any, ops: list[Callable[[Any], Any]]) -> list[Outcome]:
+        txs: list[PgTx] = []
+
+        def make_tx(c: Any) -> PgTx:
+            txs.append(PgTx(c, DIALECT))
+            return txs[-1]
+
+        outcomes = run_batch(conn, ops, make_tx, "BEGIN", translate, _notify_if_woken)
+        if txs and txs[0].changed and any(ok for ok, _ in outcomes):
+            with self._lock:
+                self.commits += 1
+        return outcomes
+
+    def submit(self, op: Callable[[Tx], T]) -> asyncio.Future[T]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._writers.put(op, async_resolver(loop, future))
+        return future
+
+    async def transact(self, op: Callable[[Tx], T]) -> T:
+        return await self.submit(op)
+
+    def transact_sync(self, op: Callable[[Tx], T]) -> T:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._writers.put(op, sync_resolver(future))
+        return future.result()
+
+    # -- reads -------------------------------------------------------------------------
+    def read_sync(self, op: Callable[[Tx], T]) -> T:
+        for attempt in (1, 2):
+            try:
+                with self._pool_ready().connection() as conn:
+                    [(ok, value)] = run_batch(conn, [op], _read_tx, READ_BEGIN, translate)
+                    broken = conn.broken
+            except psycopg.Error as exc:  # no connection could be had
+                raise translate(exc) from exc
+            if ok:
+                result: T = value
+                return result
+            # A pooled connection that died while idle (a server restart): reads
+            # are safe to repeat, once, on a fresh connection.
+            if not (attempt == 1 and broken and isinstance(value, StoreUnavailableError)):
+                raise value
+        raise AssertionError("unreachable")
+
+    async def read(self, op: Callable[[Tx], T]) -> T:
+        with self._lock:
+            if self._read_threads is None:
+                self._read_threads = ThreadPoolExecutor(self.readers, "stepstone-pg-read")
+            threads = self._read_threads
+        return await asyncio.get_running_loop().run_in_executor(threads, self.read_sync, op)
+
+    # -- wake-ups --------------------------------------------------------------------------
+    def change_token(self) -> Any:
+        self._listener.start()
+        return self._listener.token
+
+    def subscribe(self, callback: Callable[[], Any]) -> Callable[[], None]:
+        return self._listener.subscribe(callback)
+
+    # -- schema ----------------------------------------------------------------------------
+    def migrate(self) -> list[str]:
+        """Apply pending migrations, each in its own transaction under an advisory
+        lock, so that concurrent migrators (many workers starting) are safe."""
+        applied: list[str] = []
+        try:
+            with psycopg.connect(self.conninfo, autocommit=True) as conn:
+                for name, sql in migration_files("postgres"):
+                    with conn.transaction():
+                        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+                        conn.execute(LEDGER)
+                        done = conn.execute("SELECT 1 FROM schema_migrations WHERE name = %s", (name,))
+                        if done.fetchone() is not None:
+                            continue
+                        conn.execute(sql.encode())
+                        conn.execute("INSERT INTO schema_migrations (name, applied_at) VALUES (%s, %s)",
+                                     (name, time.time()))
+                    applied.append(name)
+        except psycopg.Error as exc:
+            raise translate(exc) from exc
+        return applied
+
+    def close(self) -> None:
+        self._writers.close()
+        self._listener.close()
+        with self._lock:
+            pool, self._pool = self._pool, None
+            threads, self._read_threads = self._read_threads, None
+        if threads is not None:
+            threads.shutdown(wait=True)
+        if pool is not None:
+            pool.close()
+
+
+def _read_tx(conn: Any) -> Tx:
+    return SqlTx(conn, DIALECT)

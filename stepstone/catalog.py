@@ -10,11 +10,13 @@ triggers, with that function's flow control.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from stepstone.errors import StoreUnavailableError
 from stepstone.function import (
     Backoff,
     Batch,
@@ -32,6 +34,8 @@ from stepstone.function import (
 from stepstone.registry import Registry
 from stepstone.store.base import Store, Tx
 from stepstone.triggers import Trigger, on_cron, on_event
+
+log = logging.getLogger("stepstone.catalog")
 
 _CONFIG_TYPES: dict[str, type] = {
     "concurrency": Concurrency, "throttle": Throttle, "rate_limit": RateLimit,
@@ -90,7 +94,16 @@ class Catalog:
             fresh = time.monotonic() - self._loaded_at < self.ttl
             if self._merged is not None and fresh and self._own_ids is self.own.ids():
                 return self._merged
-            self._merged = self._load(store)
+            try:
+                self._merged = self._load(store)
+            except StoreUnavailableError:
+                # The database is away: a worker ending a run keeps the catalog it
+                # has rather than failing the run's last commit; retried next call.
+                if self._merged is None or self._own_ids is not self.own.ids():
+                    raise
+                log.warning("function catalog not refreshed: the database is unavailable")
+                self._loaded_at = time.monotonic()
+                return self._merged
             self._own_ids = self.own.ids()
             self._loaded_at = time.monotonic()
             return self._merged

@@ -73,8 +73,8 @@ def sync_resolver(future: concurrent.futures.Future[Any]) -> Resolve:
 class Writers:
     """``count`` writer threads sharing one queue of operations."""
 
-    def __init__(self, connect: Callable[[], Any], run: BatchRunner, *, count: int = 2,
-                 max_batch: int = 256, name: str = "stepstone-pg-writer") -> None:
+    def __init__(self, connect: Callable[[], Any], run: BatchRunner, backoff: Backoff, *,
+                 count: int = 2, max_batch: int = 256, name: str = "stepstone-pg-writer") -> None:
         self.connect = connect
         self.run = run
         self.max_batch = max_batch
@@ -83,7 +83,7 @@ class Writers:
         self._threads = [
             threading.Thread(target=self._loop, name=f"{name}-{i}", daemon=True) for i in range(count)
         ]
-        self._backoff = _Backoff()
+        self._backoff = backoff
         for thread in self._threads:
             thread.start()
 
@@ -151,15 +151,21 @@ class Writers:
         return self._backoff.attempt(self.connect)
 
 
-class _Backoff:
-    """Reconnection attempts shared by the writers: after a failure, none before
-    the delay has passed (50 ms doubling to 1 s); the last error is reported."""
+class Backoff:
+    """Reconnection attempts shared by a store's connections: after a failure,
+    none before the delay has passed (50 ms doubling to 1 s); meanwhile callers
+    fail at once with the last error."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.delay = 0.0
         self.not_before = 0.0
         self.error: StoreUnavailableError = StoreUnavailableError("postgresql: not connected")
+
+    def waiting(self) -> bool:
+        """Whether the server was unreachable and the next attempt is not due yet."""
+        with self.lock:
+            return time.monotonic() < self.not_before
 
     def failure(self) -> StoreUnavailableError:
         """A fresh error for one caller, caused by the last connection failure."""

@@ -30,13 +30,13 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from stepstone.errors import ConfigError, StoreUnavailableError
+from stepstone.errors import ConfigError
 from stepstone.store.base import Tx
 from stepstone.store.batching import Outcome, run_batch
 from stepstone.store.migrate import migration_files
 from stepstone.store.pgerrors import translate
 from stepstone.store.pglisten import Listener
-from stepstone.store.pgwriter import Writers, async_resolver, sync_resolver
+from stepstone.store.pgwriter import Backoff, Writers, async_resolver, sync_resolver
 from stepstone.store.sqltx import Dialect, SqlTx
 
 T = TypeVar("T")
@@ -44,6 +44,7 @@ T = TypeVar("T")
 DIALECT = Dialect("postgres", lock="FOR UPDATE SKIP LOCKED", pyformat=True)
 CHANNEL = "stepstone_work"
 READ_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+READ_WAIT = 2.0  # seconds a read waits for a pooled connection
 MIGRATION_LOCK = 0x5354_4550_5354  # pg_advisory_xact_lock key shared by every migrator
 LEDGER = ("CREATE TABLE IF NOT EXISTS schema_migrations "
           "(name TEXT PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)")
@@ -111,7 +112,8 @@ class PostgresStore:
         self._lock = threading.Lock()
         self._pool: ConnectionPool[Any] | None = None
         self._read_threads: ThreadPoolExecutor | None = None
-        self._writers = Writers(self._connect, self._write_batch, count=writers)
+        self._backoff = Backoff()
+        self._writers = Writers(self._connect, self._write_batch, self._backoff, count=writers)
         self._listener = Listener(self._connect, CHANNEL)
 
     @classmethod
@@ -131,8 +133,8 @@ class PostgresStore:
             if self._pool is None:
                 self._pool = ConnectionPool(
                     self.conninfo, kwargs={"autocommit": True, "row_factory": dict_row},
-                    min_size=1, max_size=self.readers, open=True, timeout=10.0,
-                    name="stepstone-read",
+                    min_size=1, max_size=self.readers, open=True, timeout=READ_WAIT,
+                    check=ConnectionPool.check_connection, name="stepstone-read",
                 )
             return self._pool
 
@@ -166,21 +168,20 @@ class PostgresStore:
 
     # -- reads -------------------------------------------------------------------------
     def read_sync(self, op: Callable[[Tx], T]) -> T:
-        for attempt in (1, 2):
-            try:
-                with self._pool_ready().connection() as conn:
-                    [(ok, value)] = run_batch(conn, [op], _read_tx, READ_BEGIN, translate)
-                    broken = conn.broken
-            except psycopg.Error as exc:  # no connection could be had
-                raise translate(exc) from exc
-            if ok:
-                result: T = value
-                return result
-            # A pooled connection that died while idle (a server restart): reads
-            # are safe to repeat, once, on a fresh connection.
-            if not (attempt == 1 and broken and isinstance(value, StoreUnavailableError)):
-                raise value
-        raise AssertionError("unreachable")
+        """A read in a read-only snapshot on a pooled connection (checked before
+        use). While the writers find the server unreachable it fails at once
+        rather than waiting for a connection."""
+        if self._backoff.waiting():
+            raise self._backoff.failure()
+        try:
+            with self._pool_ready().connection() as conn:
+                [(ok, value)] = run_batch(conn, [op], _read_tx, READ_BEGIN, translate)
+        except psycopg.Error as exc:  # no connection could be had in time
+            raise translate(exc) from exc
+        if not ok:
+            raise value
+        result: T = value
+        return result
 
     async def read(self, op: Callable[[Tx], T]) -> T:
         with self._lock:

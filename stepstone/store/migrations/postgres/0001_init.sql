@@ -27,8 +27,10 @@ CREATE TABLE dedupe (
 );
 CREATE INDEX dedupe_by_expiry ON dedupe (expires_at);
 
+-- Run ids are ULIDs: "C" collation keeps their byte order (newest-first paging)
+-- whatever the database's locale.
 CREATE TABLE runs (
-    id              TEXT PRIMARY KEY,
+    id              TEXT COLLATE "C" PRIMARY KEY,
     function_id     TEXT NOT NULL,
     status          TEXT NOT NULL,
     event_ids       TEXT NOT NULL,

@@ -1,0 +1,257 @@
+"""What only PostgreSQL does: schema and concurrent migrations, the CLI's
+migrate, error translation on outages, LISTEN/NOTIFY wake-ups."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import stepstone as ss
+from stepstone.errors import StoreUnavailableError
+from stepstone.store.base import NewRun, Tx, WorkerRow
+from stepstone.store.postgres import CHANNEL, PostgresStore, parse_url
+from stepstone.worker import Worker
+
+SCHEMA_SNAPSHOT = Path(__file__).parent.parent / "schema" / "postgres.txt"
+STEPSTONE = str(Path(sys.executable).parent / "stepstone")
+
+
+def dump_schema(url: str) -> str:
+    """Tables, columns, constraints and indexes of the public schema, as text."""
+    with psycopg.connect(url) as conn:
+        columns = conn.execute(
+            "SELECT table_name, column_name, data_type, is_nullable, column_default, collation_name"
+            " FROM information_schema.columns WHERE table_schema = 'public'"
+            " ORDER BY table_name, ordinal_position").fetchall()
+        constraints = conn.execute(
+            "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE connamespace = 'public'::regnamespace ORDER BY 1, 2").fetchall()
+        indexes = conn.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'"
+            " ORDER BY indexname").fetchall()
+    lines = [f"column {t}.{c} {ty}{' NOT NULL' if n == 'NO' else ''}"
+             f"{f' DEFAULT {d}' if d else ''}{f' COLLATE {co}' if co else ''}"
+             for t, c, ty, n, d, co in columns]
+    lines += [f"constraint {t}.{name} {definition}" for t, name, definition in constraints]
+    lines += [f"index {definition}" for _name, definition in indexes]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def empty_url(pg_cluster: Any) -> str:
+    """A database with no schema at all."""
+    return str(pg_cluster.create_database(f"empty_{time.monotonic_ns()}"))
+
+
+@pytest.fixture
+def pg_store(pg_url: str) -> Iterator[PostgresStore]:
+    store = PostgresStore.from_url(pg_url)
+    yield store
+    store.close()
+
+
+_to_close: list[PostgresStore] = []
+
+
+def request_close(store: PostgresStore) -> None:
+    _to_close.append(store)
+
+
+@pytest.fixture(autouse=True)
+def _close_stores() -> Iterator[None]:
+    yield
+    while _to_close:
+        _to_close.pop().close()
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def test_migrations_produce_the_canonical_schema(empty_url: str) -> None:
+    store = PostgresStore.from_url(empty_url)
+    applied = store.migrate()
+    assert applied and applied == sorted(applied)
+    assert store.migrate() == []  # idempotent
+    store.close()
+    assert dump_schema(empty_url) == SCHEMA_SNAPSHOT.read_text(), (
+        "schema changed: update tests/schema/postgres.txt if the migration is intended")
+
+
+def test_concurrent_migrators_apply_each_migration_once(empty_url: str) -> None:
+    stores = [PostgresStore.from_url(empty_url) for _ in range(4)]
+    barrier = threading.Barrier(len(stores))
+    results: list[list[str]] = []
+
+    def migrate(store: PostgresStore) -> None:
+        barrier.wait()
+        results.append(store.migrate())
+
+    threads = [threading.Thread(target=migrate, args=(s,)) for s in stores]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for store in stores:
+        store.close()
+    assert len(results) == 4
+    applied = [name for names in results for name in names]
+    assert sorted(applied) == sorted(set(applied)) and applied  # each applied by exactly one
+    with psycopg.connect(empty_url) as conn:
+        assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(applied)
+
+
+def test_cli_migrate_on_postgresql(empty_url: str) -> None:
+    def migrate() -> str:
+        result = subprocess.run([STEPSTONE, "migrate", "--database-url", empty_url],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    assert "0001_init" in migrate()
+    assert "up to date" in migrate()
+
+
+def test_url_options_are_validated_and_stripped() -> None:
+    conninfo, options = parse_url("postgresql://u@h:5433/db?writers=3&sslmode=disable")
+    assert options == {"writers": 3}
+    assert "writers" not in conninfo and "sslmode=disable" in conninfo and "connect_timeout=5" in conninfo
+    with pytest.raises(ss.ConfigError, match="writers"):
+        parse_url("postgresql://u@h/db?writers=lots")
+    with pytest.raises(ss.ConfigError, match="invalid PostgreSQL URL"):
+        parse_url("postgresql://u@h/db?no_such_option=1")
+
+
+def test_an_unreachable_server_is_unavailable_not_a_bug(pg_cluster: Any) -> None:
+    from tests.pgcluster import free_port
+
+    store = PostgresStore.from_url(f"postgresql://postgres@127.0.0.1:{free_port()}/x?connect_timeout=2")
+    try:
+        with pytest.raises(StoreUnavailableError) as caught:
+            store.transact_sync(lambda tx: tx.next_due(["f"]))
+        assert isinstance(caught.value.__cause__, psycopg.OperationalError)
+        with pytest.raises(StoreUnavailableError):
+            store.read_sync(lambda tx: tx.next_due(["f"]))
+        with pytest.raises(StoreUnavailableError):
+            store.migrate()
+    finally:
+        store.close()
+
+
+def _terminate_stepstone_backends(url: str, where: str = "true") -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
+            f" AND application_name = 'stepstone' AND pid <> pg_backend_pid() AND {where}").fetchall()
+    return len(rows)
+
+
+def test_a_terminated_connection_is_translated_then_replaced(pg_url: str) -> None:
+    pg_store = PostgresStore.from_url(pg_url + "?writers=1")
+    request_close(pg_store)
+    assert pg_store.transact_sync(lambda tx: tx.next_due(["f"])) is None  # connect the writer
+    assert _terminate_stepstone_backends(pg_url) >= 1  # "terminating connection due to administrator command"
+    outcomes: list[Any] = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            outcomes.append(pg_store.transact_sync(lambda tx: tx.next_due(["f"])))
+            break
+        except StoreUnavailableError as exc:
+            assert isinstance(exc.__cause__, psycopg.OperationalError)
+            outcomes.append(exc)
+    assert outcomes[-1] is None  # reconnected
+    assert any(isinstance(o, StoreUnavailableError) for o in outcomes)  # and the loss was reported
+
+
+def _new_run(run_id: str) -> Callable[[Tx], None]:
+    def op(tx: Tx) -> None:
+        seq = tx.insert_event(f"e-{run_id}", "go", "{}", 0, 1.0)
+        tx.create_run(NewRun(run_id, "f", [seq], [f"e-{run_id}"], 1.0, 1.0))
+    return op
+
+
+def test_work_is_notified_in_the_transaction_and_only_then(pg_url: str, pg_store: PostgresStore) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as listener:
+        listener.execute(f"LISTEN {CHANNEL}")
+        row = WorkerRow("w", "app", None, 1, 1.0, 1.0)
+        pg_store.transact_sync(lambda tx: tx.upsert_worker(row))  # makes no work available
+        with psycopg.connect(pg_url, autocommit=True) as other:
+            other.execute(f"NOTIFY {CHANNEL}, 'marker'")
+        pg_store.transact_sync(_new_run("r1"))
+        got = [n.payload for n in listener.notifies(timeout=10, stop_after=2)]
+    # notifications arrive in commit order: the worker upsert sent none
+    assert got == ["marker", ""]
+
+
+def test_listener_wakes_subscribers_and_survives_a_dropped_connection(
+        pg_url: str, pg_store: PostgresStore) -> None:
+    woken = threading.Event()
+    unsubscribe = pg_store.subscribe(woken.set)
+    wait_for(lambda: pg_store._listener.connected.is_set(), 10, "the listener to connect")
+    sender = PostgresStore.from_url(pg_url)
+    try:
+        woken.clear()
+        sender.transact_sync(_new_run("r1"))
+        assert woken.wait(10)
+        assert _terminate_stepstone_backends(pg_url, "query LIKE 'LISTEN%'") == 1
+        wait_for(lambda: not pg_store._listener.connected.is_set() or woken.is_set(), 10, "the drop")
+        wait_for(pg_store._listener.connected.is_set, 10, "the listener to reconnect")
+        woken.clear()
+        sender.transact_sync(_new_run("r2"))
+        assert woken.wait(10)
+        unsubscribe()
+    finally:
+        sender.close()
+
+
+def test_an_idle_worker_wakes_on_notify_not_polling(pg_url: str) -> None:
+    """The worker neither polls the change token nor re-leases on a timer here
+    (both intervals are a minute), and the sender is another store (no
+    in-process notify): only the NOTIFY committed with the send can wake it."""
+    app = ss.App("waker", database_url=pg_url)
+    sender = ss.App("sender", database_url=pg_url)
+
+    @app.function(id="f", trigger=ss.on_event("go"))
+    def f(ctx: ss.Context) -> str:
+        return "done"
+
+    store = app.store
+    assert isinstance(store, PostgresStore)
+    connected = threading.Event()
+    unsubscribe = store.subscribe(connected.set)  # the listener's first wake-up, before the worker
+    assert connected.wait(10)
+    unsubscribe()
+
+    async def scenario() -> ss.Run:
+        idle = asyncio.Event()
+        worker = Worker(store=store, registry=app.registry, clock=app.clock, app_name=app.name,
+                        idle_poll=60, max_idle_sleep=60, on_idle=idle.set)
+        await worker.start()
+        try:
+            await asyncio.wait_for(idle.wait(), 10)  # leased nothing; now idle
+            [event_id] = await asyncio.to_thread(sender.send, ss.Event("go"))
+            [run] = await sender.runs.list_async(event_id=event_id)
+            return await sender.runs.wait_async(run.id, timeout="10s")
+        finally:
+            await worker.stop()
+
+    try:
+        run = asyncio.run(scenario())
+        assert (run.status, run.output) == ("completed", "done")
+    finally:
+        app.close()
+        sender.close()

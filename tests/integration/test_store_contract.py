@@ -1,0 +1,268 @@
+"""The store contract: every ``Tx`` operation and the ``Store`` plumbing, run
+against each backend (``db_url`` is parametrized over SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from stepstone.errors import LeaseLostError, StoreError, StoreUnavailableError
+from stepstone.store.base import (
+    CANCELLED,
+    COMPLETED,
+    QUEUED,
+    RUNNING,
+    SLEEPING,
+    Fence,
+    NewRun,
+    SpanRow,
+    StepRow,
+    Store,
+    Tx,
+    WorkerRow,
+    make_store,
+)
+
+NOW = 1_000_000.0
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    opened = make_store(db_url)
+    opened.migrate()
+    yield opened
+    opened.close()
+
+
+def add_run(tx: Tx, run_id: str, *, function_id: str = "f", at: float = NOW,
+            sort_at: float | None = None, status: str = QUEUED) -> None:
+    seq = tx.insert_event(f"ev-{run_id}", "go", '{"n": 1}', 7, at)
+    tx.create_run(NewRun(id=run_id, function_id=function_id, event_seqs=[seq],
+                         event_ids=[f"ev-{run_id}"], available_at=at, created_at=at,
+                         sort_at=sort_at, status=status))
+
+
+def add_runs(store: Store, ids: list[str], **kwargs: Any) -> None:
+    def op(tx: Tx) -> None:
+        for run_id in ids:
+            add_run(tx, run_id, **kwargs)
+
+    store.transact_sync(op)
+
+
+def step(run_id: str, step_id: str, output: str = "1", position: int = 0) -> StepRow:
+    return StepRow(run_id, step_id, position, "run", COMPLETED, 1, output, None, None, NOW, NOW)
+
+
+def test_claim_key_holds_until_it_expires(store: Store) -> None:
+    assert store.transact_sync(lambda tx: tx.claim_key("k", "a", NOW + 10, NOW)) is None
+    assert store.transact_sync(lambda tx: tx.claim_key("k", "b", NOW + 10, NOW + 5)) == "a"
+    assert store.transact_sync(lambda tx: tx.claim_key("k", "c", NOW + 30, NOW + 10)) is None
+    assert store.transact_sync(lambda tx: tx.claim_key("k", "d", NOW + 30, NOW + 11)) == "c"
+
+
+def test_events_and_runs_round_trip(store: Store) -> None:
+    add_runs(store, ["r1"])
+    add_runs(store, ["r2"], status="skipped")
+    run = store.read_sync(lambda tx: tx.get_run("r1"))
+    assert run is not None and (run.function_id, run.status, run.event_ids) == ("f", QUEUED, ["ev-r1"])
+    assert run.created_at == NOW and run.started_at is None and run.attempt == 0
+    [event] = store.read_sync(lambda tx: tx.get_events("r1"))
+    assert (event.id, event.name, event.data, event.ts, event.received_at) == ("ev-r1", "go", '{"n": 1}', 7, NOW)
+    skipped = store.read_sync(lambda tx: tx.get_run("r2"))
+    assert skipped is not None and skipped.ended_at == NOW
+    assert store.read_sync(lambda tx: tx.get_run("missing")) is None
+    # an ended run has no queue item: nothing to lease
+    assert [lr.run.id for lr in store.transact_sync(lambda tx: tx.lease("w", ["f"], 10, NOW, NOW + 9))] == ["r1"]
+
+
+def test_lease_takes_due_runs_in_order_and_bumps_the_epoch(store: Store) -> None:
+    add_runs(store, ["late"], sort_at=NOW + 1)
+    add_runs(store, ["early"], sort_at=NOW - 1)
+    add_runs(store, ["future"], at=NOW + 100)
+    add_runs(store, ["other"], function_id="g")
+    first = store.transact_sync(lambda tx: tx.lease("w1", ["f"], 1, NOW, NOW + 10, "v7"))
+    assert [lr.run.id for lr in first] == ["early"]
+    [leased] = first
+    assert leased.run.status == RUNNING and leased.run.started_at == NOW and leased.epoch == 1
+    assert leased.run.app_version == "v7" and [e.id for e in leased.events] == ["ev-early"]
+    rest = store.transact_sync(lambda tx: tx.lease("w2", ["f"], 10, NOW, NOW + 10))
+    assert [lr.run.id for lr in rest] == ["late"]  # "early" is held, "future" not due, "other" not ours
+    assert store.read_sync(lambda tx: tx.next_due(["f"])) == NOW + 10
+    # after the lease expires another worker takes the run, with a higher epoch
+    again = store.transact_sync(lambda tx: tx.lease("w3", ["f"], 1, NOW + 11, NOW + 20))
+    assert [(lr.run.id, lr.epoch) for lr in again] == [("early", 2)]
+    assert again[0].run.app_version == "v7"  # a worker without a version keeps the last one
+
+
+def test_next_due_is_none_without_work(store: Store) -> None:
+    assert store.read_sync(lambda tx: tx.next_due(["f"])) is None
+    assert store.read_sync(lambda tx: tx.next_due([])) is None
+
+
+def test_extend_and_release_leases(store: Store) -> None:
+    add_runs(store, ["a", "b"])
+    store.transact_sync(lambda tx: tx.lease("w1", ["f"], 1, NOW, NOW + 5))
+    store.transact_sync(lambda tx: tx.lease("w2", ["f"], 1, NOW, NOW + 5))
+    kept = store.transact_sync(lambda tx: tx.extend_leases("w1", ["a", "b"], NOW + 50))
+    assert kept == ["a"]  # w1 does not hold "b"
+    assert store.read_sync(lambda tx: tx.next_due(["f"])) == NOW + 5  # w2's lease on "b"
+    assert store.transact_sync(lambda tx: tx.release_leases("w2", NOW)) == 1
+    retaken = store.transact_sync(lambda tx: tx.lease("w3", ["f"], 5, NOW, NOW + 5))
+    assert [lr.run.id for lr in retaken] == ["b"]
+
+
+def test_checkpoints_are_fenced_by_owner_and_epoch(store: Store) -> None:
+    add_runs(store, ["r"])
+    [old] = store.transact_sync(lambda tx: tx.lease("w1", ["f"], 1, NOW, NOW + 1))
+    [new] = store.transact_sync(lambda tx: tx.lease("w2", ["f"], 1, NOW + 2, NOW + 10))
+    stale = Fence("r", "w1", old.epoch)
+    with pytest.raises(LeaseLostError):
+        store.transact_sync(lambda tx: tx.checkpoint(stale, [step("r", "s", '"old"')], []))
+    with pytest.raises(LeaseLostError):
+        store.transact_sync(lambda tx: tx.reschedule(stale, SLEEPING, NOW + 60, None))
+    with pytest.raises(LeaseLostError):
+        store.transact_sync(lambda tx: tx.finish_run(stale, "r", COMPLETED, '"old"', None, NOW))
+    assert store.read_sync(lambda tx: tx.get_steps("r")) == []  # nothing of the stale owner landed
+    fence = Fence("r", "w2", new.epoch)
+    span = SpanRow("r", "step", "s", NOW, NOW, "failed", 0, '{"type": "E", "message": "m"}')
+    assert store.transact_sync(lambda tx: tx.checkpoint(fence, [step("r", "s", '"new"')], [span])) is False
+    assert [s.output for s in store.read_sync(lambda tx: tx.get_steps("r"))] == ['"new"']
+    assert [s.status for s in store.read_sync(lambda tx: tx.get_spans("r"))] == ["failed"]
+    assert store.transact_sync(lambda tx: tx.finish_run(fence, "r", COMPLETED, "3", None, NOW + 3))
+    run = store.read_sync(lambda tx: tx.get_run("r"))
+    assert run is not None and (run.status, run.output, run.ended_at) == (COMPLETED, "3", NOW + 3)
+    assert store.transact_sync(lambda tx: tx.finish_run(None, "r", CANCELLED, None, None, NOW)) is False
+
+
+def test_reschedule_parks_the_run_until_its_wake_time(store: Store) -> None:
+    add_runs(store, ["r"])
+    [leased] = store.transact_sync(lambda tx: tx.lease("w1", ["f"], 1, NOW, NOW + 5))
+    fence = Fence("r", "w1", leased.epoch)
+    store.transact_sync(lambda tx: tx.reschedule(fence, SLEEPING, NOW + 60, 2))
+    run = store.read_sync(lambda tx: tx.get_run("r"))
+    assert run is not None and (run.status, run.attempt) == (SLEEPING, 2)
+    assert store.read_sync(lambda tx: tx.next_due(["f"])) == NOW + 60
+    assert store.transact_sync(lambda tx: tx.lease("w2", ["f"], 1, NOW + 59, NOW + 70)) == []
+    [woken] = store.transact_sync(lambda tx: tx.lease("w2", ["f"], 1, NOW + 60, NOW + 70))
+    assert woken.run.status == RUNNING and woken.epoch == leased.epoch + 1
+
+
+def test_cancel_is_immediate_when_queued_and_flagged_when_leased(store: Store) -> None:
+    add_runs(store, ["held"])
+    [leased] = store.transact_sync(lambda tx: tx.lease("w", ["f"], 1, NOW, NOW + 30))
+    add_runs(store, ["idle"])
+    assert store.transact_sync(lambda tx: tx.request_cancel("idle", NOW + 1)) == CANCELLED
+    idle = store.read_sync(lambda tx: tx.get_run("idle"))
+    assert idle is not None and (idle.status, idle.ended_at) == (CANCELLED, NOW + 1)
+    assert store.transact_sync(lambda tx: tx.request_cancel("held", NOW + 1)) == RUNNING
+    fence = Fence("held", "w", leased.epoch)
+    assert store.transact_sync(lambda tx: tx.checkpoint(fence, [], [])) is True  # the flag reaches the owner
+    assert store.transact_sync(lambda tx: tx.lease("w2", ["f"], 5, NOW + 2, NOW + 9)) == []
+
+
+def test_requeue_forgets_the_given_steps(store: Store) -> None:
+    add_runs(store, ["r"])
+    [leased] = store.transact_sync(lambda tx: tx.lease("w", ["f"], 1, NOW, NOW + 5))
+    fence = Fence("r", "w", leased.epoch)
+    store.transact_sync(lambda tx: tx.checkpoint(fence, [step("r", "a"), step("r", "b", position=1)], []))
+    store.transact_sync(lambda tx: tx.finish_run(fence, "r", "failed", None, '{"type": "E"}', NOW))
+    store.transact_sync(lambda tx: tx.requeue_run("r", NOW + 1, ["b"]))
+    run = store.read_sync(lambda tx: tx.get_run("r"))
+    assert run is not None and (run.status, run.error, run.ended_at) == (RUNNING, None, None)
+    assert [s.step_id for s in store.read_sync(lambda tx: tx.get_steps("r"))] == ["a"]
+    assert [lr.run.id for lr in store.transact_sync(lambda tx: tx.lease("w", ["f"], 1, NOW + 1, NOW + 9))] == ["r"]
+
+
+def test_worker_registry(store: Store) -> None:
+    for name, beat in (("a", NOW), ("b", NOW - 100)):
+        row = WorkerRow(name, "app", "v1", 4, NOW - 200, beat, ["f", "g"])
+        store.transact_sync(lambda tx, row=row: tx.upsert_worker(row))
+    [alive] = store.read_sync(lambda tx: tx.list_workers(NOW - 60))
+    assert (alive.id, alive.app_version, alive.concurrency, alive.functions) == ("a", "v1", 4, ["f", "g"])
+    store.transact_sync(lambda tx: tx.remove_worker("a"))
+    assert store.read_sync(lambda tx: tx.list_workers(NOW - 60)) == []
+
+
+def test_functions_registry(store: Store) -> None:
+    store.transact_sync(lambda tx: tx.register_functions("app", {"f": '{"id": "f"}'}, NOW))
+    store.transact_sync(lambda tx: tx.register_functions("other", {"f": '{"id": "f", "x": 1}'}, NOW))
+    assert store.read_sync(lambda tx: tx.load_functions()) == {"f": ("other", '{"id": "f", "x": 1}')}
+
+
+def test_group_commit_rolls_back_a_failing_operation_alone(store: Store) -> None:
+    def good(name: str) -> Any:
+        return lambda tx: add_run(tx, name)
+
+    def bad(tx: Tx) -> None:
+        add_run(tx, "doomed")
+        raise ValueError("the operation's own failure")
+
+    async def together() -> list[Any]:
+        futures = [store.submit(good("one")), store.submit(bad), store.submit(good("two"))]
+        return await asyncio.gather(*futures, return_exceptions=True)
+
+    first, failed, last = asyncio.run(together())
+    assert first is None and last is None
+    assert isinstance(failed, ValueError)  # not translated: it is not a driver error
+    assert store.read_sync(lambda tx: tx.get_run("doomed")) is None
+    assert {r for r in ("one", "two") if store.read_sync(lambda tx, r=r: tx.get_run(r))} == {"one", "two"}
+
+
+def test_driver_errors_become_store_errors_with_their_cause(store: Store) -> None:
+    def broken(tx: Tx) -> None:
+        tx.conn.execute("SELECT no_such_column FROM runs")  # type: ignore[attr-defined]
+
+    with pytest.raises(StoreError) as caught:
+        store.transact_sync(broken)
+    assert not isinstance(caught.value, StoreUnavailableError)  # a bug, not an outage
+    assert type(caught.value.__cause__).__module__.split(".")[0] in ("sqlite3", "psycopg")
+    assert store.transact_sync(lambda tx: tx.next_due(["f"])) is None  # the store still works
+
+
+def test_concurrent_leases_from_many_connections_are_disjoint(db_url: str, store: Store) -> None:
+    """A barrier race (huey's concurrent dequeue): workers with their own
+    connections lease at the same moment; no run is handed out twice."""
+    ids = [f"r{i:03d}" for i in range(120)]
+    add_runs(store, ids)
+    contenders = [make_store(db_url) for _ in range(4)]
+    barrier = threading.Barrier(len(contenders))
+    taken: dict[str, list[str]] = {}
+
+    def drain(index: int, mine: Store) -> None:
+        got: list[str] = []
+        barrier.wait()
+        while True:
+            batch = mine.transact_sync(lambda tx: tx.lease(f"w{index}", ["f"], 7, NOW, NOW + 60))
+            if not batch:
+                break
+            got.extend(lr.run.id for lr in batch)
+        taken[f"w{index}"] = got
+
+    threads = [threading.Thread(target=drain, args=(i, s)) for i, s in enumerate(contenders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for mine in contenders:
+        mine.close()
+    every = [run_id for got in taken.values() for run_id in got]
+    assert sorted(every) == ids  # each run leased exactly once, none lost
+    assert len(taken) == 4
+
+
+def test_writes_from_many_threads_all_commit(store: Store) -> None:
+    def writer(n: int) -> None:
+        add_runs(store, [f"t{n}-{i}" for i in range(10)])
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    leased = store.transact_sync(lambda tx: tx.lease("w", ["f"], 100, NOW, NOW + 5))
+    assert len({lr.run.id for lr in leased}) == 60

@@ -142,7 +142,7 @@ async def _conclude(outcome: tuple[str, Any], fn: FunctionDef, leased: LeasedRun
                     interp: Interpreter, journal: RunJournal, env: ExecEnv) -> Outcome | None:
     kind, value = outcome
     if journal.lease_lost or isinstance(value, LeaseLostSignal):
-        return None
+        raise LeaseLostError(f"run {leased.run.id}: a commit was fenced out")  # logged by execute
     if kind == "return":
         try:
             encoded = serde.dumps(value, what=f"function {fn.id!r} output",

@@ -16,6 +16,7 @@ STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.2"))
 def effect(run_id: str, step: str) -> str:
     conn = sqlite3.connect(LEDGER, timeout=30, isolation_level=None)
     try:
+        conn.execute("PRAGMA synchronous = OFF")  # the ledger is test scaffolding: no fsync needed
         conn.execute("INSERT INTO ledger (run_id, step, phase, pid, at) VALUES (?, ?, 'start', ?, ?)",
                      (run_id, step, os.getpid(), time.time()))
         time.sleep(STEP_SECONDS)
@@ -29,3 +30,13 @@ def effect(run_id: str, step: str) -> str:
 @app.function(id="three-steps", trigger=ss.on_event("work"))
 def three_steps(ctx: ss.Context) -> list[str]:
     return [ctx.step.run(name, effect, ctx.run_id, name) for name in ("charge", "record", "provision")]
+
+
+def tagged_effect(run_id: str, step: str) -> str:
+    effect(run_id, step)
+    return f"{step}@{os.getpid()}"  # which process's result was committed
+
+
+@app.function(id="tagged", trigger=ss.on_event("tagged"))
+def tagged(ctx: ss.Context) -> list[str]:
+    return [ctx.step.run(name, tagged_effect, ctx.run_id, name) for name in ("charge", "record", "provision")]

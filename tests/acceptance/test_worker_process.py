@@ -1,76 +1,22 @@
-"""Real `stepstone worker` processes: SIGKILL mid-run and SIGTERM drain."""
+"""Real `stepstone worker` processes on each backend: SIGKILL mid-load, SIGTERM
+drain, two workers racing for one queue, a worker paused past its lease."""
 
 from __future__ import annotations
 
-import os
 import signal
-import sqlite3
 import subprocess
-import sys
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 import stepstone as ss
 
-HERE = Path(__file__).parent
-STEPSTONE = str(Path(sys.executable).parent / "stepstone")
+from .procs import client, completed, leased_count, ledger, wait_for
+
+Spawn = Callable[..., subprocess.Popen[bytes]]
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    ledger = tmp_path / "ledger.db"
-    with sqlite3.connect(ledger) as conn:
-        conn.execute("CREATE TABLE ledger (run_id TEXT, step TEXT, phase TEXT, pid INT, at REAL)")
-    return {
-        **os.environ,
-        "STEPSTONE_DATABASE_URL": f"sqlite:///{tmp_path}/stepstone.db",
-        "LEDGER_PATH": str(ledger),
-        "PYTHONPATH": str(HERE),
-    }
-
-
-@pytest.fixture
-def spawn(env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    log = (tmp_path / "workers.log").open("ab")
-
-    def start(*args: str) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen([STEPSTONE, "--log-level", "WARNING", "worker", "ledger_app:app", *args],
-                                env=env, stdout=log, stderr=subprocess.STDOUT)
-        procs.append(proc)
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-    log.close()
-    sys.stdout.write((tmp_path / "workers.log").read_text())  # shown by pytest on failure
-
-
-def ledger(env: dict[str, str]) -> list[tuple[str, str, str, int]]:
-    with sqlite3.connect(env["LEDGER_PATH"], timeout=30) as conn:
-        return conn.execute("SELECT run_id, step, phase, pid FROM ledger ORDER BY rowid").fetchall()
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def client(env: dict[str, str]) -> ss.App:
-    return ss.App("client", database_url=env["STEPSTONE_DATABASE_URL"])
-
-
-def test_sigkill_mid_run_resumes_from_last_checkpoint(env: dict[str, str], spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
+def test_sigkill_mid_run_resumes_from_last_checkpoint(env: dict[str, str], spawn: Spawn) -> None:
     app = client(env)
     first = spawn("--concurrency", "4", "--lease-ttl", "1.5")
     wait_for(lambda: bool(app.workers.list()), 30, "the worker to register")
@@ -80,7 +26,7 @@ def test_sigkill_mid_run_resumes_from_last_checkpoint(env: dict[str, str], spawn
     first.wait()
     killed_pid = first.pid
     spawn("--concurrency", "4", "--lease-ttl", "1.5")
-    wait_for(lambda: len(app.runs.list(status="completed", limit=100)) == 12, 90, "all runs to complete")
+    wait_for(lambda: completed(app, 100) == 12, 90, "all runs to complete")
 
     rows = ledger(env)
     starts = Counter((r[0], r[1]) for r in rows if r[2] == "start")
@@ -98,7 +44,7 @@ def test_sigkill_mid_run_resumes_from_last_checkpoint(env: dict[str, str], spawn
     app.close()
 
 
-def test_sigterm_drains_in_flight_steps_and_releases_leases(env: dict[str, str], spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
+def test_sigterm_drains_in_flight_steps_and_releases_leases(env: dict[str, str], spawn: Spawn) -> None:
     env["STEP_SECONDS"] = "0.5"
     app = client(env)
     worker = spawn("--concurrency", "3", "--lease-ttl", "30")
@@ -111,26 +57,68 @@ def test_sigterm_drains_in_flight_steps_and_releases_leases(env: dict[str, str],
     started = Counter((r[0], r[1]) for r in rows if r[2] == "start")
     ended = Counter((r[0], r[1]) for r in rows if r[2] == "end")
     assert started == ended  # every in-flight step finished before exit
-    with sqlite3.connect(env["STEPSTONE_DATABASE_URL"].removeprefix("sqlite:///")) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM queue WHERE owner IS NOT NULL").fetchone()[0] == 0
+    assert leased_count(env["STEPSTONE_DATABASE_URL"]) == 0
+    assert app.workers.list() == []  # it left the registry
     # a new worker picks up at once (leases were released, not left to expire)
     spawn("--concurrency", "3", "--lease-ttl", "30")
-    wait_for(lambda: len(app.runs.list(status="completed")) == 6, 60, "all runs to complete")
+    wait_for(lambda: completed(app) == 6, 60, "all runs to complete")
     starts = Counter((r[0], r[1]) for r in ledger(env) if r[2] == "start")
     assert max(starts.values()) == 1  # a graceful stop re-runs nothing
     app.close()
 
 
-def test_two_workers_share_one_sqlite_file(env: dict[str, str], spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
-    env["STEP_SECONDS"] = "0.01"
+def test_two_workers_race_for_one_queue(env: dict[str, str], spawn: Spawn) -> None:
+    """Both workers idle, then one transaction makes 150 runs due at once (on
+    PostgreSQL its NOTIFY wakes both together): no step may run twice."""
+    env["STEP_SECONDS"] = "0"
     app = client(env)
-    a = spawn("--concurrency", "4", "--instance-id", "a")
-    b = spawn("--concurrency", "4", "--instance-id", "b")
+    a = spawn("--concurrency", "8", "--instance-id", "a")
+    b = spawn("--concurrency", "8", "--instance-id", "b")
     wait_for(lambda: len(app.workers.list()) == 2, 30, "both workers to register")
-    app.send([ss.Event("work", id=f"order-{i}") for i in range(40)])
-    wait_for(lambda: len(app.runs.list(status="completed", limit=100)) == 40, 90, "all runs to complete")
-    starts = Counter((r[0], r[1]) for r in ledger(env) if r[2] == "start")
-    assert len(starts) == 120 and max(starts.values()) == 1  # no step leased twice
-    pids = {r[3] for r in ledger(env)}
-    assert pids == {a.pid, b.pid}  # both took work
+    app.send([ss.Event("work", id=f"order-{i}") for i in range(150)])
+    wait_for(lambda: completed(app) == 150, 90, "all runs to complete")
+    rows = ledger(env)
+    starts = Counter((r[0], r[1]) for r in rows if r[2] == "start")
+    assert len(starts) == 450 and max(starts.values()) == 1  # no step leased twice
+    assert {r[3] for r in rows} == {a.pid, b.pid}  # both took work
+    app.close()
+
+
+def test_a_paused_worker_is_fenced_out_when_it_resumes(env: dict[str, str], spawn: Spawn,
+                                                        worker_log: Path) -> None:
+    """SIGSTOP a worker mid-step for longer than its lease: another worker takes
+    the run over. After SIGCONT the paused worker finishes its step's side
+    effect, but its checkpoint is refused (owner + epoch fence): the run
+    completes once, with the results of the worker that owned it."""
+    env["STEP_SECONDS"] = "0.8"
+    app = client(env)
+    paused = spawn("--concurrency", "1", "--lease-ttl", "1.5", "--instance-id", "paused")
+    wait_for(lambda: bool(app.workers.list()), 30, "the first worker to register")
+    [event_id] = app.send(ss.Event("tagged"))
+    [run] = app.runs.list(event_id=event_id)
+    wait_for(lambda: any(r[2] == "start" for r in ledger(env)), 30, "the first step to start")
+    paused.send_signal(signal.SIGSTOP)
+    [(_, step_in_flight, _, _)] = [r for r in ledger(env) if r[3] == paused.pid]
+    taker = spawn("--concurrency", "1", "--lease-ttl", "1.5", "--instance-id", "taker")
+
+    def taken_over() -> bool:
+        steps = {s.id: s for s in app.runs.get(run.id).steps}
+        done = steps.get(step_in_flight)
+        return done is not None and done.output == f"{step_in_flight}@{taker.pid}"
+
+    wait_for(taken_over, 60, "the other worker to commit the paused worker's step")
+    paused.send_signal(signal.SIGCONT)
+    wait_for(lambda: app.runs.get(run.id).status == "completed", 60, "the run to complete")
+    wait_for(lambda: (run.id, step_in_flight, "end", paused.pid) in ledger(env), 30,
+             "the resumed worker to finish its step")
+    refused = f"stepstone.executor run {run.id}: lease lost"  # logged when the fence refuses a commit
+    wait_for(lambda: refused in worker_log.read_text(), 30, "the refused commit")
+
+    final = app.runs.get(run.id)
+    assert final.output == [f"{s}@{taker.pid}" for s in ("charge", "record", "provision")]
+    assert [s.output for s in final.steps] == final.output  # the late commit did not overwrite
+    # the paused worker did nothing after its refused commit: no next step started
+    assert [r for r in ledger(env) if r[3] == paused.pid] == [
+        (run.id, step_in_flight, "start", paused.pid), (run.id, step_in_flight, "end", paused.pid)]
+    assert paused.poll() is None  # it lives on, serving other runs
     app.close()

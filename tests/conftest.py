@@ -12,7 +12,6 @@ they fail.
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,22 +26,17 @@ TEMPLATE = "stepstone_template"
 _databases = itertools.count()
 
 
-def _pg_missing(reason: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"PostgreSQL is required when CI is set: {reason}", pytrace=False)
-    pytest.skip(f"PostgreSQL unavailable: {reason}")
-
-
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[Any]:
     """A private PostgreSQL cluster for the session, with a migrated template database."""
+    from tests.pgcluster import PgCluster, pg_missing
+
     try:
         from stepstone.store.postgres import PostgresStore
-        from tests.pgcluster import PgCluster
 
         cluster = PgCluster.start_new()
     except Exception as exc:  # noqa: BLE001 - any reason PostgreSQL cannot run here
-        _pg_missing(str(exc))
+        pg_missing(str(exc))
     try:
         store = PostgresStore.from_url(cluster.create_database(TEMPLATE))
         store.migrate()

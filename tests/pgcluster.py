@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import psycopg
 
@@ -28,6 +29,15 @@ FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes"
 
 class PgUnavailable(RuntimeError):
     """PostgreSQL server binaries are missing or the cluster could not start."""
+
+
+def pg_missing(reason: str) -> NoReturn:
+    """Skip the test without PostgreSQL, or fail it when ``CI`` is set."""
+    import pytest
+
+    if os.environ.get("CI"):
+        pytest.fail(f"PostgreSQL is required when CI is set: {reason}", pytrace=False)
+    pytest.skip(f"PostgreSQL unavailable: {reason}")
 
 
 def find_bindir() -> str:

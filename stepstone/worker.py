@@ -249,6 +249,7 @@ class Worker:
 
     async def _heartbeat_loop(self) -> None:
         interval = self.lease_ttl / 3
+        suspects: set[str] = set()
         while not self._stopping:
             await asyncio.sleep(interval)
             held = list(self.inflight)
@@ -266,7 +267,11 @@ class Worker:
             except StoreError as exc:
                 log.warning("worker %s: heartbeat failed (%s)", self.id, exc)
                 continue
-            lost = set(held) - set(kept)
-            for run_id in lost:
+            # A lease the heartbeat skipped because the run is being parked or
+            # finished right now looks lost once; one still missing at the next
+            # beat while the run is in flight is (its next commit will be refused).
+            missing = set(held) - set(kept)
+            for run_id in missing & suspects:
                 if run_id in self.inflight:
                     log.warning("worker %s: lease on run %s lost", self.id, run_id)
+            suspects = missing

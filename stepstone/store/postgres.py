@@ -30,7 +30,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from stepstone.errors import ConfigError
+from stepstone.errors import ConfigError, StoreUnavailableError
 from stepstone.store.base import Tx
 from stepstone.store.batching import Outcome, run_batch
 from stepstone.store.migrate import migration_files
@@ -134,7 +134,7 @@ class PostgresStore:
                 self._pool = ConnectionPool(
                     self.conninfo, kwargs={"autocommit": True, "row_factory": dict_row},
                     min_size=1, max_size=self.readers, open=True, timeout=READ_WAIT,
-                    check=ConnectionPool.check_connection, name="stepstone-read",
+                    name="stepstone-read",
                 )
             return self._pool
 
@@ -168,20 +168,26 @@ class PostgresStore:
 
     # -- reads -------------------------------------------------------------------------
     def read_sync(self, op: Callable[[Tx], T]) -> T:
-        """A read in a read-only snapshot on a pooled connection (checked before
-        use). While the writers find the server unreachable it fails at once
-        rather than waiting for a connection."""
-        if self._backoff.waiting():
-            raise self._backoff.failure()
-        try:
-            with self._pool_ready().connection() as conn:
-                [(ok, value)] = run_batch(conn, [op], _read_tx, READ_BEGIN, translate)
-        except psycopg.Error as exc:  # no connection could be had in time
-            raise translate(exc) from exc
-        if not ok:
-            raise value
-        result: T = value
-        return result
+        """A read in a read-only snapshot on a pooled connection. While the
+        writers find the server unreachable it fails at once rather than
+        waiting for a connection."""
+        for _attempt in range(self.readers + 1):
+            if self._backoff.waiting():
+                raise self._backoff.failure()
+            try:
+                with self._pool_ready().connection() as conn:
+                    [(ok, value)] = run_batch(conn, [op], _read_tx, READ_BEGIN, translate)
+                    broken = conn.broken
+            except psycopg.Error as exc:  # no connection could be had in time
+                raise translate(exc) from exc
+            if ok:
+                result: T = value
+                return result
+            # A pooled connection that died while idle (a server restart) is
+            # dropped by the pool; reads are safe to repeat on another one.
+            if not (broken and isinstance(value, StoreUnavailableError)):
+                raise value
+        raise value
 
     async def read(self, op: Callable[[Tx], T]) -> T:
         with self._lock:

@@ -163,7 +163,10 @@ def test_a_terminated_connection_is_translated_then_replaced(pg_url: str) -> Non
     pg_store = PostgresStore.from_url(pg_url + "?writers=1")
     request_close(pg_store)
     assert pg_store.transact_sync(lambda tx: tx.next_due(["f"])) is None  # connect the writer
-    assert _terminate_stepstone_backends(pg_url) >= 1  # "terminating connection due to administrator command"
+    assert pg_store.read_sync(lambda tx: tx.next_due(["f"])) is None  # and a pooled reader
+    assert _terminate_stepstone_backends(pg_url) >= 2  # "terminating connection due to administrator command"
+    # a read finds its pooled connection dead and repeats itself on a new one
+    assert pg_store.read_sync(lambda tx: tx.next_due(["f"])) is None
     outcomes: list[Any] = []
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:

@@ -1,0 +1,275 @@
+"""PostgreSQL benchmark (issue 5): commit floor, per-step overhead, three-step
+latency, and throughput of queued three-step runs with one and two worker
+processes. Every figure is measured in one run against one server.
+
+    .venv/bin/python bench/bench_postgres.py                 # private durable cluster
+    .venv/bin/python bench/bench_postgres.py --profile       # plus where the time goes
+    .venv/bin/python bench/bench_postgres.py --database-url postgresql://...  # an existing server
+
+Without ``--database-url`` it starts a private cluster (``tests/pgcluster.py``)
+with PostgreSQL's default, durable settings (``fsync=on``,
+``synchronous_commit=on``): a committed step survives a power loss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import io
+import itertools
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import psycopg.rows
+
+import stepstone as ss
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+STEPSTONE = str(Path(sys.executable).parent / "stepstone")
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@contextlib.contextmanager
+def server(url: str | None) -> Iterator[Any]:
+    """Yields a function that creates a fresh database and returns its URL."""
+    if url is not None:
+        names = itertools.count()
+        base = url.rsplit("/", 1)[0]
+        created: list[str] = []
+
+        def create(name: str) -> str:
+            db = f"bench_{os.getpid()}_{name}_{next(names)}"
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(f"CREATE DATABASE {db}".encode())
+            created.append(db)
+            return f"{base}/{db}"
+
+        try:
+            yield create
+        finally:
+            with psycopg.connect(url, autocommit=True) as conn:
+                for db in created:
+                    conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)".encode())
+        return
+    from tests.pgcluster import PgCluster
+
+    cluster = PgCluster.start_new(settings={})  # PostgreSQL's durable defaults
+    try:
+        yield lambda name: cluster.create_database(name)
+    finally:
+        cluster.stop()
+
+
+def raw_commit(url: str, n: int = 3000) -> list[float]:
+    """The floor: one single-row INSERT committed on its own (autocommit)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id BIGSERIAL PRIMARY KEY, v TEXT)")
+        times = []
+        for _ in range(n):
+            t = time.perf_counter()
+            conn.execute("INSERT INTO t (v) VALUES (%s)", ("x" * 64,))
+            times.append(time.perf_counter() - t)
+    return times
+
+
+def checkpoint_breakdown(url: str, n: int = 2000) -> dict[str, list[float]]:
+    """Where a step's commit goes: the checkpoint transaction's SQL alone on one
+    connection, then the same operation through the store's writer thread."""
+    from stepstone.store.base import Fence, NewRun, StepRow
+    from stepstone.store.postgres import DIALECT, PgTx, PostgresStore
+
+    store = PostgresStore.from_url(url)
+    store.migrate()
+
+    def setup(tx: Any) -> Any:
+        seq = tx.insert_event("e", "go", "{}", 0, 1.0)
+        tx.create_run(NewRun("r", "f", [seq], ["e"], 1.0, 1.0))
+        return tx.lease("w", ["f"], 1, 1.0, 1e12)
+
+    [leased] = store.transact_sync(setup)
+    fence = Fence("r", "w", leased.epoch)
+    counter = itertools.count()
+
+    def memo() -> list[StepRow]:
+        return [StepRow("r", f"s{next(counter)}", 0, "run", "completed", 1, "1", None, None, 1.0, 1.0)]
+
+    sql_alone, through_store = [], []
+    with psycopg.connect(url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
+        for _ in range(n):
+            t = time.perf_counter()
+            conn.execute("BEGIN")
+            PgTx(conn, DIALECT).checkpoint(fence, memo(), [])
+            conn.execute("COMMIT")
+            sql_alone.append(time.perf_counter() - t)
+    for _ in range(n):
+        rows = memo()
+        t = time.perf_counter()
+        store.transact_sync(lambda tx, rows=rows: tx.checkpoint(fence, rows, []))
+        through_store.append(time.perf_counter() - t)
+    store.close()
+    return {"sql": sql_alone, "store": through_store}
+
+
+async def per_step(url: str, steps: int = 900) -> list[float]:
+    """Gaps between consecutive trivial steps of one run: interpreter + checkpoint."""
+    app = ss.App("bench", database_url=url)
+    stamps: list[float] = []
+
+    async def trivial() -> int:
+        stamps.append(time.perf_counter())
+        return 1
+
+    @app.function(id="many-steps", trigger=ss.on_event("many"))
+    async def many(ctx: ss.Context) -> int:
+        for _ in range(steps):
+            await ctx.step.run("s", trivial)
+        return steps
+
+    await app.start_async(concurrency=1)
+    [eid] = await app.send_async(ss.Event("many"))
+    [run] = await app.runs.list_async(event_id=eid)
+    await app.runs.wait_async(run.id, timeout="300s")
+    await app.stop_async()
+    app.close()
+    return [b - a for a, b in itertools.pairwise(stamps)]
+
+
+async def three_step_latency(url: str, runs: int = 300) -> list[float]:
+    """send -> ``runs.wait`` returns it completed, one run at a time, in-process worker."""
+    app = ss.App("bench", database_url=url)
+
+    async def trivial() -> int:
+        return 1
+
+    @app.function(id="three", trigger=ss.on_event("three"))
+    async def three(ctx: ss.Context) -> int:
+        for name in ("a", "b", "c"):
+            await ctx.step.run(name, trivial)
+        return 3
+
+    await app.start_async(concurrency=10)
+    latencies = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        [eid] = await app.send_async(ss.Event("three"))
+        [run] = await app.runs.list_async(event_id=eid)
+        done = await app.runs.wait_async(run.id, timeout="30s")
+        latencies.append(time.perf_counter() - t)
+        assert done.status == "completed"
+    await app.stop_async()
+    app.close()
+    return latencies[10:]  # skip warm-up
+
+
+def throughput(url: str, runs: int, processes: int, concurrency: int) -> dict[str, float]:
+    """``runs`` queued three-step runs drained by ``processes`` `stepstone worker`
+    processes. Timed from the first run's start to the last run's end (database
+    timestamps), so process start-up is not counted."""
+    sender = ss.App("sender", database_url=url)
+    sender.function(id="three", trigger=ss.on_event("three"))(lambda ctx: None)  # registers the trigger
+    for start in range(0, runs, 500):
+        sender.send([ss.Event("three") for _ in range(min(500, runs - start))])
+    sender.close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        before = _commits(conn)
+        env = {**os.environ, "STEPSTONE_DATABASE_URL": url, "PYTHONPATH": str(ROOT / "bench")}
+        workers = [subprocess.Popen([STEPSTONE, "--log-level", "WARNING", "worker", "pg_bench_app:app",
+                                     "--concurrency", str(concurrency)], env=env,
+                                    stdout=subprocess.DEVNULL)
+                   for _ in range(processes)]
+        try:
+            deadline = time.monotonic() + 600
+            while _ended(conn) < runs:
+                if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
+                    raise RuntimeError("workers did not finish the load")
+                time.sleep(0.2)
+            transactions = _commits(conn) - before
+            first, last = conn.execute("SELECT MIN(started_at), MAX(ended_at) FROM runs").fetchone()  # type: ignore[misc]
+        finally:
+            for w in workers:
+                w.terminate()
+            for w in workers:
+                w.wait(60)
+    elapsed = last - first
+    return {"seconds": elapsed, "steps_per_s": 3 * runs / elapsed, "runs_per_s": runs / elapsed,
+            "transactions_per_run": transactions / runs}
+
+
+def _ended(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'completed'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _commits(conn: psycopg.Connection[Any]) -> int:
+    """Committed transactions of this database so far (every connection's)."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").fetchone()
+    return int(row[0]) if row else 0
+
+
+def profile_steps(url: str) -> str:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    asyncio.run(per_step(url, steps=900))
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(14)
+    return out.getvalue()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--database-url", default=None, help="an existing server (a database is created per part)")
+    parser.add_argument("--runs", type=int, default=5000)
+    parser.add_argument("--concurrency", type=int, default=10, help="per worker process")
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    with server(args.database_url) as create:
+        with psycopg.connect(create("info")) as conn:
+            version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+            settings = {name: conn.execute(f"SHOW {name}".encode()).fetchone()[0]  # type: ignore[index]
+                        for name in ("fsync", "synchronous_commit")}
+        print(f"python {sys.version.split()[0]}, postgresql {version} "
+              f"(fsync={settings['fsync']}, synchronous_commit={settings['synchronous_commit']}), "
+              f"psycopg {psycopg.__version__}, cpus {os.cpu_count()}")
+        floor = raw_commit(create("floor"))
+        parts = checkpoint_breakdown(create("parts"))
+        gaps = asyncio.run(per_step(create("steps")))
+        latency = asyncio.run(three_step_latency(create("latency")))
+        one = throughput(create("one"), args.runs, 1, args.concurrency)
+        two = throughput(create("two"), args.runs, 2, args.concurrency)
+        f50, s50 = statistics.median(floor), statistics.median(gaps)
+        print(f"  raw single-row commit (floor) p50 {f50 * 1e6:8.1f} us   p99 {pct(floor, .99) * 1e6:8.1f} us")
+        print(f"  per-step overhead             p50 {s50 * 1e6:8.1f} us   p99 {pct(gaps, .99) * 1e6:8.1f} us"
+              f"   = {s50 / f50:.2f}x floor")
+        print(f"    of which: checkpoint SQL alone (BEGIN, fence, upsert, COMMIT) "
+              f"p50 {statistics.median(parts['sql']) * 1e6:.1f} us; "
+              f"through the store's writer thread {statistics.median(parts['store']) * 1e6:.1f} us")
+        print(f"  three-step run send->done     p50 {statistics.median(latency) * 1e3:8.2f} ms  "
+              f"p99 {pct(latency, .99) * 1e3:8.2f} ms")
+        for label, result in (("1 worker process ", one), ("2 worker processes", two)):
+            print(f"  {args.runs} runs x 3 steps, {label}: {result['steps_per_s']:8,.0f} steps/s "
+                  f"({result['runs_per_s']:,.0f} runs/s, {result['transactions_per_run']:.2f} transactions/run)")
+        print(f"  scaling 2 / 1 processes: {two['steps_per_s'] / one['steps_per_s']:.2f}x")
+        if args.profile:
+            print(profile_steps(create("profile")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

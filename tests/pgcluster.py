@@ -96,7 +96,9 @@ class PgCluster:
         return cluster
 
     def _run(self, args: Sequence[str], timeout: float = 120) -> None:
-        result = subprocess.run([*self.prefix, *args], capture_output=True, text=True, timeout=timeout)
+        # cwd: the cluster owner may not be allowed into the caller's directory
+        result = subprocess.run([*self.prefix, *args], capture_output=True, text=True, timeout=timeout,
+                                cwd=self.root)
         if result.returncode != 0:
             raise PgUnavailable(f"{args[0]} failed: {result.stdout}{result.stderr}{self._log_tail()}")
 

@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import click
 from rich.console import Console
@@ -68,11 +69,20 @@ async def _run_worker(app: App, concurrency: int, instance_id: str | None, lease
         loop.add_signal_handler(sig, stop.set)
     w = await app.start_async(concurrency=concurrency, instance_id=instance_id, lease_ttl=lease_ttl)
     console.print(f"[green]worker {w.id}[/] running {len(app.registry.ids())} function(s) "
-                  f"on {app.database_url}", highlight=False)
+                  f"on {_redacted(app.database_url)}", highlight=False)
     await stop.wait()
     console.print(f"worker {w.id}: draining (up to {drain_timeout:g}s)", highlight=False)
     await app.stop_async(drain_timeout)
     console.print(f"worker {w.id}: stopped", highlight=False)
+
+
+def _redacted(url: str) -> str:
+    """The URL without its password, for logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _database_url(url: str | None) -> str:

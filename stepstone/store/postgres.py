@@ -30,7 +30,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from stepstone.errors import ConfigError, StoreUnavailableError
+from stepstone.errors import ConfigError, StoreError, StoreUnavailableError
 from stepstone.store.base import Tx
 from stepstone.store.batching import Outcome, run_batch
 from stepstone.store.migrate import migration_files
@@ -110,6 +110,7 @@ class PostgresStore:
         self.readers = readers
         self.commits = 0  # write transactions that changed data (for tests and benchmarks)
         self._lock = threading.Lock()
+        self._closed = False
         self._pool: ConnectionPool[Any] | None = None
         self._read_threads: ThreadPoolExecutor | None = None
         self._backoff = Backoff()
@@ -130,6 +131,8 @@ class PostgresStore:
 
     def _pool_ready(self) -> ConnectionPool[Any]:
         with self._lock:
+            if self._closed:
+                raise StoreError("postgresql: the store is closed")
             if self._pool is None:
                 self._pool = ConnectionPool(
                     self.conninfo, kwargs={"autocommit": True, "row_factory": dict_row},
@@ -191,6 +194,8 @@ class PostgresStore:
 
     async def read(self, op: Callable[[Tx], T]) -> T:
         with self._lock:
+            if self._closed:
+                raise StoreError("postgresql: the store is closed")
             if self._read_threads is None:
                 self._read_threads = ThreadPoolExecutor(self.readers, "stepstone-pg-read")
             threads = self._read_threads
@@ -230,6 +235,7 @@ class PostgresStore:
         self._writers.close()
         self._listener.close()
         with self._lock:
+            self._closed = True
             pool, self._pool = self._pool, None
             threads, self._read_threads = self._read_threads, None
         if threads is not None:

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 import stepstone as ss
-from stepstone.errors import StoreUnavailableError
+from stepstone.errors import StoreError, StoreUnavailableError
 from stepstone.store.base import NewRun, Tx, WorkerRow
 from stepstone.store.postgres import CHANNEL, PostgresStore, parse_url
 from stepstone.worker import Worker
@@ -178,6 +178,17 @@ def test_a_terminated_connection_is_translated_then_replaced(pg_url: str) -> Non
             outcomes.append(exc)
     assert outcomes[-1] is None  # reconnected
     assert any(isinstance(o, StoreUnavailableError) for o in outcomes)  # and the loss was reported
+
+
+def test_a_closed_store_refuses_work(pg_url: str) -> None:
+    closed = PostgresStore.from_url(pg_url)
+    assert closed.read_sync(lambda tx: tx.next_due(["f"])) is None
+    closed.close()
+    closed.close()  # twice is fine
+    with pytest.raises(StoreError, match="closed"):
+        closed.transact_sync(lambda tx: tx.next_due(["f"]))
+    with pytest.raises(StoreError, match="closed"):
+        closed.read_sync(lambda tx: tx.next_due(["f"]))
 
 
 def _new_run(run_id: str) -> Callable[[Tx], None]:

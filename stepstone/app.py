@@ -146,6 +146,10 @@ class App:
             )
             with self._lock:
                 self.registry.add(fn)
+                try:
+                    handler.__stepstone_id__ = fn.id  # type: ignore[attr-defined]
+                except (AttributeError, TypeError):
+                    pass  # e.g. a bound method: invoke it by id instead
                 if self._store is not None:
                     self._register(self._store)
             return handler

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from stepstone.errors import ErrorInfo
 from stepstone.events import Event
-from stepstone.steps import AsyncStep, Interpreter, SyncStep, current_step
+from stepstone.interpreter import Interpreter, current_step
+from stepstone.steps import AsyncStep, SyncStep
 
 if TYPE_CHECKING:
     LoggerBase = logging.LoggerAdapter[logging.Logger]

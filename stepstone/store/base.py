@@ -58,6 +58,8 @@ class NewRun:
     parent_step_id: str | None = None
     idempotency_key: str | None = None
     start_deadline: float | None = None
+    finish_timeout: float | None = None
+    singleton_key: str | None = None
     meta: str | None = None
 
 
@@ -109,6 +111,7 @@ class RunRow:
     parent_run_id: str | None
     parent_step_id: str | None
     meta: str | None = None
+    singleton_key: str | None = None
 
 
 @dataclass
@@ -120,6 +123,35 @@ class LeasedRun:
     events: list[EventRow]
     steps: list[StepRow]
     cancel_requested: bool = False
+    start_deadline: float | None = None
+
+
+@dataclass(frozen=True)
+class WaitRow:
+    """A run waiting for an event (``kind`` 'event'), for a cancelling event
+    ('cancel') or for a child run ('invoke', ``match_value`` = the child's id).
+    Indexed waits match ``async.data.<match_key>`` equal to ``match_value``
+    (canonical JSON); others have ``match_key`` '' and are tested by expression."""
+
+    run_id: str
+    step_id: str
+    kind: str
+    event_name: str
+    match_key: str = ""
+    match_value: str = ""
+    expression: str | None = None
+    event_json: str | None = None
+    created_at: float = 0.0
+    expires_at: float | None = None
+    id: int | None = None
+
+
+@dataclass(frozen=True)
+class TimedOut:
+    run_id: str
+    function_id: str
+    leased: bool
+    kind: str  # 'start' or 'finish'
 
 
 @dataclass(frozen=True)
@@ -224,10 +256,12 @@ class Tx(Protocol):
         ...
 
     def reschedule(
-        self, fence: Fence, status: str, available_at: float | None, attempt: int | None
+        self, fence: Fence, status: str, available_at: float | None, attempt: int | None,
+        now: float,
     ) -> None:
         """Release the lease and park the run until ``available_at`` (``None``: until
-        something wakes it) with the given status."""
+        something wakes it) with the given status; if a wake-up was requested
+        while the run was leased, it is due ``now`` instead."""
         ...
 
     def finish_run(
@@ -243,9 +277,80 @@ class Tx(Protocol):
         ids to forget (failed ones, or every step from a rerun point)."""
         ...
 
-    def request_cancel(self, run_id: str, now: float) -> str:
-        """Cancel a run: at once if no worker holds it, else flag it for the next
-        checkpoint. Returns the resulting status."""
+    def is_leased(self, run_id: str, now: float) -> bool:
+        """Whether a worker holds a live lease on the run."""
+        ...
+
+    def flag_cancel(self, run_id: str) -> None:
+        """Ask the worker holding the run to cancel it at its next step boundary."""
+        ...
+
+    def set_singleton(self, run_id: str, key: str | None) -> None: ...
+
+    # --- waits (events, cancellations, invoked children) ----------------------------------
+    def insert_wait(self, wait: WaitRow) -> None:
+        """Start waiting; events received after this commit can resolve it."""
+        ...
+
+    def wait_keys(self, event_name: str) -> list[str]:
+        """The match keys in use by waits on ``event_name`` ('' for unindexed)."""
+        ...
+
+    def match_waits(self, event_name: str, match_key: str, match_value: str,
+                    now: float) -> list[WaitRow]:
+        """Unexpired waits on ``event_name`` whose key equals ``match_value``."""
+        ...
+
+    def claim_wait(self, wait_id: int) -> bool:
+        """Delete one wait; ``True`` only for the caller that deleted it."""
+        ...
+
+    def claim_step_waits(self, run_id: str, step_id: str) -> bool:
+        """Delete a step's waits; ``True`` if any was still there (timeouts)."""
+        ...
+
+    def delete_run_waits(self, run_id: str) -> None: ...
+
+    def child_waits(self, child_run_id: str) -> list[WaitRow]:
+        """Parents' ``invoke`` waits on a child run."""
+        ...
+
+    def complete_waiting_step(self, run_id: str, step_id: str, status: str, output: str | None,
+                              error: str | None, now: float) -> bool:
+        """Resolve a ``waiting`` step memo; ``False`` if it was not waiting."""
+        ...
+
+    def wake_run(self, run_id: str, now: float) -> None:
+        """Make a parked run due now (or, if leased, due when it parks)."""
+        ...
+
+    def get_step(self, run_id: str, step_id: str) -> StepRow | None: ...
+
+    # --- cron and timeouts -----------------------------------------------------------------
+    def ensure_cron(self, function_id: str, schedule: str, next_at: float) -> None:
+        """Create the schedule's row if missing (keeps an existing ``next_at``)."""
+        ...
+
+    def due_crons(self, function_ids: Sequence[str], now: float) -> list[tuple[str, str, float]]: ...
+
+    def advance_cron(self, function_id: str, schedule: str, expected: float, next_at: float) -> bool:
+        """Compare-and-set ``next_at``: ``True`` for the one caller that claims the tick."""
+        ...
+
+    def next_cron(self, function_ids: Sequence[str]) -> float | None: ...
+
+    def timed_out(self, now: float, limit: int = 100) -> list[TimedOut]:
+        """Runs past their start or finish deadline."""
+        ...
+
+    def next_deadline(self) -> float | None: ...
+
+    def release_key(self, key: str, ref: str) -> None:
+        """Drop a claim if ``ref`` still holds it."""
+        ...
+
+    def prune_keys(self, now: float) -> None:
+        """Delete expired claims."""
         ...
 
     # --- workers ----------------------------------------------------------------------

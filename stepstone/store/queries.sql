@@ -32,16 +32,18 @@ RETURNING seq;
 
 -- name: insert_run
 INSERT INTO runs (id, function_id, status, event_ids, created_at, error, parent_run_id,
-                  parent_step_id, idempotency_key, meta, ended_at)
+                  parent_step_id, idempotency_key, meta, ended_at, singleton_key)
 VALUES (:id, :function_id, :status, :event_ids, :created_at, :error, :parent_run_id,
-        :parent_step_id, :idempotency_key, :meta, :ended_at);
+        :parent_step_id, :idempotency_key, :meta, :ended_at, :singleton_key);
 
 -- name: insert_run_event
 INSERT INTO run_events (run_id, position, event_seq) VALUES (:run_id, :position, :event_seq);
 
 -- name: insert_queue_item
-INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at, start_deadline)
-VALUES (:run_id, :function_id, :partition_key, :available_at, :sort_at, :start_deadline);
+INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at, start_deadline,
+                   finish_timeout)
+VALUES (:run_id, :function_id, :partition_key, :available_at, :sort_at, :start_deadline,
+        :finish_timeout);
 
 -- name: get_run
 SELECT * FROM runs WHERE id = :id;
@@ -70,13 +72,13 @@ ORDER BY r.id DESC
 LIMIT :limit;
 
 -- name: lease_queue
-UPDATE queue SET owner = :owner, epoch = epoch + 1, available_at = :until
+UPDATE queue SET owner = :owner, epoch = epoch + 1, available_at = :until, wake_requested = 0
 WHERE run_id IN (
     SELECT run_id FROM queue
     WHERE available_at <= :now AND function_id IN ({function_ids})
     ORDER BY sort_at
     LIMIT :limit {lock})
-RETURNING run_id, epoch, cancel_requested;
+RETURNING run_id, epoch, cancel_requested, start_deadline;
 
 -- name: mark_running
 UPDATE runs SET
@@ -112,10 +114,6 @@ ON CONFLICT (run_id, step_id) DO UPDATE SET
 -- name: insert_span
 INSERT INTO spans (run_id, kind, name, attempt, started_at, ended_at, status, error, detail)
 VALUES (:run_id, :kind, :name, :attempt, :started_at, :ended_at, :status, :error, :detail);
-
--- name: fence_park
-UPDATE queue SET owner = NULL, available_at = :available_at
-WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch;
 
 -- name: park_run
 UPDATE runs SET status = :status, attempt = COALESCE(:attempt, attempt) WHERE id = :id;
@@ -155,3 +153,89 @@ DELETE FROM workers WHERE id = :id;
 
 -- name: list_workers
 SELECT * FROM workers WHERE heartbeat_at >= :alive_since ORDER BY id;
+
+-- ---------------------------------------------------------------------------
+-- Orchestration: waits, wake-ups, cron, timeouts.
+
+-- name: insert_wait
+INSERT INTO waits (run_id, step_id, kind, event_name, match_key, match_value, expression,
+                   event_json, created_at, expires_at)
+VALUES (:run_id, :step_id, :kind, :event_name, :match_key, :match_value, :expression,
+        :event_json, :created_at, :expires_at);
+
+-- name: insert_wait_key
+INSERT INTO wait_keys (event_name, match_key) VALUES (:event_name, :match_key)
+ON CONFLICT (event_name, match_key) DO NOTHING;
+
+-- name: wait_keys
+SELECT match_key FROM wait_keys WHERE event_name = :event_name;
+
+-- name: match_waits
+SELECT * FROM waits
+WHERE event_name = :event_name AND match_key = :match_key AND match_value = :match_value
+  AND (expires_at IS NULL OR expires_at > :now)
+ORDER BY id;
+
+-- name: delete_wait
+DELETE FROM waits WHERE id = :id;
+
+-- name: delete_step_waits
+DELETE FROM waits WHERE run_id = :run_id AND step_id = :step_id;
+
+-- name: delete_run_waits
+DELETE FROM waits WHERE run_id = :run_id;
+
+-- name: child_waits
+SELECT * FROM waits WHERE kind = 'invoke' AND event_name = '' AND match_value = :child_run_id;
+
+-- name: complete_waiting_step
+UPDATE steps SET status = :status, output = :output, error = :error, ended_at = :now
+WHERE run_id = :run_id AND step_id = :step_id AND status = 'waiting';
+
+-- name: wake_run
+UPDATE queue SET
+    available_at = CASE WHEN owner IS NULL OR available_at <= :now THEN :now ELSE available_at END,
+    wake_requested = CASE WHEN owner IS NULL OR available_at <= :now THEN 0 ELSE 1 END
+WHERE run_id = :run_id;
+
+-- name: fence_park_wake
+UPDATE queue SET owner = NULL, wake_requested = 0,
+    available_at = CASE WHEN wake_requested = 1 THEN :now ELSE :available_at END
+WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch;
+
+-- name: get_step
+SELECT * FROM steps WHERE run_id = :run_id AND step_id = :step_id;
+
+-- name: upsert_cron
+INSERT INTO crons (function_id, schedule, next_at) VALUES (:function_id, :schedule, :next_at)
+ON CONFLICT (function_id, schedule) DO NOTHING;
+
+-- name: due_crons
+SELECT * FROM crons WHERE function_id IN ({function_ids}) AND next_at <= :now;
+
+-- name: next_cron
+SELECT MIN(next_at) AS due FROM crons WHERE function_id IN ({function_ids});
+
+-- name: advance_cron
+UPDATE crons SET next_at = :next_at
+WHERE function_id = :function_id AND schedule = :schedule AND next_at = :expected;
+
+-- name: timed_out
+SELECT q.run_id, q.owner, q.available_at, q.start_deadline, q.finish_deadline, r.function_id
+FROM queue q JOIN runs r ON r.id = q.run_id
+WHERE q.start_deadline <= :now OR q.finish_deadline <= :now
+LIMIT :limit;
+
+-- name: next_deadline
+SELECT MIN(d) AS due FROM (
+    SELECT MIN(start_deadline) AS d FROM queue
+    UNION ALL SELECT MIN(finish_deadline) AS d FROM queue) AS deadlines;
+
+-- name: start_clock
+UPDATE queue SET start_deadline = NULL,
+    finish_deadline = CASE WHEN finish_timeout IS NULL THEN NULL
+                           ELSE COALESCE(finish_deadline, :now + finish_timeout) END
+WHERE run_id = :run_id;
+
+-- name: set_singleton
+UPDATE runs SET singleton_key = :key WHERE id = :id;

@@ -18,8 +18,6 @@ from typing import Any
 from stepstone.errors import LeaseLostError
 from stepstone.store.base import (
     ACTIVE_STATUSES,
-    CANCELLED,
-    ENDED_STATUSES,
     EventRow,
     Fence,
     LeasedRun,
@@ -28,6 +26,8 @@ from stepstone.store.base import (
     RunRow,
     SpanRow,
     StepRow,
+    TimedOut,
+    WaitRow,
     WorkerRow,
 )
 
@@ -85,6 +85,16 @@ def _run_row(row: Mapping[str, Any]) -> RunRow:
         parent_run_id=row["parent_run_id"],
         parent_step_id=row["parent_step_id"],
         meta=row["meta"],
+        singleton_key=row["singleton_key"],
+    )
+
+
+def _wait_row(row: Mapping[str, Any]) -> WaitRow:
+    return WaitRow(
+        run_id=row["run_id"], step_id=row["step_id"], kind=row["kind"], event_name=row["event_name"],
+        match_key=row["match_key"], match_value=row["match_value"], expression=row["expression"],
+        event_json=row["event_json"], created_at=row["created_at"], expires_at=row["expires_at"],
+        id=row["id"],
     )
 
 
@@ -160,6 +170,7 @@ class SqlTx:
             "error": run.error, "parent_run_id": run.parent_run_id,
             "parent_step_id": run.parent_step_id, "idempotency_key": run.idempotency_key,
             "meta": run.meta, "ended_at": run.created_at if ended else None,
+            "singleton_key": run.singleton_key,
         })
         for position, seq in enumerate(run.event_seqs):
             self._exec("insert_run_event", {"run_id": run.id, "position": position, "event_seq": seq})
@@ -168,7 +179,7 @@ class SqlTx:
                 "run_id": run.id, "function_id": run.function_id, "partition_key": run.partition,
                 "available_at": run.available_at,
                 "sort_at": run.available_at if run.sort_at is None else run.sort_at,
-                "start_deadline": run.start_deadline,
+                "start_deadline": run.start_deadline, "finish_timeout": run.finish_timeout,
             })
 
     def get_run(self, run_id: str) -> RunRow | None:
@@ -208,9 +219,11 @@ class SqlTx:
         leased = []
         for item in taken:
             run = self._one("mark_running", {"id": item["run_id"], "now": now, "epoch": item["epoch"]})
+            self._exec("start_clock", {"run_id": item["run_id"], "now": now})
             leased.append(LeasedRun(
                 run=_run_row(run), epoch=item["epoch"], events=self.get_events(item["run_id"]),
                 steps=self.get_steps(item["run_id"]), cancel_requested=bool(item["cancel_requested"]),
+                start_deadline=item["start_deadline"],
             ))
         leased.sort(key=lambda lr: lr.run.id)
         return leased
@@ -259,8 +272,8 @@ class SqlTx:
             })
 
     def reschedule(self, fence: Fence, status: str, available_at: float | None,
-                   attempt: int | None) -> None:
-        if self._fence("fence_park", fence, available_at=available_at).rowcount != 1:
+                   attempt: int | None, now: float) -> None:
+        if self._fence("fence_park_wake", fence, available_at=available_at, now=now).rowcount != 1:
             raise LeaseLostError(f"run {fence.run_id}: lease lost by {fence.owner}")
         self._exec("park_run", {"id": fence.run_id, "status": status, "attempt": attempt})
 
@@ -285,20 +298,96 @@ class SqlTx:
         if self._one("queue_item", {"run_id": run_id}) is None:
             self._exec("insert_queue_item", {
                 "run_id": run_id, "function_id": run.function_id, "partition_key": "",
-                "available_at": now, "sort_at": now, "start_deadline": None,
+                "available_at": now, "sort_at": now, "start_deadline": None, "finish_timeout": None,
             })
 
-    def request_cancel(self, run_id: str, now: float) -> str:
-        run = self.get_run(run_id)
-        if run is None or run.status in ENDED_STATUSES:
-            return run.status if run else ""
+    def is_leased(self, run_id: str, now: float) -> bool:
         item = self._one("queue_item", {"run_id": run_id})
-        leased = item is not None and item["owner"] is not None and item["available_at"] > now
-        if leased:
-            self._exec("flag_cancel", {"run_id": run_id})
-            return run.status
-        self.finish_run(None, run_id, CANCELLED, None, None, now)
-        return CANCELLED
+        return bool(item is not None and item["owner"] is not None
+                    and item["available_at"] is not None and item["available_at"] > now)
+
+    def flag_cancel(self, run_id: str) -> None:
+        self._exec("flag_cancel", {"run_id": run_id})
+
+    # -- waits ---------------------------------------------------------------------------------
+    def insert_wait(self, wait: WaitRow) -> None:
+        self._exec("insert_wait", {
+            "run_id": wait.run_id, "step_id": wait.step_id, "kind": wait.kind,
+            "event_name": wait.event_name, "match_key": wait.match_key,
+            "match_value": wait.match_value, "expression": wait.expression,
+            "event_json": wait.event_json, "created_at": wait.created_at,
+            "expires_at": wait.expires_at,
+        })
+        if wait.event_name:
+            self._exec("insert_wait_key", {"event_name": wait.event_name, "match_key": wait.match_key})
+
+    def wait_keys(self, event_name: str) -> list[str]:
+        return [r["match_key"] for r in self._all("wait_keys", {"event_name": event_name})]
+
+    def match_waits(self, event_name: str, match_key: str, match_value: str, now: float) -> list[WaitRow]:
+        rows = self._all("match_waits", {"event_name": event_name, "match_key": match_key,
+                                         "match_value": match_value, "now": now})
+        return [_wait_row(r) for r in rows]
+
+    def claim_wait(self, wait_id: int) -> bool:
+        return int(self._exec("delete_wait", {"id": wait_id}).rowcount) == 1
+
+    def claim_step_waits(self, run_id: str, step_id: str) -> bool:
+        return int(self._exec("delete_step_waits", {"run_id": run_id, "step_id": step_id}).rowcount) > 0
+
+    def delete_run_waits(self, run_id: str) -> None:
+        self._exec("delete_run_waits", {"run_id": run_id})
+
+    def child_waits(self, child_run_id: str) -> list[WaitRow]:
+        return [_wait_row(r) for r in self._all("child_waits", {"child_run_id": child_run_id})]
+
+    def complete_waiting_step(self, run_id: str, step_id: str, status: str, output: str | None,
+                              error: str | None, now: float) -> bool:
+        params = {"run_id": run_id, "step_id": step_id, "status": status, "output": output,
+                  "error": error, "now": now}
+        return int(self._exec("complete_waiting_step", params).rowcount) == 1
+
+    def wake_run(self, run_id: str, now: float) -> None:
+        self._exec("wake_run", {"run_id": run_id, "now": now})
+
+    def get_step(self, run_id: str, step_id: str) -> StepRow | None:
+        row = self._one("get_step", {"run_id": run_id, "step_id": step_id})
+        return None if row is None else _step_row(row)
+
+    # -- cron ------------------------------------------------------------------------------------
+    def ensure_cron(self, function_id: str, schedule: str, next_at: float) -> None:
+        self._exec("upsert_cron", {"function_id": function_id, "schedule": schedule, "next_at": next_at})
+
+    def due_crons(self, function_ids: Sequence[str], now: float) -> list[tuple[str, str, float]]:
+        rows = self._all("due_crons", {"now": now}, {"function_ids": function_ids})
+        return [(r["function_id"], r["schedule"], r["next_at"]) for r in rows]
+
+    def advance_cron(self, function_id: str, schedule: str, expected: float, next_at: float) -> bool:
+        params = {"function_id": function_id, "schedule": schedule, "expected": expected,
+                  "next_at": next_at}
+        return int(self._exec("advance_cron", params).rowcount) == 1
+
+    def next_cron(self, function_ids: Sequence[str]) -> float | None:
+        if not function_ids:
+            return None
+        row = self._exec("next_cron", {}, {"function_ids": function_ids}).fetchone()
+        return None if row is None or row["due"] is None else float(row["due"])
+
+    # -- timeouts ----------------------------------------------------------------------------------
+    def timed_out(self, now: float, limit: int = 100) -> list[TimedOut]:
+        found = []
+        for r in self._all("timed_out", {"now": now, "limit": limit}):
+            leased = r["owner"] is not None and r["available_at"] is not None and r["available_at"] > now
+            kind = "start" if r["start_deadline"] is not None and r["start_deadline"] <= now else "finish"
+            found.append(TimedOut(r["run_id"], r["function_id"], leased, kind))
+        return found
+
+    def next_deadline(self) -> float | None:
+        row = self._one("next_deadline")
+        return None if row is None or row["due"] is None else float(row["due"])
+
+    def set_singleton(self, run_id: str, key: str | None) -> None:
+        self._exec("set_singleton", {"id": run_id, "key": key})
 
     # -- workers ------------------------------------------------------------------------------
     def upsert_worker(self, worker: WorkerRow) -> None:

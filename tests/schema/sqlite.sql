@@ -10,8 +10,14 @@ CREATE INDEX events_by_received ON events (received_at);
 -- index queue_by_due
 CREATE INDEX queue_by_due ON queue (available_at);
 
+-- index queue_by_finish_deadline
+CREATE INDEX queue_by_finish_deadline ON queue (finish_deadline);
+
 -- index queue_by_owner
 CREATE INDEX queue_by_owner ON queue (owner);
+
+-- index queue_by_start_deadline
+CREATE INDEX queue_by_start_deadline ON queue (start_deadline);
 
 -- index run_events_by_event
 CREATE INDEX run_events_by_event ON run_events (event_seq);
@@ -27,6 +33,20 @@ CREATE INDEX runs_by_status ON runs (status, created_at);
 
 -- index spans_by_run
 CREATE INDEX spans_by_run ON spans (run_id, id);
+
+-- index waits_by_match
+CREATE INDEX waits_by_match ON waits (event_name, match_key, match_value);
+
+-- index waits_by_run
+CREATE INDEX waits_by_run ON waits (run_id);
+
+-- table crons
+CREATE TABLE crons (
+    function_id  TEXT NOT NULL,
+    schedule     TEXT NOT NULL,
+    next_at      REAL NOT NULL,
+    PRIMARY KEY (function_id, schedule)
+);
 
 -- table dedupe
 CREATE TABLE dedupe (
@@ -64,7 +84,7 @@ CREATE TABLE queue (
     epoch             INTEGER NOT NULL DEFAULT 0,
     cancel_requested  INTEGER NOT NULL DEFAULT 0,
     start_deadline    REAL
-);
+, wake_requested INTEGER NOT NULL DEFAULT 0, finish_timeout REAL, finish_deadline REAL);
 
 -- table run_events
 CREATE TABLE run_events (
@@ -92,7 +112,7 @@ CREATE TABLE runs (
     parent_step_id  TEXT,
     idempotency_key TEXT,
     meta            TEXT
-);
+, singleton_key TEXT);
 
 -- table schema_migrations
 CREATE TABLE schema_migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL);
@@ -125,6 +145,28 @@ CREATE TABLE steps (
     started_at  REAL,
     ended_at    REAL,
     PRIMARY KEY (run_id, step_id)
+);
+
+-- table wait_keys
+CREATE TABLE wait_keys (
+    event_name  TEXT NOT NULL,
+    match_key   TEXT NOT NULL,
+    PRIMARY KEY (event_name, match_key)
+);
+
+-- table waits
+CREATE TABLE waits (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id       TEXT NOT NULL,
+    step_id      TEXT NOT NULL,
+    kind         TEXT NOT NULL,
+    event_name   TEXT NOT NULL,
+    match_key    TEXT NOT NULL DEFAULT '',
+    match_value  TEXT NOT NULL DEFAULT '',
+    expression   TEXT,
+    event_json   TEXT,
+    created_at   REAL NOT NULL,
+    expires_at   REAL
 );
 
 -- table workers

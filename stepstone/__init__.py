@@ -4,6 +4,7 @@ Each ``step.run(...)`` is a checkpointed unit of work: retried on failure, never
 re-run once it succeeded, resumable after a crash, a deploy or a bug fix.
 """
 
+from stepstone import testing
 from stepstone.app import App
 from stepstone.context import Context
 from stepstone.errors import (
@@ -60,6 +61,8 @@ __all__ = [
     "Run",
     "Span",
     "StepRecord",
+    # testing on a virtual clock
+    "testing",
     # errors
     "ConfigError",
     "ErrorInfo",

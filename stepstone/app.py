@@ -181,6 +181,18 @@ class App:
 
         store.transact_sync(op)
 
+    def _rebind(self, database_url: str, clock: Clock, *_: Any) -> tuple[str, Clock]:
+        """Point the app at another database and clock (``stepstone.testing``);
+        returns the previous pair."""
+        with self._lock:
+            previous = (self.database_url, self.clock)
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+            self.database_url, self.clock = database_url, clock
+            self.catalog.invalidate()
+            return previous
+
     @property
     def store(self) -> Store:
         return self._store_ready()

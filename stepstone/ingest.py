@@ -95,6 +95,7 @@ def _resolve(tx: Tx, wait: WaitRow, event: PreparedEvent, registry: Registry, no
 def start_run(
     tx: Tx, fn: FunctionDef, events: Sequence[tuple[int, PreparedEvent]], now: float,
     registry: Registry, *, parent: tuple[str, str] | None = None,
+    available_at: float | None = None,
 ) -> str | None:
     """Create a queued run of ``fn`` for ``events`` with its flow control applied;
     returns its id, or ``None`` when an idempotency key already started one."""
@@ -113,7 +114,7 @@ def start_run(
         function_id=fn.id,
         event_seqs=[seq for seq, _ in events],
         event_ids=[event.id for _, event in events],
-        available_at=now,
+        available_at=now if available_at is None else available_at,
         created_at=now,
         status=SKIPPED if skipped else "queued",
         meta=serde.dumps({"skipped": skipped}, what="meta") if skipped else None,

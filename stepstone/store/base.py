@@ -345,6 +345,10 @@ class Tx(Protocol):
 
     def next_deadline(self) -> float | None: ...
 
+    def clear_deadlines(self, run_id: str) -> None:
+        """Forget a run's timeouts (it has been told to cancel)."""
+        ...
+
     def release_key(self, key: str, ref: str) -> None:
         """Drop a claim if ``ref`` still holds it."""
         ...

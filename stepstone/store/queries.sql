@@ -237,5 +237,8 @@ UPDATE queue SET start_deadline = NULL,
                            ELSE COALESCE(finish_deadline, :now + finish_timeout) END
 WHERE run_id = :run_id;
 
+-- name: clear_deadlines
+UPDATE queue SET start_deadline = NULL, finish_deadline = NULL WHERE run_id = :run_id;
+
 -- name: set_singleton
 UPDATE runs SET singleton_key = :key WHERE id = :id;

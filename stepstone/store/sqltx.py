@@ -386,6 +386,9 @@ class SqlTx:
         row = self._one("next_deadline")
         return None if row is None or row["due"] is None else float(row["due"])
 
+    def clear_deadlines(self, run_id: str) -> None:
+        self._exec("clear_deadlines", {"run_id": run_id})
+
     def set_singleton(self, run_id: str, key: str | None) -> None:
         self._exec("set_singleton", {"id": run_id, "key": key})
 

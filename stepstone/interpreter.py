@@ -396,7 +396,8 @@ class Interpreter:
 
     async def invoke(self, step_id: str, function: str | Callable[..., Any], data: dict[str, Any],
                      timeout: float | None) -> Any:
-        from stepstone.ingest import prepare, start_run
+        from stepstone.ingest import prepare
+        from stepstone.scheduler.admission import start_run
 
         memo = self._reach(step_id)
         if memo is not None:

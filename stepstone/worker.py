@@ -27,6 +27,7 @@ from stepstone.errors import StoreError
 from stepstone.executor import ExecEnv, execute
 from stepstone.function import FunctionDef
 from stepstone.registry import Registry
+from stepstone.scheduler.leasing import lease
 from stepstone.scheduler.maintenance import cron_op, next_duty_op, register_crons_op, timeouts_op
 from stepstone.store.base import LeasedRun, Store, Tx, WorkerRow
 
@@ -179,8 +180,10 @@ class Worker:
         until = now + self.lease_ttl
         duty = next_duty_op(self._cron_ids())
 
+        registry = self.registry
+
         def op(tx: Tx) -> tuple[list[LeasedRun], float | None, float | None]:
-            leased = tx.lease(owner, ids, free, now, until)
+            leased = lease(tx, owner, registry, free, now, until)
             return leased, tx.next_due(ids), duty(tx)
 
         return await self.store.transact(op)

@@ -15,9 +15,10 @@ from datetime import UTC, datetime
 from stepstone.errors import ErrorInfo
 from stepstone.events import Event
 from stepstone.function import FunctionDef
-from stepstone.ingest import prepare, start_run
+from stepstone.ingest import prepare
 from stepstone.lifecycle import end_run
 from stepstone.registry import Registry
+from stepstone.scheduler.admission import start_run
 from stepstone.scheduler.cron import latest_tick, next_tick
 from stepstone.store.base import CANCELLED, Tx
 

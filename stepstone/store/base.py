@@ -61,6 +61,38 @@ class NewRun:
     finish_timeout: float | None = None
     singleton_key: str | None = None
     meta: str | None = None
+    spec: QueueSpec | None = None
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """Where a run queues: its partition (function + first concurrency key), its
+    concurrency keys with their limits, and its throttle key."""
+
+    partition_key: str
+    ckey1: str | None = None
+    limit1: int | None = None
+    ckey2: str | None = None
+    limit2: int | None = None
+    throttle_key: str | None = None
+
+    @property
+    def partition_ckey(self) -> str | None:
+        return self.ckey1
+
+
+@dataclass(frozen=True)
+class QueueItem:
+    """A due queue item as leasing sees it."""
+
+    run_id: str
+    function_id: str
+    ckey1: str | None
+    limit1: int | None
+    ckey2: str | None
+    limit2: int | None
+    throttle_key: str | None
+    fresh: bool
 
 
 @dataclass
@@ -225,15 +257,62 @@ class Tx(Protocol):
     def get_spans(self, run_id: str) -> list[SpanRow]: ...
 
     # --- queue and leases -------------------------------------------------------
-    def lease(
-        self, owner: str, function_ids: Sequence[str], limit: int, now: float, until: float
-    ) -> list[LeasedRun]:
-        """Take up to ``limit`` due runs of ``function_ids`` until ``until``; each
-        lease bumps the run's epoch so older owners are fenced out."""
+    def due_partitions(self, function_ids: Sequence[str], now: float, limit: int) -> list[str]:
+        """Partitions of ``function_ids`` that may have due work, least recently
+        served first (locked for this transaction where the database can)."""
+        ...
+
+    def partition_items(self, key: str, now: float, limit: int) -> list[QueueItem]:
+        """A partition's due items in queue order (``sort_at``: priority applied)."""
+        ...
+
+    def live_leases(self, slot: int, ckey: str, now: float) -> int:
+        """Runs holding a live lease under concurrency key ``ckey`` (slot 1 or 2)."""
+        ...
+
+    def take(self, owner: str, run_id: str, now: float, until: float) -> LeasedRun | None:
+        """Lease one item until ``until``, bumping the run's epoch so older owners
+        are fenced out; marks the run running and reads its events and memos."""
+        ...
+
+    def settle_partition(self, key: str, now: float, next_at: float | None) -> None:
+        """After a lease pass: set the partition's next due time (``None``: its
+        earliest future item) and mark it served; drop it if empty."""
+        ...
+
+    def lower_partition(self, key: str, function_id: str, ckey: str | None, at: float) -> None:
+        """Make sure the partition is looked at no later than ``at``."""
         ...
 
     def next_due(self, function_ids: Sequence[str]) -> float | None:
-        """When the earliest queued run of ``function_ids`` becomes due."""
+        """When a partition of ``function_ids`` is next due."""
+        ...
+
+    # --- flow control state -----------------------------------------------------------
+    def gcra_tat(self, key: str) -> float | None:
+        """The theoretical arrival time of a throttle or rate-limit key."""
+        ...
+
+    def set_gcra_tat(self, key: str, tat: float) -> None: ...
+
+    def get_accumulator(self, kind: str, key: str) -> tuple[str, int, float] | None:
+        """The open debounce or batch run for a key: (run id, size, first_at)."""
+        ...
+
+    def put_accumulator(self, kind: str, key: str, run_id: str, size: int, first_at: float) -> None: ...
+
+    def close_batch(self, key: str) -> None: ...
+
+    def pending_item(self, run_id: str) -> bool:
+        """Queued and never leased (a debounced or batching run may still change)."""
+        ...
+
+    def move_item(self, run_id: str, at: float, sort_at: float) -> None:
+        """Change when a queued item is due."""
+        ...
+
+    def set_run_events(self, run_id: str, events: Sequence[tuple[int, str]], replace: bool) -> None:
+        """Replace a run's event (debounce) or append one (batch)."""
         ...
 
     def extend_leases(self, owner: str, run_ids: Sequence[str], until: float) -> list[str]:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
-from integration.test_storage import SCHEMA_SNAPSHOT, dump_schema  # noqa: E402
+from integration.test_storage import SCHEMA_SNAPSHOT, dump_schema
 
-from stepstone.store.sqlite import SqliteStore  # noqa: E402
+from stepstone.store.sqlite import SqliteStore
 
 with tempfile.TemporaryDirectory() as folder:
     store = SqliteStore(f"{folder}/schema.db")

@@ -39,6 +39,7 @@ from stepstone.interpreter import (
 )
 from stepstone.journal import RunJournal
 from stepstone.lifecycle import end_run
+from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
 from stepstone.steps import AsyncStep, SyncStep
 from stepstone.store.base import (
@@ -70,6 +71,7 @@ class ExecEnv:
     lease_ttl: float
     threads: Executor
     matcher: Callable[[], Registry]
+    middleware: tuple[Middleware, ...] = ()
 
     def function(self, ref: str | Callable[..., Any]) -> FunctionDef | None:
         """A function by id or by its decorated handler (own first, then the catalog)."""
@@ -83,6 +85,7 @@ class ExecEnv:
 class Outcome:
     status: str
     wake_at: float | None = None
+    error: ErrorInfo | None = None
 
 
 def _events(leased: LeasedRun) -> list[Event]:
@@ -112,24 +115,35 @@ async def execute(leased: LeasedRun, env: ExecEnv) -> Outcome | None:
 async def _invoke(fn: FunctionDef, leased: LeasedRun, journal: RunJournal,
                   env: ExecEnv) -> Outcome | None:
     events = _events(leased)
+    hooks = Hooks((*env.middleware, *fn.middleware))
     interp = Interpreter(
         run_id=leased.run.id, steps=leased.steps, journal=journal, clock=env.clock,
         retries=fn.retries, backoff=fn.backoff, threads=env.threads, services=env,
-        run_event=events[0].to_json() if events else None,
+        run_event=events[0].to_json() if events else None, hooks=hooks,
     )
+    ctx = _context(fn, leased, events, interp)
     try:
-        output = await _call_handler(fn, leased, events, interp, env)
+        if hooks.has("transform_input"):
+            values = {s.step_id: serde.loads(s.output) for s in leased.steps if s.status == COMPLETED}
+            interp.memo_values = await hooks.transform_input(ctx, values)
+        output = await _call_handler(fn, ctx, interp, env)
         outcome: tuple[str, Any] = ("return", output)
     except (PauseSignal, CancelSignal, LeaseLostSignal) as signal:
         outcome = ("signal", signal)
     except Exception as exc:  # noqa: BLE001 - the handler's failure decides the run's fate
         outcome = ("error", exc)
     await interp.settle()
-    return await _conclude(outcome, fn, leased, interp, journal, env)
+    if hooks.active:
+        if not interp.replaying:  # new code ran, even if it only reached a new sleep
+            await hooks.before_execution(ctx)
+        await hooks.after_execution(ctx)
+    result = await _conclude(outcome, fn, leased, interp, journal, env)
+    if hooks.has("on_failure") and result is not None and result.status == FAILED:
+        await hooks.on_failure(ctx, result.error or ErrorInfo("Error", "the run failed"))
+    return result
 
 
-async def _call_handler(fn: FunctionDef, leased: LeasedRun, events: list[Event],
-                        interp: Interpreter, env: ExecEnv) -> Any:
+def _context(fn: FunctionDef, leased: LeasedRun, events: list[Event], interp: Interpreter) -> Context:
     loop = asyncio.get_running_loop()
     interp.loop = loop
     error = failed_run = None
@@ -141,7 +155,14 @@ async def _call_handler(fn: FunctionDef, leased: LeasedRun, events: list[Event],
     step: AsyncStep | SyncStep = AsyncStep(interp) if fn.is_async else SyncStep(interp, loop)
     ctx = Context(events=events, run_id=leased.run.id, function_id=fn.id,
                   run_attempt=leased.run.attempt, step=step, interp=interp, logger=user_log,
-                  error=error, failed_run_id=failed_run)
+                  error=error, failed_run_id=failed_run,
+                  trace_context=leased.events[0].trace if leased.events else None)
+    interp.ctx = ctx
+    return ctx
+
+
+async def _call_handler(fn: FunctionDef, ctx: Context, interp: Interpreter, env: ExecEnv) -> Any:
+    loop = asyncio.get_running_loop()
     if fn.is_async:
         interp.main_task = asyncio.current_task()
         return await fn.handler(ctx)
@@ -161,6 +182,10 @@ async def _conclude(outcome: tuple[str, Any], fn: FunctionDef, leased: LeasedRun
         try:
             encoded = serde.dumps(value, what=f"function {fn.id!r} output",
                                   limit=limits.MAX_STEP_OUTPUT_BYTES)
+            if interp.hooks.has("transform_output"):
+                kept = await interp.hooks.transform_output(interp.ctx, serde.loads(encoded), None)
+                encoded = serde.dumps(kept, what=f"function {fn.id!r} output",
+                                      limit=limits.MAX_STEP_OUTPUT_BYTES)
         except StepstoneError as exc:
             return await _finish(journal, env, leased, FAILED, None, error_info(exc))
         return await _finish(journal, env, leased, COMPLETED, encoded, None)
@@ -223,4 +248,4 @@ async def _finish(journal: RunJournal, env: ExecEnv, leased: LeasedRun, status: 
         end_run(tx, leased.run, status, output, error, now, matcher, fence=fence, events=events)
 
     await journal.finish(final)
-    return Outcome(status)
+    return Outcome(status, error=error)

@@ -20,6 +20,7 @@ from stepstone.ids import new_id
 from stepstone.registry import Registry
 from stepstone.scheduler.admission import start_run
 from stepstone.store.base import COMPLETED, Tx, WaitRow
+from stepstone.tracing import current_context
 from stepstone.waits import match_event
 
 __all__ = ["PreparedEvent", "ingest", "prepare", "start_run"]
@@ -32,6 +33,7 @@ class PreparedEvent:
     data: dict[str, Any]
     data_json: str
     ts: int
+    trace: str | None = None
 
     @property
     def variables(self) -> dict[str, Any]:
@@ -47,6 +49,7 @@ class PreparedEvent:
 def prepare(events: Event | Sequence[Event], now: float, *, system: bool = False) -> list[PreparedEvent]:
     """Validate and encode; raises before any write if one event is bad."""
     items = [events] if isinstance(events, Event) else list(events)
+    trace = None if system else current_context()
     prepared = []
     for event in items:
         validate_event(event)
@@ -56,7 +59,7 @@ def prepare(events: Event | Sequence[Event], now: float, *, system: bool = False
                      else encode_event_data(event))
         prepared.append(PreparedEvent(
             id=event.id or new_id(now), name=event.name, data=event.data, data_json=data_json,
-            ts=event.ts if event.ts is not None else now_ms(now),
+            ts=event.ts if event.ts is not None else now_ms(now), trace=trace,
         ))
     return prepared
 
@@ -69,7 +72,7 @@ def ingest(tx: Tx, events: Sequence[PreparedEvent], registry: Registry, now: flo
         ids.append(event.id)
         if tx.claim_key(f"event:{event.id}", event.id, now + limits.DEDUPE_WINDOW_SECONDS, now) is not None:
             continue  # the same id was seen in the last 24 h
-        seq = tx.insert_event(event.id, event.name, event.data_json, event.ts, now)
+        seq = tx.insert_event(event.id, event.name, event.data_json, event.ts, now, event.trace)
 
         def resolve(wait: WaitRow, event: PreparedEvent = event) -> None:
             _resolve(tx, wait, event, registry, now)

@@ -37,6 +37,7 @@ from stepstone.errors import (
 )
 from stepstone.events import Event
 from stepstone.function import FunctionDef, ResolvedBackoff
+from stepstone.middleware import NO_HOOKS, Hooks
 from stepstone.registry import INVOKE_EVENT, Registry
 from stepstone.store.base import RUNNING, SLEEPING, WAITING, SpanRow, StepRow, Tx, WaitRow
 
@@ -153,8 +154,12 @@ class Interpreter:
         threads: Executor,
         services: Services,
         run_event: dict[str, Any] | None = None,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
         self.run_id = run_id
+        self.hooks = hooks
+        self.ctx: Any = None  # the handler's Context, set by the executor
+        self.memo_values: dict[str, Any] | None = None  # set when middleware transforms input
         self.services = services
         self.run_event = run_event
         self.memo = {s.step_id: s for s in steps}
@@ -231,33 +236,48 @@ class Interpreter:
         memo = self._reach(step_id)
         if memo is not None:
             if memo.status == COMPLETED:
-                return True, serde.loads(memo.output)
+                return True, self.memo_value(memo)
             if memo.status == FAILED:
                 raise _step_error(memo)
             if memo.wake_at is not None and memo.wake_at > self.clock.now():
                 raise self._pause(memo.wake_at, RUNNING)
         await self.journal.flush()
+        if self.hooks.active:
+            await self.hooks.before_execution(self.ctx)
+            await self.hooks.before_step(self.ctx, step_id)
         return False, (memo.attempts if memo else 0)
 
-    def finish_run(
+    def memo_value(self, memo: StepRow) -> Any:
+        """A completed step's value, as middleware's ``transform_input`` left it."""
+        if self.memo_values is not None and memo.step_id in self.memo_values:
+            return self.memo_values[memo.step_id]
+        return serde.loads(memo.output)
+
+    async def finish_run(
         self, step_id: str, attempt: int, started: float, result: Any,
         failure: BaseException | None, retries: int | None,
     ) -> Any:
         """Record the outcome of an executed ``step.run``; return its value or raise."""
+        if self.hooks.active:
+            await self.hooks.after_step(self.ctx, step_id, result, failure)
         now = self.clock.now()
         memo = self.memo.get(step_id)
         position = self._position(memo)
-        encoded = None
+        encoded = stored = None
         if failure is None:
             try:
-                encoded = serde.dumps(
+                encoded = stored = serde.dumps(
                     result, what=f"step {step_id!r} output", limit=limits.MAX_STEP_OUTPUT_BYTES
                 )
+                if self.hooks.has("transform_output"):
+                    kept = await self.hooks.transform_output(self.ctx, serde.loads(encoded), step_id)
+                    stored = serde.dumps(kept, what=f"step {step_id!r} output",
+                                         limit=limits.MAX_STEP_OUTPUT_BYTES)
             except StepstoneError as exc:
                 failure = exc
         if failure is None:
             row = StepRow(self.run_id, step_id, position, "run", COMPLETED, attempt + 1,
-                          encoded, None, None, started, now)
+                          stored, None, None, started, now)
             self._save(row, None)  # the memo itself is the final attempt's trace entry
             return serde.loads(encoded)
         info = error_info(failure)
@@ -302,7 +322,7 @@ class Interpreter:
                 failure = exc
         finally:
             current_step.reset(token)
-        return self.finish_run(step_id, attempt, started, result, failure, retries)
+        return await self.finish_run(step_id, attempt, started, result, failure, retries)
 
     # -- step.sleep --------------------------------------------------------------------
     def sleep_until(self, step_id: str, wake_at: float) -> None:
@@ -363,7 +383,7 @@ class Interpreter:
     def _outcome(self, memo: StepRow) -> Any:
         if memo.status == FAILED:
             raise _step_error(memo)
-        return serde.loads(memo.output)
+        return self.memo_value(memo)
 
     async def wait_for_event(self, step_id: str, event: str, condition: str | None,
                              timeout: float | None) -> Event | None:
@@ -442,6 +462,10 @@ class Interpreter:
         now = self.clock.now()
         await self.journal.flush()
         try:
+            if self.hooks.active:
+                await self.hooks.before_execution(self.ctx)
+                batch = [events] if isinstance(events, Event) else list(events)
+                events = await self.hooks.before_send_events(self.ctx, batch)
             prepared = prepare(events, now)
         except StepstoneError as exc:
             info = error_info(exc)
@@ -455,6 +479,8 @@ class Interpreter:
                       serde.dumps(ids, what="event ids"), None, None, now, now)
         self._save(row, None, lambda tx: ingest(tx, prepared, matcher, now))
         await self.journal.flush()
+        if self.hooks.active:
+            await self.hooks.after_send_events(self.ctx, ids)
         return ids
 
     # -- idempotency keys -----------------------------------------------------------------

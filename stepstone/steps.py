@@ -130,8 +130,7 @@ class SyncStep:
             failure = exc
         finally:
             current_step.reset(token)
-        return self._on_loop(_call(self._i.finish_run, step_id, attempt, started, result,
-                                   failure, retries))
+        return self._on_loop(self._i.finish_run(step_id, attempt, started, result, failure, retries))
 
     def sleep(self, id: str, duration: Duration) -> None:
         step_id = self._i.claim_id(id)

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,6 +26,7 @@ from stepstone.clock import Clock
 from stepstone.errors import StoreError
 from stepstone.executor import ExecEnv, execute
 from stepstone.function import FunctionDef
+from stepstone.middleware import Middleware
 from stepstone.registry import Registry
 from stepstone.scheduler.leasing import lease
 from stepstone.scheduler.maintenance import cron_op, next_duty_op, register_crons_op, timeouts_op
@@ -56,6 +57,7 @@ class Worker:
         on_idle: Callable[[], Any] | None = None,
         on_run_end: Callable[[str], Any] | None = None,
         matcher: Callable[[], Registry] | None = None,
+        middleware: Sequence[Middleware] = (),
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -72,6 +74,7 @@ class Worker:
         self.on_idle = on_idle
         self.on_run_end = on_run_end
         self.matcher = matcher or (lambda: registry)
+        self.middleware = tuple(middleware)
         self.threads = ThreadPoolExecutor(max_workers=concurrency + 4, thread_name_prefix="stepstone")
         self.inflight: dict[str, asyncio.Task[Any]] = {}
         self.started_at = clock.now()
@@ -257,7 +260,7 @@ class Worker:
 
     def _env(self) -> ExecEnv:
         return ExecEnv(self.store, self.registry, self.clock, self.id, self.lease_ttl, self.threads,
-                       self.matcher)
+                       self.matcher, self.middleware)
 
     def _spawn(self, item: LeasedRun) -> None:
         task = asyncio.create_task(self._invoke(item, self._env()), name=f"stepstone-run-{item.run.id}")

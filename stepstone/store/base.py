@@ -38,6 +38,7 @@ class EventRow:
     data: str
     ts: int
     received_at: float
+    trace: str | None = None
 
 
 @dataclass(frozen=True)
@@ -236,8 +237,10 @@ class Tx(Protocol):
         ...
 
     # --- events and runs ----------------------------------------------------------
-    def insert_event(self, event_id: str, name: str, data: str, ts: int, now: float) -> int:
-        """Append an event to the log; returns its sequence number."""
+    def insert_event(self, event_id: str, name: str, data: str, ts: int, now: float,
+                     trace: str | None = None) -> int:
+        """Append an event to the log (with the sender's trace context, if any);
+        returns its sequence number."""
         ...
 
     def create_run(self, run: NewRun) -> None:

@@ -27,7 +27,8 @@ DELETE FROM dedupe WHERE key = :key AND ref = :ref;
 DELETE FROM dedupe WHERE expires_at <= :now;
 
 -- name: insert_event
-INSERT INTO events (id, name, data, ts, received_at) VALUES (:id, :name, :data, :ts, :now)
+INSERT INTO events (id, name, data, ts, received_at, trace)
+VALUES (:id, :name, :data, :ts, :now, :trace)
 RETURNING seq;
 
 -- name: insert_run

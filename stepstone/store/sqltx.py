@@ -110,7 +110,8 @@ def _step_row(row: Mapping[str, Any]) -> StepRow:
 
 
 def _event_row(row: Mapping[str, Any]) -> EventRow:
-    return EventRow(row["seq"], row["id"], row["name"], row["data"], row["ts"], row["received_at"])
+    return EventRow(row["seq"], row["id"], row["name"], row["data"], row["ts"], row["received_at"],
+                    row["trace"])
 
 
 class SqlTx:
@@ -161,8 +162,10 @@ class SqlTx:
         self._exec("prune_keys", {"now": now})
 
     # -- events and runs -------------------------------------------------------------
-    def insert_event(self, event_id: str, name: str, data: str, ts: int, now: float) -> int:
-        row = self._one("insert_event", {"id": event_id, "name": name, "data": data, "ts": ts, "now": now})
+    def insert_event(self, event_id: str, name: str, data: str, ts: int, now: float,
+                     trace: str | None = None) -> int:
+        row = self._one("insert_event", {"id": event_id, "name": name, "data": data, "ts": ts,
+                                         "now": now, "trace": trace})
         return int(row["seq"])
 
     def create_run(self, run: NewRun) -> None:

@@ -99,7 +99,7 @@ CREATE TABLE events (
     data         TEXT NOT NULL,
     ts           INTEGER NOT NULL,
     received_at  REAL NOT NULL
-);
+, trace TEXT);
 
 -- table functions
 CREATE TABLE functions (

@@ -173,12 +173,15 @@ def _trace_op(run_id: str) -> Callable[[Tx], list[Span]]:
         created = _dt(run.created_at) or datetime.now(UTC)
         spans.append(Span("queued", "queue", "done" if run.started_at else "waiting", 0, created,
                           _dt(run.started_at), None, None))
-        spans.sort(key=lambda s: (s.started_at, s.kind != "queued"))
+        spans.append(Span("run", run.function_id, run.status, run.attempt, created,
+                          _dt(run.ended_at), ErrorInfo.from_json(serde.loads(run.error)), None))
+        spans.sort(key=lambda s: (s.started_at, _SPAN_ORDER.get(s.kind, 2)))
         return spans
     return op
 
 
 _STEP_SPAN_KIND = {"run": "step"}
+_SPAN_ORDER = {"run": 0, "queued": 1}
 
 
 def _step_span(row: StepRow) -> Span:

@@ -123,13 +123,20 @@ def _accumulator_key(kind: str, fn: FunctionDef, expression: Any, variables: dic
     return f"{kind}:{fn.id}:{canonical(expression.key(variables) if expression else None)}"
 
 
+def _open(tx: Tx, kind: str, key: str) -> tuple[str, int, float] | None:
+    """The key's pending accumulator run, locked for this transaction."""
+    tx.lock(key)
+    found = tx.get_accumulator(kind, key)
+    return found if found is not None and tx.pending_item(found[0]) else None
+
+
 def _join_debounce(tx: Tx, fn: FunctionDef, events: Sequence[tuple[int, PreparedEvent]],
                    now: float, variables: dict[str, Any]) -> str | None:
     """Replace the pending run's event with this one and push its start back."""
     assert fn.flow.debounce is not None
     _config, period, timeout, expression = fn.flow.debounce
-    found = tx.get_accumulator("debounce", _accumulator_key("debounce", fn, expression, variables))
-    if found is None or not tx.pending_item(found[0]):
+    found = _open(tx, "debounce", _accumulator_key("debounce", fn, expression, variables))
+    if found is None:
         return None
     run_id, _size, first_at = found
     seq, event = events[-1]
@@ -145,8 +152,8 @@ def _join_batch(tx: Tx, fn: FunctionDef, events: Sequence[tuple[int, PreparedEve
     assert fn.flow.batch is not None
     config, _timeout, expression = fn.flow.batch
     key = _accumulator_key("batch", fn, expression, variables)
-    found = tx.get_accumulator("batch", key)
-    if found is None or not tx.pending_item(found[0]):
+    found = _open(tx, "batch", key)
+    if found is None:
         return None
     run_id, size, first_at = found
     seq, event = events[-1]

@@ -13,6 +13,7 @@ from stepstone.store.base import Tx
 
 def allowed_at(tx: Tx, key: str, tolerance: float, now: float) -> float:
     """When the next request for ``key`` conforms (``<= now``: right away)."""
+    tx.lock(key)
     tat = tx.gcra_tat(key)
     return now if tat is None else tat - tolerance
 

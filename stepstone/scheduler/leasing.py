@@ -38,6 +38,7 @@ class _Pass:
             return True
         key = (slot, ckey)
         if key not in self.live:
+            self.tx.lock(ckey)  # workers leasing other partitions may share this key
             self.live[key] = self.tx.live_leases(slot, ckey, self.now)
         return self.live[key] < limit
 

@@ -292,6 +292,12 @@ class Tx(Protocol):
         ...
 
     # --- flow control state -----------------------------------------------------------
+    def lock(self, key: str) -> None:
+        """Hold a lock on ``key`` until the transaction ends, so concurrent
+        read-then-write of its state (GCRA, accumulators, slot counts) cannot
+        interleave (a no-op where writers are already serial, as in SQLite)."""
+        ...
+
     def gcra_tat(self, key: str) -> float | None:
         """The theoretical arrival time of a throttle or rate-limit key."""
         ...

@@ -52,6 +52,7 @@ class Dialect:
     name: str
     lock: str = ""
     pyformat: bool = False
+    key_lock: str | None = None  # SQL taking a transaction-scoped lock on :key (None: writers are serial)
     _cache: dict[tuple[str, tuple[tuple[str, int], ...]], str] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -283,6 +284,11 @@ class SqlTx:
                 self._exec("delete_partition", {"key": key})
                 return
         self._exec("settle_partition", {"key": key, "now": now, "next_at": next_at})
+
+    def lock(self, key: str) -> None:
+        """Serialise transactions that read-then-write the state of ``key``."""
+        if self.dialect.key_lock is not None:
+            self.conn.execute(self.dialect.key_lock, {"key": key})
 
     # -- GCRA, debounce, batch ----------------------------------------------------------------
     def gcra_tat(self, key: str) -> float | None:

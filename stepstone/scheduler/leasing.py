@@ -38,7 +38,9 @@ class _Pass:
             return True
         key = (slot, ckey)
         if key not in self.live:
-            self.tx.lock(ckey)  # workers leasing other partitions may share this key
+            if not self.tx.try_lock(ckey):  # another worker is counting this key's slots now
+                self.live[key] = limit
+                return False
             self.live[key] = self.tx.live_leases(slot, ckey, self.now)
         return self.live[key] < limit
 

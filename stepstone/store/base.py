@@ -298,6 +298,10 @@ class Tx(Protocol):
         interleave (a no-op where writers are already serial, as in SQLite)."""
         ...
 
+    def try_lock(self, key: str) -> bool:
+        """``lock`` without waiting: ``False`` if another transaction holds it."""
+        ...
+
     def gcra_tat(self, key: str) -> float | None:
         """The theoretical arrival time of a throttle or rate-limit key."""
         ...

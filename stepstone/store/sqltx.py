@@ -53,6 +53,7 @@ class Dialect:
     lock: str = ""
     pyformat: bool = False
     key_lock: str | None = None  # SQL taking a transaction-scoped lock on :key (None: writers are serial)
+    key_try_lock: str | None = None  # the same without waiting; returns one row, column "ok"
     _cache: dict[tuple[str, tuple[tuple[str, int], ...]], str] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -289,6 +290,12 @@ class SqlTx:
         """Serialise transactions that read-then-write the state of ``key``."""
         if self.dialect.key_lock is not None:
             self.conn.execute(self.dialect.key_lock, {"key": key})
+
+    def try_lock(self, key: str) -> bool:
+        if self.dialect.key_try_lock is None:
+            return True
+        row = self.conn.execute(self.dialect.key_try_lock, {"key": key}).fetchone()
+        return bool(row["ok"])
 
     # -- GCRA, debounce, batch ----------------------------------------------------------------
     def gcra_tat(self, key: str) -> float | None:

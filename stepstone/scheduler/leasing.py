@@ -32,6 +32,7 @@ class _Pass:
     until: float
     leased: list[LeasedRun] = field(default_factory=list)
     live: dict[tuple[int, str], int] = field(default_factory=dict)
+    contended: set[str] = field(default_factory=set)
 
     def has_slot(self, slot: int, ckey: str | None, limit: int | None) -> bool:
         if ckey is None or limit is None:
@@ -40,6 +41,7 @@ class _Pass:
         if key not in self.live:
             if not self.tx.try_lock(ckey):  # another worker is counting this key's slots now
                 self.live[key] = limit
+                self.contended.add(ckey)
                 return False
             self.live[key] = self.tx.live_leases(slot, ckey, self.now)
         return self.live[key] < limit
@@ -72,6 +74,8 @@ class _Pass:
             if len(self.leased) >= self.wanted:
                 return self.now  # more due here; the worker is full
             if not self.has_slot(1, item.ckey1, item.limit1):
+                if item.ckey1 in self.contended:
+                    return self.now + RECHECK
                 # The partition's key is full: a release wakes it (and, should a
                 # worker die holding the slots, the re-check below).
                 return self.now + BLOCKED_RECHECK

@@ -48,13 +48,15 @@ def raw_commit(path: str, sync: str, n: int = 3000) -> list[float]:
     return times
 
 
-def make_app(folder: str, sync: str) -> ss.App:
-    return ss.App("bench", database_url=f"sqlite:///{folder}/bench.db?synchronous={sync}")
+def make_app(folder: str, sync: str, middleware: tuple[ss.Middleware, ...] = ()) -> ss.App:
+    return ss.App("bench", database_url=f"sqlite:///{folder}/bench.db?synchronous={sync}",
+                  middleware=middleware)
 
 
-async def per_step(folder: str, sync: str, steps: int = 900) -> list[float]:
+async def per_step(folder: str, sync: str, steps: int = 900,
+                   middleware: tuple[ss.Middleware, ...] = ()) -> list[float]:
     """Gaps between consecutive trivial steps of one run: interpreter + checkpoint."""
-    app = make_app(folder, sync)
+    app = make_app(folder, sync, middleware)
     stamps: list[float] = []
 
     async def trivial() -> int:

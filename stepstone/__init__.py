@@ -4,8 +4,10 @@ Each ``step.run(...)`` is a checkpointed unit of work: retried on failure, never
 re-run once it succeeded, resumable after a crash, a deploy or a bug fix.
 """
 
+from stepstone import testing
 from stepstone.app import App
 from stepstone.context import Context
+from stepstone.encryption import EncryptionError, EncryptionMiddleware, is_encrypted
 from stepstone.errors import (
     ConfigError,
     ErrorInfo,
@@ -34,7 +36,9 @@ from stepstone.function import (
     Throttle,
     Timeouts,
 )
+from stepstone.middleware import Middleware
 from stepstone.runs import Run, Span, StepRecord
+from stepstone.tracing import OpenTelemetryMiddleware
 from stepstone.triggers import on_cron, on_event
 
 __all__ = [
@@ -60,8 +64,16 @@ __all__ = [
     "Run",
     "Span",
     "StepRecord",
+    # middleware
+    "EncryptionMiddleware",
+    "Middleware",
+    "OpenTelemetryMiddleware",
+    "is_encrypted",
+    # testing on a virtual clock
+    "testing",
     # errors
     "ConfigError",
+    "EncryptionError",
     "ErrorInfo",
     "ExpressionError",
     "InvalidEventError",

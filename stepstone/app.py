@@ -33,6 +33,7 @@ from stepstone.function import (
     build_function,
 )
 from stepstone.ingest import ingest, prepare
+from stepstone.middleware import Hooks, Middleware, run_blocking
 from stepstone.registry import Registry
 from stepstone.runs import Runs
 from stepstone.store.base import Store, Tx, WorkerRow, make_store
@@ -53,6 +54,10 @@ def _jsonable(value: Any) -> Any:
     if callable(value):
         return getattr(value, "__qualname__", repr(value))
     return value
+
+
+def _as_list(events: Event | Sequence[Event]) -> list[Event]:
+    return [events] if isinstance(events, Event) else list(events)
 
 
 class Workers:
@@ -83,7 +88,7 @@ class App:
         database_url: str | None = None,
         *,
         app_version: str | None = None,
-        middleware: Sequence[Any] = (),
+        middleware: Sequence[Middleware] = (),
         clock: Clock | None = None,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
@@ -146,6 +151,10 @@ class App:
             )
             with self._lock:
                 self.registry.add(fn)
+                try:
+                    handler.__stepstone_id__ = fn.id  # type: ignore[attr-defined]
+                except (AttributeError, TypeError):
+                    pass  # e.g. a bound method: invoke it by id instead
                 if self._store is not None:
                     self._register(self._store)
             return handler
@@ -177,6 +186,18 @@ class App:
 
         store.transact_sync(op)
 
+    def _rebind(self, database_url: str, clock: Clock, *_: Any) -> tuple[str, Clock]:
+        """Point the app at another database and clock (``stepstone.testing``);
+        returns the previous pair."""
+        with self._lock:
+            previous = (self.database_url, self.clock)
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+            self.database_url, self.clock = database_url, clock
+            self.catalog.invalidate()
+            return previous
+
     @property
     def store(self) -> Store:
         return self._store_ready()
@@ -185,21 +206,31 @@ class App:
     def send(self, events: Event | Sequence[Event]) -> list[str]:
         """Record events and start the runs they trigger; returns the event ids.
         An event whose ``id`` was seen in the last 24 h starts nothing new."""
+        hooks = Hooks(self.middleware)
+        if hooks.has("before_send_events"):
+            events = run_blocking(hooks.before_send_events(None, _as_list(events)))
         now = self.clock.now()
         prepared = prepare(events, now)
         store = self._store_ready()
         registry = self.catalog.registry(store)
         ids = store.transact_sync(lambda tx: ingest(tx, prepared, registry, now))
         self._notify_workers()
+        if hooks.has("after_send_events"):
+            run_blocking(hooks.after_send_events(None, ids))
         return ids
 
     async def send_async(self, events: Event | Sequence[Event]) -> list[str]:
+        hooks = Hooks(self.middleware)
+        if hooks.has("before_send_events"):
+            events = await hooks.before_send_events(None, _as_list(events))
         now = self.clock.now()
         prepared = prepare(events, now)
         store = self._store_ready()
         registry = self.catalog.registry(store)
         ids = await store.transact(lambda tx: ingest(tx, prepared, registry, now))
         self._notify_workers()
+        if hooks.has("after_send_events"):
+            await hooks.after_send_events(None, ids)
         return ids
 
     # -- in-process notifications ------------------------------------------------------------------
@@ -236,6 +267,7 @@ class App:
             app_name=self.name, app_version=self.app_version, concurrency=concurrency,
             instance_id=instance_id, lease_ttl=lease_ttl, on_run_end=self._run_changed,
             matcher=lambda: self.catalog.registry(self._store_ready()),
+            middleware=self.middleware,
         )
         return worker
 

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from stepstone.errors import ErrorInfo
 from stepstone.events import Event
-from stepstone.steps import AsyncStep, Interpreter, SyncStep, current_step
+from stepstone.interpreter import Interpreter, current_step
+from stepstone.steps import AsyncStep, SyncStep
 
 if TYPE_CHECKING:
     LoggerBase = logging.LoggerAdapter[logging.Logger]
@@ -50,7 +51,9 @@ class Context:
     ``event`` is the triggering event, ``events`` the whole batch (one event
     unless the function batches), ``attempt`` the 0-based attempt of the step
     executing now (outside steps: of the invocation), ``error`` the failure an
-    ``on_failure`` handler is handling (``None`` elsewhere).
+    ``on_failure`` handler is handling (``None`` elsewhere), ``state`` a dict
+    middleware may use during one invocation, ``trace_context`` the sender's
+    OpenTelemetry context (JSON) when there was one.
     """
 
     def __init__(
@@ -65,6 +68,7 @@ class Context:
         logger: logging.Logger,
         error: ErrorInfo | None = None,
         failed_run_id: str | None = None,
+        trace_context: str | None = None,
     ) -> None:
         self.events = events
         self.event = events[0]
@@ -74,7 +78,15 @@ class Context:
         self.step: Any = step
         self.error = error
         self.failed_run_id = failed_run_id
+        self.trace_context = trace_context
+        self.state: dict[str, Any] = {}  # scratch space for middleware, per invocation
+        self._interp = interp
         self.logger = RunLogger(logger, self, interp)
+
+    def step_attempt(self, step_id: str) -> int:
+        """The 0-based attempt a step is on (its failed attempts so far)."""
+        memo = self._interp.memo.get(step_id)
+        return memo.attempts if memo is not None and memo.status == "retrying" else 0
 
     @property
     def attempt(self) -> int:

@@ -29,19 +29,19 @@ from stepstone.errors import (
 )
 from stepstone.events import Event
 from stepstone.function import FunctionDef
-from stepstone.ingest import ingest, prepare
-from stepstone.journal import RunJournal
-from stepstone.registry import CANCELLED_EVENT, FAILED_EVENT, FINISHED_EVENT, Registry
-from stepstone.steps import (
-    AsyncStep,
+from stepstone.interpreter import (
     CancelSignal,
     Interpreter,
     LeaseLostSignal,
     PauseSignal,
-    SyncStep,
-    _retry_at,
     error_info,
+    retry_at,
 )
+from stepstone.journal import RunJournal
+from stepstone.lifecycle import end_run
+from stepstone.middleware import Hooks, Middleware
+from stepstone.registry import Registry
+from stepstone.steps import AsyncStep, SyncStep
 from stepstone.store.base import (
     CANCELLED,
     COMPLETED,
@@ -71,12 +71,21 @@ class ExecEnv:
     lease_ttl: float
     threads: Executor
     matcher: Callable[[], Registry]
+    middleware: tuple[Middleware, ...] = ()
+
+    def function(self, ref: str | Callable[..., Any]) -> FunctionDef | None:
+        """A function by id or by its decorated handler (own first, then the catalog)."""
+        function_id = ref if isinstance(ref, str) else getattr(ref, "__stepstone_id__", None)
+        if function_id is None:
+            return None
+        return self.registry.get(function_id) or self.matcher().get(function_id)
 
 
 @dataclass(frozen=True)
 class Outcome:
     status: str
     wake_at: float | None = None
+    error: ErrorInfo | None = None
 
 
 def _events(leased: LeasedRun) -> list[Event]:
@@ -87,37 +96,56 @@ async def execute(leased: LeasedRun, env: ExecEnv) -> Outcome | None:
     """Run one invocation; returns its outcome, or ``None`` if the lease was lost."""
     run = leased.run
     fn = env.registry.get(run.function_id)
-    fence = Fence(run.id, env.owner, leased.epoch)
-    journal = RunJournal(env.store, fence, env.clock, env.lease_ttl)
-    if fn is None:
-        err = ErrorInfo("UnknownFunction", f"no function {run.function_id!r} in this worker")
-        return await _finish(journal, env, run.function_id, leased, FAILED, None, err)
-    if leased.cancel_requested:
-        return await _finish(journal, env, fn.id, leased, CANCELLED, None, None)
-    interp = Interpreter(
-        run_id=run.id, steps=leased.steps, journal=journal, clock=env.clock,
-        retries=fn.retries, backoff=fn.backoff, threads=env.threads,
-    )
+    journal = RunJournal(env.store, Fence(run.id, env.owner, leased.epoch), env.clock)
     try:
-        output = await _call_handler(fn, leased, interp, env)
+        if fn is None:
+            err = ErrorInfo("UnknownFunction", f"no function {run.function_id!r} in this worker")
+            return await _finish(journal, env, leased, FAILED, None, err)
+        if leased.cancel_requested:
+            return await _finish(journal, env, leased, CANCELLED, None, None)
+        if leased.start_deadline is not None and leased.start_deadline <= env.clock.now():
+            err = ErrorInfo("Timeout", "the run did not start within timeouts.start")
+            return await _finish(journal, env, leased, CANCELLED, None, err)
+        return await _invoke(fn, leased, journal, env)
+    except LeaseLostError:
+        log.warning("run %s: lease lost; another worker owns it now", run.id)
+        return None
+
+
+async def _invoke(fn: FunctionDef, leased: LeasedRun, journal: RunJournal,
+                  env: ExecEnv) -> Outcome | None:
+    events = _events(leased)
+    hooks = Hooks((*env.middleware, *fn.middleware))
+    interp = Interpreter(
+        run_id=leased.run.id, steps=leased.steps, journal=journal, clock=env.clock,
+        retries=fn.retries, backoff=fn.backoff, threads=env.threads, services=env,
+        run_event=events[0].to_json() if events else None, hooks=hooks,
+    )
+    ctx = _context(fn, leased, events, interp)
+    try:
+        if hooks.has("transform_input"):
+            values = {s.step_id: serde.loads(s.output) for s in leased.steps if s.status == COMPLETED}
+            interp.memo_values = await hooks.transform_input(ctx, values)
+        output = await _call_handler(fn, ctx, interp, env)
         outcome: tuple[str, Any] = ("return", output)
     except (PauseSignal, CancelSignal, LeaseLostSignal) as signal:
         outcome = ("signal", signal)
     except Exception as exc:  # noqa: BLE001 - the handler's failure decides the run's fate
         outcome = ("error", exc)
     await interp.settle()
-    try:
-        return await _conclude(outcome, fn, leased, interp, journal, env)
-    except LeaseLostError:
-        log.warning("run %s: lease lost; another worker owns it now", run.id)
-        return None
+    if hooks.active:
+        if not interp.replaying:  # new code ran, even if it only reached a new sleep
+            await hooks.before_execution(ctx)
+        await hooks.after_execution(ctx)
+    result = await _conclude(outcome, fn, leased, interp, journal, env)
+    if hooks.has("on_failure") and result is not None and result.status == FAILED:
+        await hooks.on_failure(ctx, result.error or ErrorInfo("Error", "the run failed"))
+    return result
 
 
-async def _call_handler(fn: FunctionDef, leased: LeasedRun, interp: Interpreter,
-                        env: ExecEnv) -> Any:
+def _context(fn: FunctionDef, leased: LeasedRun, events: list[Event], interp: Interpreter) -> Context:
     loop = asyncio.get_running_loop()
     interp.loop = loop
-    events = _events(leased)
     error = failed_run = None
     if fn.failure_of is not None:
         data = events[0].data
@@ -127,7 +155,14 @@ async def _call_handler(fn: FunctionDef, leased: LeasedRun, interp: Interpreter,
     step: AsyncStep | SyncStep = AsyncStep(interp) if fn.is_async else SyncStep(interp, loop)
     ctx = Context(events=events, run_id=leased.run.id, function_id=fn.id,
                   run_attempt=leased.run.attempt, step=step, interp=interp, logger=user_log,
-                  error=error, failed_run_id=failed_run)
+                  error=error, failed_run_id=failed_run,
+                  trace_context=leased.events[0].trace if leased.events else None)
+    interp.ctx = ctx
+    return ctx
+
+
+async def _call_handler(fn: FunctionDef, ctx: Context, interp: Interpreter, env: ExecEnv) -> Any:
+    loop = asyncio.get_running_loop()
     if fn.is_async:
         interp.main_task = asyncio.current_task()
         return await fn.handler(ctx)
@@ -147,31 +182,36 @@ async def _conclude(outcome: tuple[str, Any], fn: FunctionDef, leased: LeasedRun
         try:
             encoded = serde.dumps(value, what=f"function {fn.id!r} output",
                                   limit=limits.MAX_STEP_OUTPUT_BYTES)
+            if interp.hooks.has("transform_output"):
+                kept = await interp.hooks.transform_output(interp.ctx, serde.loads(encoded), None)
+                encoded = serde.dumps(kept, what=f"function {fn.id!r} output",
+                                      limit=limits.MAX_STEP_OUTPUT_BYTES)
         except StepstoneError as exc:
-            return await _finish(journal, env, fn.id, leased, FAILED, None, error_info(exc))
-        return await _finish(journal, env, fn.id, leased, COMPLETED, encoded, None)
+            return await _finish(journal, env, leased, FAILED, None, error_info(exc))
+        return await _finish(journal, env, leased, COMPLETED, encoded, None)
     if isinstance(value, CancelSignal) or journal.cancel_requested:
-        return await _finish(journal, env, fn.id, leased, CANCELLED, None, None)
+        return await _finish(journal, env, leased, CANCELLED, None, None)
     if isinstance(value, PauseSignal):
-        return await _park(journal, interp, leased.run.attempt)
+        return await _park(journal, interp, leased.run.attempt, env)
     failure: Exception = value
     if isinstance(failure, StepError | NonRetriableError):
         info = error_info(failure)
         if isinstance(failure, StepError):
             info = ErrorInfo(failure.error_type, failure.message, info.traceback)
-        return await _finish(journal, env, fn.id, leased, FAILED, None, info)
+        return await _finish(journal, env, leased, FAILED, None, info)
     return await _retry_invocation(failure, fn, leased, journal, env)
 
 
-async def _park(journal: RunJournal, interp: Interpreter, attempt: int | None) -> Outcome:
+async def _park(journal: RunJournal, interp: Interpreter, attempt: int | None,
+                env: ExecEnv) -> Outcome:
     wakes = [p.wake_at for p in interp.pauses if p.wake_at is not None]
     wake_at = min(wakes) if wakes else None
     statuses = {p.status for p in interp.pauses}
     status = RUNNING if RUNNING in statuses else SLEEPING if SLEEPING in statuses else WAITING
-    fence = journal.fence
+    fence, now = journal.fence, env.clock.now()
 
     def park(tx: Tx) -> None:
-        tx.reschedule(fence, status, wake_at, attempt)
+        tx.reschedule(fence, status, wake_at, attempt, now)
 
     await journal.finish(park)
     return Outcome(status, wake_at)
@@ -183,66 +223,29 @@ async def _retry_invocation(exc: Exception, fn: FunctionDef, leased: LeasedRun,
     failures = leased.run.attempt + 1
     info = error_info(exc)
     if failures > fn.retries:
-        return await _finish(journal, env, fn.id, leased, FAILED, None, info)
+        return await _finish(journal, env, leased, FAILED, None, info)
     now = env.clock.now()
-    wake_at = _retry_at(exc, now) if isinstance(exc, RetryAfterError) else now + fn.backoff.delay(failures)
+    wake_at = retry_at(exc, now) if isinstance(exc, RetryAfterError) else now + fn.backoff.delay(failures)
     journal.spans.append(SpanRow(leased.run.id, "invocation", "handler", now, now, "retrying",
                                  leased.run.attempt, serde.dumps(info.to_json(), what="error")))
     fence = journal.fence
 
     def park(tx: Tx) -> None:
-        tx.reschedule(fence, RUNNING, wake_at, failures)
+        tx.reschedule(fence, RUNNING, wake_at, failures, now)
 
     await journal.finish(park)
     return Outcome(RUNNING, wake_at)
 
 
-async def _finish(journal: RunJournal, env: ExecEnv, function_id: str, leased: LeasedRun,
-                  status: str, output: str | None, error: ErrorInfo | None) -> Outcome:
+async def _finish(journal: RunJournal, env: ExecEnv, leased: LeasedRun, status: str,
+                  output: str | None, error: ErrorInfo | None) -> Outcome:
     now = env.clock.now()
-    run = leased.run
-    error_json = None if error is None else serde.dumps(error.to_json(), what="error")
     matcher = env.matcher()
-    system = system_events(matcher, function_id, run.id, status, output, error, leased)
-    prepared = prepare(system, now, system=True) if system else []
+    events = _events(leased)
     fence = journal.fence
 
     def final(tx: Tx) -> None:
-        if tx.finish_run(fence, run.id, status, output, error_json, now) and prepared:
-            ingest(tx, prepared, matcher, now)
+        end_run(tx, leased.run, status, output, error, now, matcher, fence=fence, events=events)
 
     await journal.finish(final)
-    return Outcome(status)
-
-
-def system_events(registry: Registry, function_id: str, run_id: str, status: str,
-                  output: str | None, error: ErrorInfo | None, leased: LeasedRun) -> list[Event]:
-    """``stepstone/function.*`` events for a run that ended (see README)."""
-    events = _events(leased)
-    base: dict[str, Any] = {
-        "function_id": function_id,
-        "run_id": run_id,
-        "event": events[0].to_json() if events else None,
-    }
-    names: list[tuple[str, dict[str, Any]]] = []
-    if status == COMPLETED:
-        names.append((FINISHED_EVENT, {**base, "result": serde.loads(output)}))
-    elif status == FAILED:
-        err = error.to_json() if error else None
-        if err:
-            err.pop("traceback", None)
-        names.append((FAILED_EVENT, {**base, "error": err}))
-        names.append((FINISHED_EVENT, {**base, "error": err}))
-    elif status == CANCELLED:
-        names.append((CANCELLED_EVENT, base))
-    return [
-        Event(name, data) for name, data in names
-        if name != FINISHED_EVENT or registry.listens_to(name)
-    ]
-
-
-def describe_outcome(outcome: Outcome | None) -> str:
-    return "lease lost" if outcome is None else outcome.status
-
-
-Final = Callable[[Tx], Any]
+    return Outcome(status, error=error)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import random
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -284,6 +285,7 @@ def build_flow(
     if priority is not None:
         _check_type(priority, Priority, "priority")
         flow_priority = compile_expression(priority.run, field="priority.run")
+        _check_priority_literals(priority.run)
 
     flow_batch = None
     if batch is not None:
@@ -339,6 +341,17 @@ def build_flow(
         start_timeout=start_timeout,
         finish_timeout=finish_timeout,
     )
+
+
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?")
+_STRING = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+
+
+def _check_priority_literals(source: str) -> None:
+    """Priority is seconds in -600..600: reject number literals outside it."""
+    for literal in _NUMBER.findall(_STRING.sub("''", source)):
+        if abs(float(literal)) > 600:
+            raise ConfigError("priority.run", f"{literal} is outside -600..600 seconds")
 
 
 def _check_type(value: Any, kind: type, field_name: str) -> None:

@@ -3,7 +3,10 @@
 The interpreter stages a step's memo when the step ends; the journal commits
 it before the next step starts (``flush``) or together with the invocation's
 final write, so a three-step run costs one commit per step, the last one also
-ending the run. Every commit re-checks the fence and extends the lease.
+ending the run. A staged memo may carry an *effect* (insert a wait, start an
+invoked run, ingest sent events) that commits in the same transaction, which
+is what makes those effects happen exactly once. Every commit re-checks the
+fence.
 """
 
 from __future__ import annotations
@@ -15,28 +18,30 @@ from typing import Any
 
 from stepstone.clock import Clock
 from stepstone.errors import LeaseLostError, StoreUnavailableError
-from stepstone.steps import CancelSignal, LeaseLostSignal
+from stepstone.interpreter import CancelSignal, Effect, LeaseLostSignal
 from stepstone.store.base import Fence, SpanRow, StepRow, Store, Tx
 
 
 class RunJournal:
-    def __init__(self, store: Store, fence: Fence, clock: Clock, lease_ttl: float) -> None:
+    def __init__(self, store: Store, fence: Fence, clock: Clock) -> None:
         self.store = store
         self.fence = fence
         self.clock = clock
-        self.lease_ttl = lease_ttl
         self.steps: list[StepRow] = []
         self.spans: list[SpanRow] = []
+        self.effects: list[Effect] = []
         self.cancel_requested = False
         self.lease_lost = False
         self.failure: BaseException | None = None
         self._commits: list[tuple[asyncio.Future[Any], Callable[[Tx], Any]]] = []
 
     # -- Journal protocol (used by the interpreter) ---------------------------------
-    def stage(self, step: StepRow, span: SpanRow | None) -> None:
+    def stage(self, step: StepRow, span: SpanRow | None, effect: Effect | None = None) -> None:
         self.steps.append(step)
         if span is not None:
             self.spans.append(span)
+        if effect is not None:
+            self.effects.append(effect)
 
     def warn(self, name: str, message: str) -> None:
         now = self.clock.now()
@@ -45,13 +50,8 @@ class RunJournal:
 
     async def flush(self) -> None:
         """Commit what is staged (and wait for commits already under way)."""
-        if self.steps or self.spans:
-            steps, spans = self._take()
-            fence = self.fence
-
-            def op(tx: Tx) -> bool:
-                return tx.checkpoint(fence, steps, spans)
-
+        if self.steps or self.spans or self.effects:
+            op = self._staged_op(None)
             # The store's own future, not a task: a sequential step costs one
             # event-loop round trip for its commit.
             self._commits.append((self.store.submit(op), op))
@@ -61,11 +61,33 @@ class RunJournal:
         if self.cancel_requested:
             raise CancelSignal()
 
-    # -- used by the executor ---------------------------------------------------------
-    def _take(self) -> tuple[list[StepRow], list[SpanRow]]:
-        steps, spans = self.steps, self.spans
-        self.steps, self.spans = [], []
-        return steps, spans
+    async def apply(self, op: Callable[[Tx], Any]) -> Any:
+        """Commit staged writes and then ``op``, in one fenced transaction, now."""
+        await self._settle_commits()
+        if self.lease_lost:
+            raise LeaseLostSignal()
+        return await self.commit(self._staged_op(op))
+
+    async def finish(self, final: Callable[[Tx], Any]) -> Any:
+        """Commit staged writes and the invocation's final write in one transaction."""
+        await self._settle_commits()
+        if self.lease_lost:
+            raise LeaseLostError(f"run {self.fence.run_id}: lease lost")
+        return await self.commit(self._staged_op(final))
+
+    # -- internals ------------------------------------------------------------------
+    def _staged_op(self, then: Callable[[Tx], Any] | None) -> Callable[[Tx], Any]:
+        steps, spans, effects = self.steps, self.spans, self.effects
+        self.steps, self.spans, self.effects = [], [], []
+        fence = self.fence
+
+        def op(tx: Tx) -> Any:
+            cancel = tx.checkpoint(fence, steps, spans)
+            for effect in effects:
+                effect(tx)
+            return cancel if then is None else then(tx)
+
+        return op
 
     async def _settle_commits(self) -> None:
         # Several parallel steps may wait on the same commits: whoever sees a
@@ -100,20 +122,6 @@ class RunJournal:
             except StoreUnavailableError:
                 await asyncio.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 2.0)
-
-    async def finish(self, final: Callable[[Tx], Any]) -> Any:
-        """Commit staged writes and the invocation's final write in one transaction."""
-        await self._settle_commits()
-        if self.lease_lost:
-            raise LeaseLostError(f"run {self.fence.run_id}: lease lost")
-        steps, spans = self._take()
-        fence = self.fence
-
-        def op(tx: Tx) -> Any:
-            tx.checkpoint(fence, steps, spans)
-            return final(tx)
-
-        return await self.commit(op)
 
 
 async def _outcome(future: asyncio.Future[Any]) -> Any:

@@ -27,6 +27,8 @@ from stepstone.errors import (
 )
 from stepstone.expressions import Expression, compile_expression
 from stepstone.ids import new_id
+from stepstone.lifecycle import cancel_run
+from stepstone.registry import Registry
 from stepstone.store.base import (
     ACTIVE_STATUSES,
     CANCELLED,
@@ -171,12 +173,15 @@ def _trace_op(run_id: str) -> Callable[[Tx], list[Span]]:
         created = _dt(run.created_at) or datetime.now(UTC)
         spans.append(Span("queued", "queue", "done" if run.started_at else "waiting", 0, created,
                           _dt(run.started_at), None, None))
-        spans.sort(key=lambda s: (s.started_at, s.kind != "queued"))
+        spans.append(Span("run", run.function_id, run.status, run.attempt, created,
+                          _dt(run.ended_at), ErrorInfo.from_json(serde.loads(run.error)), None))
+        spans.sort(key=lambda s: (s.started_at, _SPAN_ORDER.get(s.kind, 2)))
         return spans
     return op
 
 
 _STEP_SPAN_KIND = {"run": "step"}
+_SPAN_ORDER = {"run": 0, "queued": 1}
 
 
 def _step_span(row: StepRow) -> Span:
@@ -190,12 +195,11 @@ def _step_span(row: StepRow) -> Span:
     )
 
 
-def _cancel_op(run_id: str, now: float) -> Callable[[Tx], str]:
+def _cancel_op(run_id: str, now: float, matcher: Registry) -> Callable[[Tx], str]:
     def op(tx: Tx) -> str:
-        run = tx.get_run(run_id)
-        if run is None:
+        if tx.get_run(run_id) is None:
             raise NotFoundError(f"no run {run_id!r}")
-        return tx.request_cancel(run_id, now)
+        return cancel_run(tx, run_id, now, matcher)
     return op
 
 
@@ -274,13 +278,14 @@ class _Bulk:
         return op
 
 
-def _bulk(action: str, now: float, *, function_id: str | None, status: str | Sequence[str],
-          since: Moment | None, until: Moment | None, if_: str | None) -> _Bulk:
+def _bulk(action: str, now: float, matcher: Registry, *, function_id: str | None,
+          status: str | Sequence[str], since: Moment | None, until: Moment | None,
+          if_: str | None) -> _Bulk:
     where = _filter(function_id=function_id, status=status, since=since, until=until, limit=BULK_PAGE)
     condition = None if if_ is None else compile_expression(if_, field="if_")
 
     def cancel(tx: Tx, row: RunRow) -> bool:
-        tx.request_cancel(row.id, now)  # at once, or at the run's next step boundary
+        cancel_run(tx, row.id, now, matcher)  # at once, or at the run's next step boundary
         return True
 
     def replay(tx: Tx, row: RunRow) -> bool:
@@ -315,6 +320,9 @@ class Runs:
     def _now(self) -> float:
         return self._app.clock.now()
 
+    def _matcher(self) -> Registry:
+        return self._app.catalog.registry(self._app._store_ready())
+
     # -- reading -----------------------------------------------------------------------
     def get(self, run_id: str) -> Run:
         """The run with its steps; ``NotFoundError`` if there is none."""
@@ -341,10 +349,10 @@ class Runs:
     # -- acting --------------------------------------------------------------------------
     def cancel(self, run_id: str) -> str:
         """Cancel a run; a run executing a step ends after that step. Returns its status."""
-        return self._write(_cancel_op(run_id, self._now()))
+        return self._write(_cancel_op(run_id, self._now(), self._matcher()))
 
     async def cancel_async(self, run_id: str) -> str:
-        return await self._awrite(_cancel_op(run_id, self._now()))
+        return await self._awrite(_cancel_op(run_id, self._now(), self._matcher()))
 
     def replay(self, run_id: str) -> None:
         """Resume a failed or cancelled run from its last successful step."""
@@ -366,14 +374,14 @@ class Runs:
                     progress: Progress | None = None) -> int:
         """Cancel every active run matching the filters (``if_`` is CEL over the
         run's ``event``); returns how many were cancelled or flagged."""
-        bulk = _bulk("cancel", self._now(), function_id=function_id, status=ACTIVE_STATUSES,
+        bulk = _bulk("cancel", self._now(), self._matcher(), function_id=function_id, status=ACTIVE_STATUSES,
                      since=since, until=until, if_=if_)
         return self._drive(bulk, progress)
 
     async def cancel_many_async(self, *, function_id: str | None = None, since: Moment | None = None,
                                 until: Moment | None = None, if_: str | None = None,
                                 progress: Progress | None = None) -> int:
-        bulk = _bulk("cancel", self._now(), function_id=function_id, status=ACTIVE_STATUSES,
+        bulk = _bulk("cancel", self._now(), self._matcher(), function_id=function_id, status=ACTIVE_STATUSES,
                      since=since, until=until, if_=if_)
         return await self._adrive(bulk, progress)
 
@@ -382,7 +390,8 @@ class Runs:
                     progress: Progress | None = None) -> int:
         """Replay every failed (or ``status``: failed/cancelled) run matching the
         filters; returns how many were replayed."""
-        bulk = _bulk("replay", self._now(), function_id=function_id, status=_replayable(status),
+        bulk = _bulk("replay", self._now(), self._matcher(), function_id=function_id,
+                     status=_replayable(status),
                      since=since, until=until, if_=if_)
         return self._drive(bulk, progress)
 
@@ -390,7 +399,8 @@ class Runs:
                                 status: str | Sequence[str] = FAILED, since: Moment | None = None,
                                 until: Moment | None = None, if_: str | None = None,
                                 progress: Progress | None = None) -> int:
-        bulk = _bulk("replay", self._now(), function_id=function_id, status=_replayable(status),
+        bulk = _bulk("replay", self._now(), self._matcher(), function_id=function_id,
+                     status=_replayable(status),
                      since=since, until=until, if_=if_)
         return await self._adrive(bulk, progress)
 

@@ -1,346 +1,56 @@
-"""The replay interpreter and the step API.
-
-A run's handler is replayed from the top on every invocation. Each step call
-is matched by id against the run's memos: a completed step returns its saved
-value, a step that failed for good raises ``StepError`` again, a new step
-executes. The interpreter does no I/O itself: it *stages* memo writes in a
-``Journal`` that the executor commits, and it asks the journal to flush before
-any step starts its side effect, so every earlier result is durable first.
-
-When the run must pause (a sleep, a retry back-off, a wait) the interpreter
-raises ``PauseSignal``, a ``BaseException`` that user code cannot swallow.
-"""
+"""The step API handlers see as ``ctx.step``: one facade for ``async def``
+handlers (every call returns an awaitable) and one for plain ``def`` handlers
+(every call returns its value; the handler runs in a worker thread and step
+bookkeeping is driven on the worker's event loop). Both delegate to the
+``Interpreter``."""
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-import hashlib
 import inspect
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
-from concurrent.futures import Executor
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
 
-from stepstone import limits, serde
-from stepstone.clock import Clock
 from stepstone.durations import Duration, parse_duration
-from stepstone.errors import (
-    ErrorInfo,
-    Interrupt,
-    LimitExceededError,
-    NonRetriableError,
-    RetryAfterError,
-    StepError,
-    StepstoneError,
-)
-from stepstone.function import ResolvedBackoff
-from stepstone.store.base import RUNNING, SLEEPING, SpanRow, StepRow
+from stepstone.errors import Interrupt, NonRetriableError
+from stepstone.events import Event
+from stepstone.interpreter import Interpreter, StepScope, as_timestamp, current_step
 
 T = TypeVar("T")
-
-# Step memo statuses.
-COMPLETED, FAILED, RETRYING = "completed", "failed", "retrying"
-SLEEPING_STEP, WAITING_STEP = "sleeping", "waiting"
+FunctionRef = str | Callable[..., Any]
 
 
-class PauseSignal(Interrupt):
-    """The invocation must end; the run resumes at ``wake_at`` (``None``: when woken)."""
-
-    def __init__(self, wake_at: float | None, status: str) -> None:
-        super().__init__(wake_at, status)
-        self.wake_at = wake_at
-        self.status = status
-
-
-class CancelSignal(Interrupt):
-    """The run was cancelled; raised at the next step boundary."""
-
-
-class LeaseLostSignal(Interrupt):
-    """Another worker owns the run now; abandon the invocation without writing."""
-
-
-class Journal(Protocol):
-    """Where the interpreter stages writes; implemented by the executor."""
-
-    def stage(self, step: StepRow, span: SpanRow | None) -> None: ...
-
-    async def flush(self) -> None:
-        """Commit staged writes; may raise ``CancelSignal`` or ``LeaseLostSignal``."""
-        ...
-
-    def warn(self, name: str, message: str) -> None:
-        """Record a warning in the run's trace."""
-        ...
-
-
-@dataclass(frozen=True)
-class StepScope:
-    """The step whose function is executing in this context."""
-
-    step_id: str
-    attempt: int
-
-
-current_step: contextvars.ContextVar[StepScope | None] = contextvars.ContextVar(
-    "stepstone_current_step", default=None
-)
-
-
-def error_info(exc: BaseException, *, with_traceback: bool = True) -> ErrorInfo:
-    import traceback
-
-    tb = "".join(traceback.format_exception(exc)) if with_traceback else None
-    return ErrorInfo(type(exc).__name__, str(exc), tb)
-
-
-def _retry_at(exc: RetryAfterError, now: float) -> float:
-    value = exc.retry_after
-    if isinstance(value, datetime):
-        moment = value if value.tzinfo else value.replace(tzinfo=UTC)
-        return moment.timestamp()
-    return now + parse_duration(value, field="retry_after")
-
-
-def _as_timestamp(moment: datetime) -> float:
-    if not isinstance(moment, datetime):
-        raise NonRetriableError(f"sleep_until needs a datetime, got {type(moment).__name__}")
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
-
-
-class Interpreter:
-    """Replays one invocation of a run's handler against its step memos."""
-
-    def __init__(
-        self,
-        *,
-        run_id: str,
-        steps: list[StepRow],
-        journal: Journal,
-        clock: Clock,
-        retries: int,
-        backoff: ResolvedBackoff,
-        threads: Executor,
-    ) -> None:
-        self.run_id = run_id
-        self.memo = {s.step_id: s for s in steps}
-        self.journal = journal
-        self.clock = clock
-        self.retries = retries
-        self.backoff = backoff
-        self.threads = threads
-        self._counters: dict[str, int] = {}
-        self._unreached = {s.step_id: s.position for s in steps}  # recorded, not yet reached
-        self._warned = False
-        self._last_recorded = max((s.position for s in steps), default=-1)
-        self._next_position = self._last_recorded + 1
-        self.replaying = bool(steps)
-        self.pauses: list[PauseSignal] = []
-        self.children: set[asyncio.Task[Any]] = set()
-        self.main_task: asyncio.Task[Any] | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
-
-    # -- ids, order, replay state ------------------------------------------------------
-    def claim_id(self, base: str) -> str:
-        """Resolve a user's step id: repeated ids get ``:1``, ``:2``... in call order."""
-        if not isinstance(base, str) or not base:
-            raise NonRetriableError(f"a step id must be a non-empty string, got {base!r}")
-        if len(base) > limits.MAX_STEP_ID_CHARS:
-            raise LimitExceededError(f"step id longer than {limits.MAX_STEP_ID_CHARS} characters")
-        count = self._counters.get(base, 0)
-        self._counters[base] = count + 1
-        return base if count == 0 else f"{base}:{count}"
-
-    def _reach(self, step_id: str) -> StepRow | None:
-        task = asyncio.current_task()
-        if task is not None and task is not self.main_task:
-            self.children.add(task)
-        memo = self.memo.get(step_id)
-        if memo is None or memo.position >= self._last_recorded:
-            self.replaying = False
-        if memo is None:
-            if len(self.memo) >= limits.MAX_STEPS_PER_RUN:
-                raise LimitExceededError(
-                    f"run has {len(self.memo)} steps; the limit is {limits.MAX_STEPS_PER_RUN}"
-                )
-            if self._unreached and not self._warned:
-                self._warned = True
-                skipped = sorted(self._unreached, key=self._unreached.__getitem__)
-                self.journal.warn(
-                    "nondeterminism",
-                    f"new step {step_id!r} reached while recorded step(s) "
-                    f"{', '.join(repr(s) for s in skipped)} were not",
-                )
-        self._unreached.pop(step_id, None)
-        return memo
-
-    def _position(self, memo: StepRow | None) -> int:
-        if memo is not None:
-            return memo.position
-        position = self._next_position
-        self._next_position += 1
-        return position
-
-    def _pause(self, wake_at: float | None, status: str) -> PauseSignal:
-        signal = PauseSignal(wake_at, status)
-        self.pauses.append(signal)
-        return signal
-
-    def _save(self, row: StepRow, span: SpanRow | None) -> None:
-        self.memo[row.step_id] = row
-        self.journal.stage(row, span)
-
-    # -- step.run ----------------------------------------------------------------------
-    async def begin_run(self, step_id: str) -> tuple[bool, Any]:
-        """Decide a ``step.run``: ``(True, value)`` from memo, or ``(False, attempt)``
-        meaning execute now (earlier writes are committed first)."""
-        memo = self._reach(step_id)
-        if memo is not None:
-            if memo.status == COMPLETED:
-                return True, serde.loads(memo.output)
-            if memo.status == FAILED:
-                info = ErrorInfo.from_json(serde.loads(memo.error))
-                assert info is not None
-                raise StepError(step_id, info.type, info.message)
-            if memo.wake_at is not None and memo.wake_at > self.clock.now():
-                raise self._pause(memo.wake_at, RUNNING)
-        await self.journal.flush()
-        return False, (memo.attempts if memo else 0)
-
-    def finish_run(
-        self, step_id: str, attempt: int, started: float, result: Any,
-        failure: BaseException | None, retries: int | None,
-    ) -> Any:
-        """Record the outcome of an executed ``step.run``; return its value or raise."""
-        now = self.clock.now()
-        memo = self.memo.get(step_id)
-        position = self._position(memo)
-        encoded = None
-        if failure is None:
-            try:
-                encoded = serde.dumps(
-                    result, what=f"step {step_id!r} output", limit=limits.MAX_STEP_OUTPUT_BYTES
-                )
-            except StepstoneError as exc:
-                failure = exc
-        if failure is None:
-            row = StepRow(self.run_id, step_id, position, "run", COMPLETED, attempt + 1,
-                          encoded, None, None, started, now)
-            self._save(row, None)  # the memo itself is the final attempt's trace entry
-            return serde.loads(encoded)
-        info = error_info(failure)
-        error_json = serde.dumps(info.to_json(), what="error")
-        allowed = self.retries if retries is None else retries
-        if isinstance(failure, NonRetriableError) or attempt >= allowed:
-            row = StepRow(self.run_id, step_id, position, "run", FAILED, attempt + 1, None,
-                          error_json, None, started, now)
-            self._save(row, None)
-            raise StepError(step_id, info.type, info.message) from failure
-        wake = (_retry_at(failure, now) if isinstance(failure, RetryAfterError)
-                else now + self.backoff.delay(attempt + 1))
-        row = StepRow(self.run_id, step_id, position, "run", RETRYING, attempt + 1, None,
-                      error_json, wake, started, None)
-        # A failed attempt that will be retried keeps its own trace entry.
-        self._save(row, SpanRow(self.run_id, "step", step_id, started, now, RETRYING, attempt,
-                                error_json))
-        raise self._pause(row.wake_at, RUNNING) from failure
-
-    async def run(self, step_id: str, fn: Callable[..., Any], args: tuple[Any, ...],
-                  retries: int | None) -> Any:
-        """``step.run`` for async handlers."""
-        done, value = await self.begin_run(step_id)
-        if done:
-            return value
-        attempt = int(value)
-        started = self.clock.now()
-        token = current_step.set(StepScope(step_id, attempt))
-        try:
-            result: Any = None
-            failure: BaseException | None = None
-            try:
-                if inspect.iscoroutinefunction(fn):
-                    result = await fn(*args)
-                else:
-                    context = contextvars.copy_context()
-                    loop = asyncio.get_running_loop()
-                    result = await loop.run_in_executor(self.threads, context.run, fn, *args)
-                    if inspect.isawaitable(result):
-                        result = await result
-            except Exception as exc:  # noqa: BLE001 - recorded as the step's failure
-                failure = exc
-        finally:
-            current_step.reset(token)
-        return self.finish_run(step_id, attempt, started, result, failure, retries)
-
-    # -- step.sleep --------------------------------------------------------------------
-    def sleep_until(self, step_id: str, wake_at: float) -> None:
-        """Pause until ``wake_at`` unless that time has come; no I/O."""
-        memo = self._reach(step_id)
-        now = self.clock.now()
-        if memo is not None and memo.status == COMPLETED:
-            return
-        if memo is None:
-            if wake_at - now > limits.MAX_SLEEP_SECONDS:
-                raise LimitExceededError(
-                    f"step {step_id!r}: sleeps are limited to 366 days"
-                )
-        else:
-            wake_at = memo.wake_at if memo.wake_at is not None else now
-        started = memo.started_at if memo and memo.started_at else now
-        position = self._position(memo)
-        if wake_at <= now:
-            row = StepRow(self.run_id, step_id, position, "sleep", COMPLETED, 1, None, None,
-                          wake_at, started, now)
-            self._save(row, None)
-            return
-        if memo is None:
-            row = StepRow(self.run_id, step_id, position, "sleep", SLEEPING_STEP, 0, None, None,
-                          wake_at, started, None)
-            self._save(row, None)
-        raise self._pause(wake_at, SLEEPING)
-
-    # -- idempotency keys -----------------------------------------------------------------
-    def idempotency_key(self, step_id: str | None) -> str:
-        if step_id is None:
-            scope = current_step.get()
-            if scope is None:
-                raise NonRetriableError("idempotency_key() without an id must be called inside a step")
-            step_id = scope.step_id
-        digest = hashlib.sha256(f"{self.run_id}\x00{step_id}".encode()).hexdigest()[:32]
-        return f"ss-{digest}"
-
-    # -- settling -------------------------------------------------------------------------
-    async def settle(self) -> None:
-        """Wait for step calls still running in other tasks (parallel branches)."""
-        while True:
-            pending = [t for t in self.children if not t.done()]
-            if not pending:
-                break
-            await asyncio.gather(*pending, return_exceptions=True)
-        for task in self.children:
-            if not task.cancelled():
-                task.exception()  # mark retrieved
-
-
-def _first_failure(results: list[Any]) -> BaseException | None:
-    errors = [r for r in results if isinstance(r, BaseException)]
+def _first_failure(results: list[tuple[bool, Any]]) -> BaseException | None:
+    errors = [value for ok, value in results if not ok]
     for err in errors:
         if isinstance(err, Interrupt):
             return err
     return errors[0] if errors else None
 
 
+def _timeout(timeout: Duration | None) -> float | None:
+    return None if timeout is None else parse_duration(timeout, field="timeout")
+
+
+def _check_retries(retries: int | None) -> int | None:
+    if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int)
+                                or not 0 <= retries <= 100):
+        raise NonRetriableError(f"retries must be an integer between 0 and 100, got {retries!r}")
+    return retries
+
+
 class AsyncStep:
-    """``ctx.step`` for ``async def`` handlers: every call returns an awaitable."""
+    """``ctx.step`` for ``async def`` handlers."""
 
     def __init__(self, interp: Interpreter) -> None:
         self._i = interp
 
     def run(self, id: str, fn: Callable[..., Any], *args: Any,
             retries: int | None = None) -> Coroutine[Any, Any, Any]:
+        """Run ``fn(*args)`` once, durably; its JSON result is memoized."""
         step_id = self._i.claim_id(id)
         return self._i.run(step_id, fn, args, _check_retries(retries))
 
@@ -351,15 +61,38 @@ class AsyncStep:
 
     async def sleep_until(self, id: str, until: datetime) -> None:
         step_id = self._i.claim_id(id)
-        self._i.sleep_until(step_id, _as_timestamp(until))
+        self._i.sleep_until(step_id, as_timestamp(until))
+
+    def wait_for_event(self, id: str, *, event: str, if_: str | None = None,
+                       timeout: Duration | None = None) -> Coroutine[Any, Any, Event | None]:
+        """The first matching event sent after the wait began, or ``None`` at the timeout."""
+        step_id = self._i.claim_id(id)
+        return self._i.wait_for_event(step_id, event, if_, _timeout(timeout))
+
+    def invoke(self, id: str, *, function: FunctionRef, data: dict[str, Any] | None = None,
+               timeout: Duration | None = None) -> Coroutine[Any, Any, Any]:
+        """Run another function and return its output (``StepError`` if it fails)."""
+        step_id = self._i.claim_id(id)
+        return self._i.invoke(step_id, function, data or {}, _timeout(timeout))
+
+    def send_event(self, id: str, events: Event | Sequence[Event]) -> Coroutine[Any, Any, list[str]]:
+        """Send events exactly once, even if the run replays; returns their ids."""
+        step_id = self._i.claim_id(id)
+        return self._i.send_event(step_id, events)
 
     async def parallel(self, *branches: Callable[[], Awaitable[Any]]) -> list[Any]:
-        awaitables = [asyncio.ensure_future(_as_awaitable(branch())) for branch in branches]
-        results = await asyncio.gather(*awaitables, return_exceptions=True)
+        """Run the branches concurrently; wait for all, then return their results."""
+        futures = [asyncio.ensure_future(_as_awaitable(branch())) for branch in branches]
+        results: list[tuple[bool, Any]] = []
+        for future in futures:
+            try:
+                results.append((True, await future))
+            except BaseException as exc:  # noqa: BLE001 - re-raised once all branches end
+                results.append((False, exc))
         failure = _first_failure(results)
         if failure is not None:
             raise failure
-        return results
+        return [value for _, value in results]
 
     def idempotency_key(self, id: str | None = None) -> str:
         return self._i.idempotency_key(id)
@@ -370,8 +103,7 @@ async def _as_awaitable(value: Any) -> Any:
 
 
 class SyncStep:
-    """``ctx.step`` for plain ``def`` handlers (run in a worker thread): every call
-    returns its value. Step work is driven on the worker's event loop."""
+    """``ctx.step`` for plain ``def`` handlers."""
 
     def __init__(self, interp: Interpreter, loop: asyncio.AbstractEventLoop) -> None:
         self._i = interp
@@ -393,16 +125,12 @@ class SyncStep:
         result: Any = None
         failure: BaseException | None = None
         try:
-            if inspect.iscoroutinefunction(fn):
-                result = self._on_loop(fn(*args))
-            else:
-                result = fn(*args)
+            result = self._on_loop(fn(*args)) if inspect.iscoroutinefunction(fn) else fn(*args)
         except Exception as exc:  # noqa: BLE001 - recorded as the step's failure
             failure = exc
         finally:
             current_step.reset(token)
-        return self._on_loop(_call(self._i.finish_run, step_id, attempt, started, result,
-                                   failure, retries))
+        return self._on_loop(self._i.finish_run(step_id, attempt, started, result, failure, retries))
 
     def sleep(self, id: str, duration: Duration) -> None:
         step_id = self._i.claim_id(id)
@@ -411,16 +139,30 @@ class SyncStep:
 
     def sleep_until(self, id: str, until: datetime) -> None:
         step_id = self._i.claim_id(id)
-        self._on_loop(_call(self._i.sleep_until, step_id, _as_timestamp(until)))
+        self._on_loop(_call(self._i.sleep_until, step_id, as_timestamp(until)))
+
+    def wait_for_event(self, id: str, *, event: str, if_: str | None = None,
+                       timeout: Duration | None = None) -> Event | None:
+        step_id = self._i.claim_id(id)
+        return self._on_loop(self._i.wait_for_event(step_id, event, if_, _timeout(timeout)))
+
+    def invoke(self, id: str, *, function: FunctionRef, data: dict[str, Any] | None = None,
+               timeout: Duration | None = None) -> Any:
+        step_id = self._i.claim_id(id)
+        return self._on_loop(self._i.invoke(step_id, function, data or {}, _timeout(timeout)))
+
+    def send_event(self, id: str, events: Event | Sequence[Event]) -> list[str]:
+        step_id = self._i.claim_id(id)
+        return self._on_loop(self._i.send_event(step_id, events))
 
     def parallel(self, *branches: Callable[[], Any]) -> list[Any]:
-        results: list[Any] = [None] * len(branches)
+        results: list[tuple[bool, Any]] = [(True, None)] * len(branches)
 
         def branch(i: int, context: contextvars.Context) -> None:
             try:
-                results[i] = context.run(branches[i])
-            except BaseException as exc:  # noqa: BLE001 - re-raised by parallel(), signals included
-                results[i] = exc
+                results[i] = (True, context.run(branches[i]))
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, signals included
+                results[i] = (False, exc)
 
         threads = [
             threading.Thread(target=branch, args=(i, contextvars.copy_context()), daemon=True)
@@ -433,7 +175,7 @@ class SyncStep:
         failure = _first_failure(results)
         if failure is not None:
             raise failure
-        return results
+        return [value for _, value in results]
 
     def idempotency_key(self, id: str | None = None) -> str:
         return self._i.idempotency_key(id)
@@ -441,10 +183,3 @@ class SyncStep:
 
 async def _call(fn: Callable[..., T], *args: Any) -> T:
     return fn(*args)
-
-
-def _check_retries(retries: int | None) -> int | None:
-    if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int)
-                                or not 0 <= retries <= 100):
-        raise NonRetriableError(f"retries must be an integer between 0 and 100, got {retries!r}")
-    return retries

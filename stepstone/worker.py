@@ -19,17 +19,22 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from stepstone.clock import Clock
 from stepstone.errors import StoreError
 from stepstone.executor import ExecEnv, execute
+from stepstone.function import FunctionDef
+from stepstone.middleware import Middleware
 from stepstone.registry import Registry
+from stepstone.scheduler.leasing import lease
+from stepstone.scheduler.maintenance import cron_op, next_duty_op, register_crons_op, timeouts_op
 from stepstone.store.base import LeasedRun, Store, Tx, WorkerRow
 
 log = logging.getLogger("stepstone.worker")
+PRUNE_EVERY = 600.0  # seconds between deletions of expired dedupe keys
 
 
 def default_instance_id() -> str:
@@ -53,6 +58,7 @@ class Worker:
         on_idle: Callable[[], Any] | None = None,
         on_run_end: Callable[[str], Any] | None = None,
         matcher: Callable[[], Registry] | None = None,
+        middleware: Sequence[Middleware] = (),
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -69,6 +75,7 @@ class Worker:
         self.on_idle = on_idle
         self.on_run_end = on_run_end
         self.matcher = matcher or (lambda: registry)
+        self.middleware = tuple(middleware)
         self.threads = ThreadPoolExecutor(max_workers=concurrency + 4, thread_name_prefix="stepstone")
         self.inflight: dict[str, asyncio.Task[Any]] = {}
         self.started_at = clock.now()
@@ -78,6 +85,8 @@ class Worker:
         self._want_lease = True
         self._more = False
         self._due: float | None = None
+        self._duty_due: float | None = clock.now()  # run duties (cron, timeouts) at start
+        self._pruned_at = 0.0
         self._tasks: list[asyncio.Task[Any]] = []
         self._unsubscribe: Callable[[], None] | None = None
         self.invocations = 0
@@ -155,11 +164,14 @@ class Worker:
     async def _lease_loop(self) -> None:
         token = self.store.change_token()
         while not self._stopping:
+            if self._duty_due is not None and self._duty_due <= self.clock.now():
+                await self._duties()
+                continue
             free = self.concurrency - len(self.inflight)
             if free > 0 and self._want_lease:
                 self._want_lease = False
                 try:
-                    leased, self._due = await self._lease(free)
+                    leased, self._due, self._duty_due = await self._lease(free)
                 except StoreError as exc:
                     log.warning("worker %s: lease failed (%s); retrying", self.id, exc)
                     self._want_lease = True
@@ -171,15 +183,42 @@ class Worker:
                 continue
             token = await self._idle(token)
 
-    async def _lease(self, free: int) -> tuple[list[LeasedRun], float | None]:
+    async def _lease(self, free: int) -> tuple[list[LeasedRun], float | None, float | None]:
         owner, ids, now = self.id, self._function_ids, self.clock.now()
         until, version = now + self.lease_ttl, self.app_version
+        duty = next_duty_op(self._cron_ids())
 
-        def op(tx: Tx) -> tuple[list[LeasedRun], float | None]:
-            leased = tx.lease(owner, ids, free, now, until, version)
-            return leased, tx.next_due(ids)
+        registry = self.registry
+
+        def op(tx: Tx) -> tuple[list[LeasedRun], float | None, float | None]:
+            leased = lease(tx, owner, registry, free, now, until, version)
+            return leased, tx.next_due(ids), duty(tx)
 
         return await self.store.transact(op)
+
+    # -- duties: cron ticks, timeouts, pruning ---------------------------------------------
+    def _cron_functions(self) -> list[FunctionDef]:
+        return [fn for fn in self.registry if fn.cron_triggers]
+
+    def _cron_ids(self) -> list[str]:
+        return [fn.id for fn in self._cron_functions()]
+
+    async def _duties(self) -> None:
+        now, matcher = self.clock.now(), self.matcher()
+        try:
+            crons = self._cron_functions()
+            if crons:
+                await self.store.transact(register_crons_op(crons, now))
+                await self.store.transact(cron_op(crons, now, matcher))
+            await self.store.transact(timeouts_op(now, matcher))
+            if now - self._pruned_at > PRUNE_EVERY:
+                self._pruned_at = now
+                await self.store.transact(lambda tx: tx.prune_keys(now))
+            self._duty_due = await self.store.read(next_duty_op(self._cron_ids()))
+        except StoreError as exc:
+            log.warning("worker %s: periodic duties failed (%s); retrying", self.id, exc)
+            self._duty_due = now + 1.0
+        self._want_lease = True
 
     async def _idle(self, token: Any) -> Any:
         """Wait until a lease is warranted; returns the latest change token."""
@@ -194,8 +233,12 @@ class Worker:
             deadline = now + self.max_idle_sleep
             if self._due is not None and free > 0:
                 deadline = min(deadline, self._due)
+            if self._duty_due is not None:
+                deadline = min(deadline, self._duty_due)
             if deadline <= now:
                 self._want_lease = True
+                break
+            if self._duty_due is not None and self._duty_due <= now:
                 break
             self._wake.clear()
             try:
@@ -209,10 +252,23 @@ class Worker:
                 self._want_lease = True
         return token
 
+    async def drain(self) -> None:
+        """Run every duty and invocation due now, in the foreground, until nothing
+        more is due (``stepstone.testing`` drives workers this way)."""
+        env = self._env()
+        while True:
+            await self._duties()
+            leased, _due, _duty = await self._lease(self.concurrency)
+            if not leased:
+                return
+            await asyncio.gather(*(execute(item, env) for item in leased))
+
+    def _env(self) -> ExecEnv:
+        return ExecEnv(self.store, self.registry, self.clock, self.id, self.lease_ttl, self.threads,
+                       self.matcher, self.middleware)
+
     def _spawn(self, item: LeasedRun) -> None:
-        env = ExecEnv(self.store, self.registry, self.clock, self.id, self.lease_ttl, self.threads,
-                      self.matcher)
-        task = asyncio.create_task(self._invoke(item, env), name=f"stepstone-run-{item.run.id}")
+        task = asyncio.create_task(self._invoke(item, self._env()), name=f"stepstone-run-{item.run.id}")
         self.inflight[item.run.id] = task
 
     async def _invoke(self, item: LeasedRun, env: ExecEnv) -> None:

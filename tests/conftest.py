@@ -90,3 +90,18 @@ def run_of(app: ss.App, event_id: str, function_id: str | None = None) -> ss.Run
 def send_and_wait(app: ss.App, event: ss.Event, timeout: str = "10s") -> ss.Run:
     [event_id] = app.send(event)
     return app.runs.wait(run_of(app, event_id).id, timeout=timeout)
+
+
+def table_rows(db_url: str, table: str) -> list[tuple[Any, ...]]:
+    """Every row of ``table`` as stored, read straight from either database."""
+    query = f"SELECT * FROM {table}"
+    if db_url.startswith("sqlite:"):
+        import sqlite3
+
+        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
+            return [tuple(r) for r in conn.execute(query).fetchall()]
+    import psycopg
+
+    with psycopg.connect(db_url) as pg:
+        return [tuple(r) for r in pg.execute(query.encode()).fetchall()]
+

@@ -38,6 +38,7 @@ class EventRow:
     data: str
     ts: int
     received_at: float
+    trace: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,41 @@ class NewRun:
     parent_step_id: str | None = None
     idempotency_key: str | None = None
     start_deadline: float | None = None
+    finish_timeout: float | None = None
+    singleton_key: str | None = None
     meta: str | None = None
+    spec: QueueSpec | None = None
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """Where a run queues: its partition (function + first concurrency key), its
+    concurrency keys with their limits, and its throttle key."""
+
+    partition_key: str
+    ckey1: str | None = None
+    limit1: int | None = None
+    ckey2: str | None = None
+    limit2: int | None = None
+    throttle_key: str | None = None
+
+    @property
+    def partition_ckey(self) -> str | None:
+        return self.ckey1
+
+
+@dataclass(frozen=True)
+class QueueItem:
+    """A due queue item as leasing sees it."""
+
+    run_id: str
+    function_id: str
+    ckey1: str | None
+    limit1: int | None
+    ckey2: str | None
+    limit2: int | None
+    throttle_key: str | None
+    fresh: bool
 
 
 @dataclass
@@ -109,6 +144,7 @@ class RunRow:
     parent_run_id: str | None
     parent_step_id: str | None
     meta: str | None = None
+    singleton_key: str | None = None
 
 
 @dataclass
@@ -120,6 +156,35 @@ class LeasedRun:
     events: list[EventRow]
     steps: list[StepRow]
     cancel_requested: bool = False
+    start_deadline: float | None = None
+
+
+@dataclass(frozen=True)
+class WaitRow:
+    """A run waiting for an event (``kind`` 'event'), for a cancelling event
+    ('cancel') or for a child run ('invoke', ``match_value`` = the child's id).
+    Indexed waits match ``async.data.<match_key>`` equal to ``match_value``
+    (canonical JSON); others have ``match_key`` '' and are tested by expression."""
+
+    run_id: str
+    step_id: str
+    kind: str
+    event_name: str
+    match_key: str = ""
+    match_value: str = ""
+    expression: str | None = None
+    event_json: str | None = None
+    created_at: float = 0.0
+    expires_at: float | None = None
+    id: int | None = None
+
+
+@dataclass(frozen=True)
+class TimedOut:
+    run_id: str
+    function_id: str
+    leased: bool
+    kind: str  # 'start' or 'finish'
 
 
 @dataclass(frozen=True)
@@ -172,8 +237,10 @@ class Tx(Protocol):
         ...
 
     # --- events and runs ----------------------------------------------------------
-    def insert_event(self, event_id: str, name: str, data: str, ts: int, now: float) -> int:
-        """Append an event to the log; returns its sequence number."""
+    def insert_event(self, event_id: str, name: str, data: str, ts: int, now: float,
+                     trace: str | None = None) -> int:
+        """Append an event to the log (with the sender's trace context, if any);
+        returns its sequence number."""
         ...
 
     def create_run(self, run: NewRun) -> None:
@@ -193,17 +260,74 @@ class Tx(Protocol):
     def get_spans(self, run_id: str) -> list[SpanRow]: ...
 
     # --- queue and leases -------------------------------------------------------
-    def lease(
-        self, owner: str, function_ids: Sequence[str], limit: int, now: float, until: float,
-        app_version: str | None = None,
-    ) -> list[LeasedRun]:
-        """Take up to ``limit`` due runs of ``function_ids`` until ``until``; each
-        lease bumps the run's epoch so older owners are fenced out, and records
-        ``app_version`` (when given) as the version of the code running the run."""
+    def due_partitions(self, function_ids: Sequence[str], now: float, limit: int) -> list[str]:
+        """Partitions of ``function_ids`` that may have due work, least recently
+        served first (locked for this transaction where the database can)."""
+        ...
+
+    def partition_items(self, key: str, now: float, limit: int) -> list[QueueItem]:
+        """A partition's due items in queue order (``sort_at``: priority applied)."""
+        ...
+
+    def live_leases(self, slot: int, ckey: str, now: float) -> int:
+        """Runs holding a live lease under concurrency key ``ckey`` (slot 1 or 2)."""
+        ...
+
+    def take(self, owner: str, run_id: str, now: float, until: float,
+             app_version: str | None = None) -> LeasedRun | None:
+        """Lease one item until ``until``, bumping the run's epoch so older owners
+        are fenced out; marks the run running (recording ``app_version``, when
+        given, as the version of the code running it) and reads its events and memos."""
+        ...
+
+    def settle_partition(self, key: str, now: float, next_at: float | None) -> None:
+        """After a lease pass: set the partition's next due time (``None``: its
+        earliest future item) and mark it served; drop it if empty."""
+        ...
+
+    def lower_partition(self, key: str, function_id: str, ckey: str | None, at: float) -> None:
+        """Make sure the partition is looked at no later than ``at``."""
         ...
 
     def next_due(self, function_ids: Sequence[str]) -> float | None:
-        """When the earliest queued run of ``function_ids`` becomes due."""
+        """When a partition of ``function_ids`` is next due."""
+        ...
+
+    # --- flow control state -----------------------------------------------------------
+    def lock(self, key: str) -> None:
+        """Hold a lock on ``key`` until the transaction ends, so concurrent
+        read-then-write of its state (GCRA, accumulators, slot counts) cannot
+        interleave (a no-op where writers are already serial, as in SQLite)."""
+        ...
+
+    def try_lock(self, key: str) -> bool:
+        """``lock`` without waiting: ``False`` if another transaction holds it."""
+        ...
+
+    def gcra_tat(self, key: str) -> float | None:
+        """The theoretical arrival time of a throttle or rate-limit key."""
+        ...
+
+    def set_gcra_tat(self, key: str, tat: float) -> None: ...
+
+    def get_accumulator(self, kind: str, key: str) -> tuple[str, int, float] | None:
+        """The open debounce or batch run for a key: (run id, size, first_at)."""
+        ...
+
+    def put_accumulator(self, kind: str, key: str, run_id: str, size: int, first_at: float) -> None: ...
+
+    def close_batch(self, key: str) -> None: ...
+
+    def pending_item(self, run_id: str) -> bool:
+        """Queued and never leased (a debounced or batching run may still change)."""
+        ...
+
+    def move_item(self, run_id: str, at: float, sort_at: float) -> None:
+        """Change when a queued item is due."""
+        ...
+
+    def set_run_events(self, run_id: str, events: Sequence[tuple[int, str]], replace: bool) -> None:
+        """Replace a run's event (debounce) or append one (batch)."""
         ...
 
     def extend_leases(self, owner: str, run_ids: Sequence[str], until: float) -> list[str]:
@@ -226,10 +350,12 @@ class Tx(Protocol):
         ...
 
     def reschedule(
-        self, fence: Fence, status: str, available_at: float | None, attempt: int | None
+        self, fence: Fence, status: str, available_at: float | None, attempt: int | None,
+        now: float,
     ) -> None:
         """Release the lease and park the run until ``available_at`` (``None``: until
-        something wakes it) with the given status."""
+        something wakes it) with the given status; if a wake-up was requested
+        while the run was leased, it is due ``now`` instead."""
         ...
 
     def finish_run(
@@ -245,9 +371,84 @@ class Tx(Protocol):
         ids to forget (failed ones, or every step from a rerun point)."""
         ...
 
-    def request_cancel(self, run_id: str, now: float) -> str:
-        """Cancel a run: at once if no worker holds it, else flag it for the next
-        checkpoint. Returns the resulting status."""
+    def is_leased(self, run_id: str, now: float) -> bool:
+        """Whether a worker holds a live lease on the run."""
+        ...
+
+    def flag_cancel(self, run_id: str) -> None:
+        """Ask the worker holding the run to cancel it at its next step boundary."""
+        ...
+
+    def set_singleton(self, run_id: str, key: str | None) -> None: ...
+
+    # --- waits (events, cancellations, invoked children) ----------------------------------
+    def insert_wait(self, wait: WaitRow) -> None:
+        """Start waiting; events received after this commit can resolve it."""
+        ...
+
+    def wait_keys(self, event_name: str) -> list[str]:
+        """The match keys in use by waits on ``event_name`` ('' for unindexed)."""
+        ...
+
+    def match_waits(self, event_name: str, match_key: str, match_value: str,
+                    now: float) -> list[WaitRow]:
+        """Unexpired waits on ``event_name`` whose key equals ``match_value``."""
+        ...
+
+    def claim_wait(self, wait_id: int) -> bool:
+        """Delete one wait; ``True`` only for the caller that deleted it."""
+        ...
+
+    def claim_step_waits(self, run_id: str, step_id: str) -> bool:
+        """Delete a step's waits; ``True`` if any was still there (timeouts)."""
+        ...
+
+    def delete_run_waits(self, run_id: str) -> None: ...
+
+    def child_waits(self, child_run_id: str) -> list[WaitRow]:
+        """Parents' ``invoke`` waits on a child run."""
+        ...
+
+    def complete_waiting_step(self, run_id: str, step_id: str, status: str, output: str | None,
+                              error: str | None, now: float) -> bool:
+        """Resolve a ``waiting`` step memo; ``False`` if it was not waiting."""
+        ...
+
+    def wake_run(self, run_id: str, now: float) -> None:
+        """Make a parked run due now (or, if leased, due when it parks)."""
+        ...
+
+    def get_step(self, run_id: str, step_id: str) -> StepRow | None: ...
+
+    # --- cron and timeouts -----------------------------------------------------------------
+    def ensure_cron(self, function_id: str, schedule: str, next_at: float) -> None:
+        """Create the schedule's row if missing (keeps an existing ``next_at``)."""
+        ...
+
+    def due_crons(self, function_ids: Sequence[str], now: float) -> list[tuple[str, str, float]]: ...
+
+    def advance_cron(self, function_id: str, schedule: str, expected: float, next_at: float) -> bool:
+        """Compare-and-set ``next_at``: ``True`` for the one caller that claims the tick."""
+        ...
+
+    def next_cron(self, function_ids: Sequence[str]) -> float | None: ...
+
+    def timed_out(self, now: float, limit: int = 100) -> list[TimedOut]:
+        """Runs past their start or finish deadline."""
+        ...
+
+    def next_deadline(self) -> float | None: ...
+
+    def clear_deadlines(self, run_id: str) -> None:
+        """Forget a run's timeouts (it has been told to cancel)."""
+        ...
+
+    def release_key(self, key: str, ref: str) -> None:
+        """Drop a claim if ``ref`` still holds it."""
+        ...
+
+    def prune_keys(self, now: float) -> None:
+        """Delete expired claims."""
         ...
 
     # --- workers ----------------------------------------------------------------------

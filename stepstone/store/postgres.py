@@ -41,7 +41,11 @@ from stepstone.store.sqltx import Dialect, SqlTx
 
 T = TypeVar("T")
 
-DIALECT = Dialect("postgres", lock="FOR UPDATE SKIP LOCKED", pyformat=True)
+DIALECT = Dialect(
+    "postgres", lock="FOR UPDATE SKIP LOCKED", pyformat=True,
+    key_lock="SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))",
+    key_try_lock="SELECT pg_try_advisory_xact_lock(hashtextextended(%(key)s, 0)) AS ok",
+)
 CHANNEL = "stepstone_work"
 READ_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 READ_WAIT = 2.0  # seconds a read waits for a pooled connection
@@ -52,11 +56,15 @@ DEFAULTS = {"connect_timeout": "5", "application_name": "stepstone", "keepalives
             "keepalives_interval": "5", "keepalives_count": "3"}
 OWN_OPTIONS = ("writers", "readers")
 
-# Statements that make queue work available (or change when it is due): a new
-# or requeued item, a parked, released or finished run. A transaction that ran
-# one of them (changing a row) notifies the listening workers.
-WAKE_QUERIES = frozenset({"insert_queue_item", "fence_park", "release_leases", "fence_delete",
-                          "delete_queue_item"})
+# Statements that make queue work available or due sooner: a new item, a parked,
+# woken, moved, released or finished run (a freed concurrency slot), a lowered
+# partition hint. A transaction that ran one of them (changing a row) notifies
+# the listening workers. Leasing and heartbeats never do.
+WAKE_QUERIES = frozenset({
+    "insert_queue_item", "fence_park_wake", "wake_run", "move_item", "release_leases",
+    "fence_delete", "delete_queue_item", "lower_partition", "wake_ckey",
+    "wake_function_partitions", "wake_owner_partitions",
+})
 _WRITE_VERBS = ("INSERT", "UPDATE", "DELETE")
 
 

@@ -27,21 +27,24 @@ DELETE FROM dedupe WHERE key = :key AND ref = :ref;
 DELETE FROM dedupe WHERE expires_at <= :now;
 
 -- name: insert_event
-INSERT INTO events (id, name, data, ts, received_at) VALUES (:id, :name, :data, :ts, :now)
+INSERT INTO events (id, name, data, ts, received_at, trace)
+VALUES (:id, :name, :data, :ts, :now, :trace)
 RETURNING seq;
 
 -- name: insert_run
 INSERT INTO runs (id, function_id, status, event_ids, created_at, error, parent_run_id,
-                  parent_step_id, idempotency_key, meta, ended_at)
+                  parent_step_id, idempotency_key, meta, ended_at, singleton_key)
 VALUES (:id, :function_id, :status, :event_ids, :created_at, :error, :parent_run_id,
-        :parent_step_id, :idempotency_key, :meta, :ended_at);
+        :parent_step_id, :idempotency_key, :meta, :ended_at, :singleton_key);
 
 -- name: insert_run_event
 INSERT INTO run_events (run_id, position, event_seq) VALUES (:run_id, :position, :event_seq);
 
 -- name: insert_queue_item
-INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at, start_deadline)
-VALUES (:run_id, :function_id, :partition_key, :available_at, :sort_at, :start_deadline);
+INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at, start_deadline,
+                   finish_timeout, ckey1, limit1, ckey2, limit2, throttle_key)
+VALUES (:run_id, :function_id, :partition_key, :available_at, :sort_at, :start_deadline,
+        :finish_timeout, :ckey1, :limit1, :ckey2, :limit2, :throttle_key);
 
 -- name: get_run
 SELECT * FROM runs WHERE id = :id;
@@ -70,15 +73,6 @@ WHERE (CAST(:function_id AS TEXT) IS NULL OR r.function_id = :function_id)
 ORDER BY r.id DESC
 LIMIT :limit;
 
--- name: lease_queue
-UPDATE queue SET owner = :owner, epoch = epoch + 1, available_at = :until
-WHERE run_id IN (
-    SELECT run_id FROM queue
-    WHERE available_at <= :now AND function_id IN ({function_ids})
-    ORDER BY sort_at
-    LIMIT :limit {lock})
-RETURNING run_id, epoch, cancel_requested;
-
 -- name: mark_running
 UPDATE runs SET
     status = CASE WHEN status IN ('queued', 'sleeping', 'waiting') THEN 'running' ELSE status END,
@@ -89,7 +83,7 @@ WHERE id = :id
 RETURNING *;
 
 -- name: next_due
-SELECT MIN(available_at) AS due FROM queue WHERE function_id IN ({function_ids});
+SELECT MIN(next_at) AS due FROM partitions WHERE function_id IN ({function_ids});
 
 -- name: extend_leases
 -- (rows another transaction is changing are skipped, not waited for: that is a
@@ -100,6 +94,11 @@ RETURNING run_id;
 
 -- name: release_leases
 UPDATE queue SET owner = NULL, available_at = :now WHERE owner = :owner;
+
+-- name: wake_owner_partitions
+UPDATE partitions SET next_at = :now
+WHERE key IN (SELECT partition_key FROM queue WHERE owner = :owner)
+  AND (next_at IS NULL OR next_at > :now);
 
 -- name: fence_check
 SELECT cancel_requested FROM queue WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch;
@@ -118,18 +117,16 @@ ON CONFLICT (run_id, step_id) DO UPDATE SET
 INSERT INTO spans (run_id, kind, name, attempt, started_at, ended_at, status, error, detail)
 VALUES (:run_id, :kind, :name, :attempt, :started_at, :ended_at, :status, :error, :detail);
 
--- name: fence_park
-UPDATE queue SET owner = NULL, available_at = :available_at
-WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch;
-
 -- name: park_run
 UPDATE runs SET status = :status, attempt = COALESCE(:attempt, attempt) WHERE id = :id;
 
 -- name: fence_delete
-DELETE FROM queue WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch;
+DELETE FROM queue WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch
+RETURNING partition_key, function_id, ckey1, ckey2, available_at;
 
 -- name: delete_queue_item
-DELETE FROM queue WHERE run_id = :run_id;
+DELETE FROM queue WHERE run_id = :run_id
+RETURNING partition_key, function_id, ckey1, ckey2, available_at;
 
 -- name: finish_run
 UPDATE runs SET status = :status, output = :output, error = :error, ended_at = :now
@@ -160,3 +157,190 @@ DELETE FROM workers WHERE id = :id;
 
 -- name: list_workers
 SELECT * FROM workers WHERE heartbeat_at >= :alive_since ORDER BY id;
+
+-- ---------------------------------------------------------------------------
+-- Orchestration: waits, wake-ups, cron, timeouts.
+
+-- name: insert_wait
+INSERT INTO waits (run_id, step_id, kind, event_name, match_key, match_value, expression,
+                   event_json, created_at, expires_at)
+VALUES (:run_id, :step_id, :kind, :event_name, :match_key, :match_value, :expression,
+        :event_json, :created_at, :expires_at);
+
+-- name: insert_wait_key
+INSERT INTO wait_keys (event_name, match_key) VALUES (:event_name, :match_key)
+ON CONFLICT (event_name, match_key) DO NOTHING;
+
+-- name: wait_keys
+SELECT match_key FROM wait_keys WHERE event_name = :event_name;
+
+-- name: match_waits
+SELECT * FROM waits
+WHERE event_name = :event_name AND match_key = :match_key AND match_value = :match_value
+  AND (expires_at IS NULL OR expires_at > :now)
+ORDER BY id;
+
+-- name: delete_wait
+DELETE FROM waits WHERE id = :id;
+
+-- name: delete_step_waits
+DELETE FROM waits WHERE run_id = :run_id AND step_id = :step_id;
+
+-- name: delete_run_waits
+DELETE FROM waits WHERE run_id = :run_id;
+
+-- name: child_waits
+SELECT * FROM waits WHERE kind = 'invoke' AND event_name = '' AND match_value = :child_run_id;
+
+-- name: complete_waiting_step
+UPDATE steps SET status = :status, output = :output, error = :error, ended_at = :now
+WHERE run_id = :run_id AND step_id = :step_id AND status = 'waiting';
+
+-- name: wake_run
+UPDATE queue SET
+    available_at = CASE WHEN owner IS NULL OR available_at <= :now THEN :now ELSE available_at END,
+    wake_requested = CASE WHEN owner IS NULL OR available_at <= :now THEN 0 ELSE 1 END
+WHERE run_id = :run_id
+RETURNING partition_key, function_id, ckey1, ckey2, available_at;
+
+-- name: fence_park_wake
+UPDATE queue SET owner = NULL, wake_requested = 0,
+    available_at = CASE WHEN wake_requested = 1 THEN :now ELSE :available_at END
+WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch
+RETURNING partition_key, function_id, ckey1, ckey2, available_at;
+
+-- name: get_step
+SELECT * FROM steps WHERE run_id = :run_id AND step_id = :step_id;
+
+-- name: upsert_cron
+INSERT INTO crons (function_id, schedule, next_at) VALUES (:function_id, :schedule, :next_at)
+ON CONFLICT (function_id, schedule) DO NOTHING;
+
+-- name: due_crons
+SELECT * FROM crons WHERE function_id IN ({function_ids}) AND next_at <= :now;
+
+-- name: next_cron
+SELECT MIN(next_at) AS due FROM crons WHERE function_id IN ({function_ids});
+
+-- name: advance_cron
+UPDATE crons SET next_at = :next_at
+WHERE function_id = :function_id AND schedule = :schedule AND next_at = :expected;
+
+-- name: timed_out
+SELECT q.run_id, q.owner, q.available_at, q.start_deadline, q.finish_deadline, r.function_id
+FROM queue q JOIN runs r ON r.id = q.run_id
+WHERE q.start_deadline <= :now OR q.finish_deadline <= :now
+LIMIT :limit;
+
+-- name: next_deadline
+SELECT MIN(d) AS due FROM (
+    SELECT MIN(start_deadline) AS d FROM queue
+    UNION ALL SELECT MIN(finish_deadline) AS d FROM queue) AS deadlines;
+
+-- name: start_clock
+UPDATE queue SET start_deadline = NULL,
+    finish_deadline = CASE WHEN finish_timeout IS NULL THEN NULL
+                           ELSE COALESCE(finish_deadline, :now + finish_timeout) END
+WHERE run_id = :run_id;
+
+-- name: clear_deadlines
+UPDATE queue SET start_deadline = NULL, finish_deadline = NULL WHERE run_id = :run_id;
+
+-- name: set_singleton
+UPDATE runs SET singleton_key = :key WHERE id = :id;
+
+-- ---------------------------------------------------------------------------
+-- Flow control: partitions, concurrency keys, GCRA, debounce, batch.
+
+-- name: lower_partition
+INSERT INTO partitions (key, function_id, ckey, next_at) VALUES (:key, :function_id, :ckey, :at)
+ON CONFLICT (key) DO UPDATE SET next_at = excluded.next_at
+WHERE partitions.next_at IS NULL OR partitions.next_at > excluded.next_at;
+
+-- name: wake_ckey
+UPDATE partitions SET next_at = :now WHERE ckey = :ckey AND (next_at IS NULL OR next_at > :now);
+
+-- name: wake_function_partitions
+UPDATE partitions SET next_at = :now
+WHERE function_id = :function_id AND (next_at IS NULL OR next_at > :now);
+
+-- name: due_partitions
+SELECT key, function_id FROM partitions
+WHERE next_at <= :now AND function_id IN ({function_ids})
+ORDER BY last_served, key
+LIMIT :limit {lock};
+
+-- name: partition_items
+SELECT run_id, function_id, ckey1, limit1, ckey2, limit2, throttle_key, fresh
+FROM queue WHERE partition_key = :key AND available_at <= :now
+ORDER BY sort_at, run_id
+LIMIT :limit;
+
+-- name: live_ckey1
+SELECT COUNT(*) AS n FROM queue WHERE ckey1 = :ckey AND owner IS NOT NULL AND available_at > :now;
+
+-- name: live_ckey2
+SELECT COUNT(*) AS n FROM queue WHERE ckey2 = :ckey AND owner IS NOT NULL AND available_at > :now;
+
+-- name: take_item
+UPDATE queue SET owner = :owner, epoch = epoch + 1, available_at = :until, wake_requested = 0,
+    fresh = 0
+WHERE run_id = :run_id
+RETURNING run_id, epoch, cancel_requested, start_deadline;
+
+-- name: partition_next
+SELECT MIN(available_at) AS next_at FROM queue WHERE partition_key = :key AND available_at > :now;
+
+-- name: partition_exists
+SELECT 1 AS found FROM queue WHERE partition_key = :key LIMIT 1;
+
+-- name: settle_partition
+UPDATE partitions SET next_at = :next_at, last_served = :now WHERE key = :key;
+
+-- name: delete_partition
+DELETE FROM partitions WHERE key = :key;
+
+-- name: gcra_get
+SELECT tat FROM gcra WHERE key = :key;
+
+-- name: gcra_set
+INSERT INTO gcra (key, tat) VALUES (:key, :tat) ON CONFLICT (key) DO UPDATE SET tat = excluded.tat;
+
+-- name: get_debounce
+SELECT run_id, first_at FROM debounces WHERE key = :key;
+
+-- name: put_debounce
+INSERT INTO debounces (key, run_id, first_at) VALUES (:key, :run_id, :first_at)
+ON CONFLICT (key) DO UPDATE SET run_id = excluded.run_id, first_at = excluded.first_at;
+
+-- name: get_batch
+SELECT run_id, size, first_at FROM batches WHERE key = :key;
+
+-- name: put_batch
+INSERT INTO batches (key, run_id, size, first_at) VALUES (:key, :run_id, :size, :first_at)
+ON CONFLICT (key) DO UPDATE SET run_id = excluded.run_id, size = excluded.size,
+    first_at = excluded.first_at;
+
+-- name: delete_batch
+DELETE FROM batches WHERE key = :key;
+
+-- name: drop_debounce_of
+DELETE FROM debounces WHERE run_id = :run_id;
+
+-- name: drop_batch_of
+DELETE FROM batches WHERE run_id = :run_id;
+
+-- name: pending_item
+SELECT * FROM queue WHERE run_id = :run_id AND owner IS NULL AND fresh = 1;
+
+-- name: move_item
+UPDATE queue SET available_at = :at, sort_at = :sort_at WHERE run_id = :run_id;
+
+-- name: set_run_events
+UPDATE runs SET event_ids = :event_ids WHERE id = :id;
+
+-- name: replace_run_event
+UPDATE run_events SET event_seq = :event_seq WHERE run_id = :run_id AND position = :position;
+
+-- name: set_queue_spec
+UPDATE runs SET queue_spec = :spec WHERE id = :id;

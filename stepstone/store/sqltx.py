@@ -7,6 +7,7 @@ inside a transaction.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -18,16 +19,18 @@ from typing import Any
 from stepstone.errors import LeaseLostError
 from stepstone.store.base import (
     ACTIVE_STATUSES,
-    CANCELLED,
-    ENDED_STATUSES,
     EventRow,
     Fence,
     LeasedRun,
     NewRun,
+    QueueItem,
+    QueueSpec,
     RunFilter,
     RunRow,
     SpanRow,
     StepRow,
+    TimedOut,
+    WaitRow,
     WorkerRow,
 )
 
@@ -49,6 +52,8 @@ class Dialect:
     name: str
     lock: str = ""
     pyformat: bool = False
+    key_lock: str | None = None  # SQL taking a transaction-scoped lock on :key (None: writers are serial)
+    key_try_lock: str | None = None  # the same without waiting; returns one row, column "ok"
     _cache: dict[tuple[str, tuple[tuple[str, int], ...]], str] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -85,6 +90,16 @@ def _run_row(row: Mapping[str, Any]) -> RunRow:
         parent_run_id=row["parent_run_id"],
         parent_step_id=row["parent_step_id"],
         meta=row["meta"],
+        singleton_key=row["singleton_key"],
+    )
+
+
+def _wait_row(row: Mapping[str, Any]) -> WaitRow:
+    return WaitRow(
+        run_id=row["run_id"], step_id=row["step_id"], kind=row["kind"], event_name=row["event_name"],
+        match_key=row["match_key"], match_value=row["match_value"], expression=row["expression"],
+        event_json=row["event_json"], created_at=row["created_at"], expires_at=row["expires_at"],
+        id=row["id"],
     )
 
 
@@ -97,7 +112,8 @@ def _step_row(row: Mapping[str, Any]) -> StepRow:
 
 
 def _event_row(row: Mapping[str, Any]) -> EventRow:
-    return EventRow(row["seq"], row["id"], row["name"], row["data"], row["ts"], row["received_at"])
+    return EventRow(row["seq"], row["id"], row["name"], row["data"], row["ts"], row["received_at"],
+                    row["trace"])
 
 
 class SqlTx:
@@ -148,8 +164,10 @@ class SqlTx:
         self._exec("prune_keys", {"now": now})
 
     # -- events and runs -------------------------------------------------------------
-    def insert_event(self, event_id: str, name: str, data: str, ts: int, now: float) -> int:
-        row = self._one("insert_event", {"id": event_id, "name": name, "data": data, "ts": ts, "now": now})
+    def insert_event(self, event_id: str, name: str, data: str, ts: int, now: float,
+                     trace: str | None = None) -> int:
+        row = self._one("insert_event", {"id": event_id, "name": name, "data": data, "ts": ts,
+                                         "now": now, "trace": trace})
         return int(row["seq"])
 
     def create_run(self, run: NewRun) -> None:
@@ -160,16 +178,43 @@ class SqlTx:
             "error": run.error, "parent_run_id": run.parent_run_id,
             "parent_step_id": run.parent_step_id, "idempotency_key": run.idempotency_key,
             "meta": run.meta, "ended_at": run.created_at if ended else None,
+            "singleton_key": run.singleton_key,
         })
         for position, seq in enumerate(run.event_seqs):
             self._exec("insert_run_event", {"run_id": run.id, "position": position, "event_seq": seq})
         if not ended:
-            self._exec("insert_queue_item", {
-                "run_id": run.id, "function_id": run.function_id, "partition_key": run.partition,
-                "available_at": run.available_at,
-                "sort_at": run.available_at if run.sort_at is None else run.sort_at,
-                "start_deadline": run.start_deadline,
-            })
+            spec = run.spec or QueueSpec(run.partition or run.function_id)
+            self._enqueue(run.id, run.function_id, spec, run.available_at,
+                          run.available_at if run.sort_at is None else run.sort_at,
+                          run.start_deadline, run.finish_timeout)
+            if run.spec is not None:
+                self._exec("set_queue_spec", {"id": run.id, "spec": json.dumps(dataclasses.asdict(spec))})
+
+    def _enqueue(self, run_id: str, function_id: str, spec: QueueSpec, available_at: float,
+                 sort_at: float, start_deadline: float | None, finish_timeout: float | None) -> None:
+        self._exec("insert_queue_item", {
+            "run_id": run_id, "function_id": function_id, "partition_key": spec.partition_key,
+            "available_at": available_at, "sort_at": sort_at, "start_deadline": start_deadline,
+            "finish_timeout": finish_timeout, "ckey1": spec.ckey1, "limit1": spec.limit1,
+            "ckey2": spec.ckey2, "limit2": spec.limit2, "throttle_key": spec.throttle_key,
+        })
+        self.lower_partition(spec.partition_key, function_id, spec.ckey1, available_at)
+
+    def lower_partition(self, key: str, function_id: str, ckey: str | None, at: float) -> None:
+        self._exec("lower_partition", {"key": key, "function_id": function_id, "ckey": ckey, "at": at})
+
+    def _released(self, row: Any, now: float) -> None:
+        """A queue item was parked, woken or deleted: lower its partition's hint and,
+        if it held concurrency slots, wake the partitions waiting for them."""
+        if row is None:
+            return
+        if row["available_at"] is not None:
+            self.lower_partition(row["partition_key"], row["function_id"], row["ckey1"],
+                                 row["available_at"])
+        if row["ckey1"] is not None:
+            self._exec("wake_ckey", {"ckey": row["ckey1"], "now": now})
+        if row["ckey2"] is not None:
+            self._exec("wake_function_partitions", {"function_id": row["function_id"], "now": now})
 
     def get_run(self, run_id: str) -> RunRow | None:
         row = self._one("get_run", {"id": run_id})
@@ -197,24 +242,110 @@ class SqlTx:
         return [_run_row(r) for r in self._all("list_runs", params, {"statuses": where.statuses})]
 
     # -- queue and leases ---------------------------------------------------------------
-    def lease(self, owner: str, function_ids: Sequence[str], limit: int, now: float,
-              until: float, app_version: str | None = None) -> list[LeasedRun]:
-        if not function_ids or limit <= 0:
+    def due_partitions(self, function_ids: Sequence[str], now: float, limit: int) -> list[str]:
+        if not function_ids:
             return []
-        taken = self._all(
-            "lease_queue", {"owner": owner, "until": until, "now": now, "limit": limit},
-            {"function_ids": function_ids},
+        rows = self._all("due_partitions", {"now": now, "limit": limit}, {"function_ids": function_ids})
+        return [r["key"] for r in rows]
+
+    def partition_items(self, key: str, now: float, limit: int) -> list[QueueItem]:
+        return [
+            QueueItem(r["run_id"], r["function_id"], r["ckey1"], r["limit1"], r["ckey2"], r["limit2"],
+                      r["throttle_key"], bool(r["fresh"]))
+            for r in self._all("partition_items", {"key": key, "now": now, "limit": limit})
+        ]
+
+    def live_leases(self, slot: int, ckey: str, now: float) -> int:
+        row = self._one("live_ckey1" if slot == 1 else "live_ckey2", {"ckey": ckey, "now": now})
+        return int(row["n"])
+
+    def take(self, owner: str, run_id: str, now: float, until: float,
+             app_version: str | None = None) -> LeasedRun | None:
+        item = self._one("take_item", {"owner": owner, "run_id": run_id, "until": until})
+        if item is None:
+            return None
+        run = self._one("mark_running", {"id": run_id, "now": now, "epoch": item["epoch"],
+                                         "app_version": app_version})
+        self._exec("start_clock", {"run_id": run_id, "now": now})
+        self._exec("drop_debounce_of", {"run_id": run_id})
+        self._exec("drop_batch_of", {"run_id": run_id})
+        return LeasedRun(
+            run=_run_row(run), epoch=item["epoch"], events=self.get_events(run_id),
+            steps=self.get_steps(run_id), cancel_requested=bool(item["cancel_requested"]),
+            start_deadline=item["start_deadline"],
         )
-        leased = []
-        for item in taken:
-            run = self._one("mark_running", {"id": item["run_id"], "now": now, "epoch": item["epoch"],
-                                             "app_version": app_version})
-            leased.append(LeasedRun(
-                run=_run_row(run), epoch=item["epoch"], events=self.get_events(item["run_id"]),
-                steps=self.get_steps(item["run_id"]), cancel_requested=bool(item["cancel_requested"]),
-            ))
-        leased.sort(key=lambda lr: lr.run.id)
-        return leased
+
+    def settle_partition(self, key: str, now: float, next_at: float | None) -> None:
+        """Record a lease pass over a partition: it is next due when its earliest
+        future item is, or at ``next_at`` if sooner; drop it when empty."""
+        if next_at is None or next_at > now:
+            row = self._one("partition_next", {"key": key, "now": now})
+            future = None if row is None or row["next_at"] is None else float(row["next_at"])
+            if future is not None:
+                next_at = future if next_at is None else min(next_at, future)
+            elif next_at is None and self._one("partition_exists", {"key": key}) is None:
+                self._exec("delete_partition", {"key": key})
+                return
+        self._exec("settle_partition", {"key": key, "now": now, "next_at": next_at})
+
+    def lock(self, key: str) -> None:
+        """Serialise transactions that read-then-write the state of ``key``."""
+        if self.dialect.key_lock is not None:
+            self.conn.execute(self.dialect.key_lock, {"key": key})
+
+    def try_lock(self, key: str) -> bool:
+        if self.dialect.key_try_lock is None:
+            return True
+        row = self.conn.execute(self.dialect.key_try_lock, {"key": key}).fetchone()
+        return bool(row["ok"])
+
+    # -- GCRA, debounce, batch ----------------------------------------------------------------
+    def gcra_tat(self, key: str) -> float | None:
+        row = self._one("gcra_get", {"key": key})
+        return None if row is None else float(row["tat"])
+
+    def set_gcra_tat(self, key: str, tat: float) -> None:
+        self._exec("gcra_set", {"key": key, "tat": tat})
+
+    def get_accumulator(self, kind: str, key: str) -> tuple[str, int, float] | None:
+        """An open debounce (``kind`` 'debounce') or batch: (run id, size, first_at)."""
+        row = self._one("get_debounce" if kind == "debounce" else "get_batch", {"key": key})
+        if row is None:
+            return None
+        return row["run_id"], int(row["size"]) if kind == "batch" else 1, float(row["first_at"])
+
+    def put_accumulator(self, kind: str, key: str, run_id: str, size: int, first_at: float) -> None:
+        if kind == "debounce":
+            self._exec("put_debounce", {"key": key, "run_id": run_id, "first_at": first_at})
+        else:
+            self._exec("put_batch", {"key": key, "run_id": run_id, "size": size, "first_at": first_at})
+
+    def close_batch(self, key: str) -> None:
+        self._exec("delete_batch", {"key": key})
+
+    def pending_item(self, run_id: str) -> bool:
+        """Whether the run is queued and was never leased (its events may change)."""
+        return self._one("pending_item", {"run_id": run_id}) is not None
+
+    def move_item(self, run_id: str, at: float, sort_at: float) -> None:
+        row = self._one("queue_item", {"run_id": run_id})
+        self._exec("move_item", {"run_id": run_id, "at": at, "sort_at": sort_at})
+        if row is not None:
+            self.lower_partition(row["partition_key"], row["function_id"], row["ckey1"], at)
+
+    def set_run_events(self, run_id: str, events: Sequence[tuple[int, str]], replace: bool) -> None:
+        """Replace the run's only event, or append one (batches)."""
+        run = self.get_run(run_id)
+        assert run is not None
+        seq, event_id = events[-1]
+        if replace:
+            self._exec("replace_run_event", {"run_id": run_id, "position": 0, "event_seq": seq})
+            ids = [event_id]
+        else:
+            position = len(run.event_ids)
+            self._exec("insert_run_event", {"run_id": run_id, "position": position, "event_seq": seq})
+            ids = [*run.event_ids, event_id]
+        self._exec("set_run_events", {"id": run_id, "event_ids": json.dumps(ids)})
 
     def next_due(self, function_ids: Sequence[str]) -> float | None:
         if not function_ids:
@@ -229,6 +360,7 @@ class SqlTx:
         return [r["run_id"] for r in rows]
 
     def release_leases(self, owner: str, now: float) -> int:
+        self._exec("wake_owner_partitions", {"owner": owner, "now": now})
         return int(self._exec("release_leases", {"owner": owner, "now": now}).rowcount)
 
     # -- checkpoints ---------------------------------------------------------------------
@@ -260,18 +392,22 @@ class SqlTx:
             })
 
     def reschedule(self, fence: Fence, status: str, available_at: float | None,
-                   attempt: int | None) -> None:
-        if self._fence("fence_park", fence, available_at=available_at).rowcount != 1:
+                   attempt: int | None, now: float) -> None:
+        row = self._fence("fence_park_wake", fence, available_at=available_at, now=now).fetchone()
+        if row is None:
             raise LeaseLostError(f"run {fence.run_id}: lease lost by {fence.owner}")
+        self._released(row, now)
         self._exec("park_run", {"id": fence.run_id, "status": status, "attempt": attempt})
 
     def finish_run(self, fence: Fence | None, run_id: str, status: str, output: str | None,
                    error: str | None, now: float) -> bool:
         if fence is not None:
-            if self._fence("fence_delete", fence).rowcount != 1:
+            row = self._fence("fence_delete", fence).fetchone()
+            if row is None:
                 raise LeaseLostError(f"run {run_id}: lease lost by {fence.owner}")
         else:
-            self._exec("delete_queue_item", {"run_id": run_id})
+            row = self._exec("delete_queue_item", {"run_id": run_id}).fetchone()
+        self._released(row and {**dict(row), "available_at": None}, now)
         params = {"id": run_id, "status": status, "output": output, "error": error, "now": now}
         return int(self._exec("finish_run", params).rowcount) == 1
 
@@ -284,22 +420,103 @@ class SqlTx:
             self._exec("delete_step", {"run_id": run_id, "step_id": step_id})
         self._exec("reopen_run", {"id": run_id, "status": "queued" if run.started_at is None else "running"})
         if self._one("queue_item", {"run_id": run_id}) is None:
-            self._exec("insert_queue_item", {
-                "run_id": run_id, "function_id": run.function_id, "partition_key": "",
-                "available_at": now, "sort_at": now, "start_deadline": None,
-            })
+            raw = self._one("get_run", {"id": run_id})["queue_spec"]
+            spec = QueueSpec(**json.loads(raw)) if raw else QueueSpec(run.function_id)
+            self._enqueue(run_id, run.function_id, spec, now, now, None, None)
 
-    def request_cancel(self, run_id: str, now: float) -> str:
-        run = self.get_run(run_id)
-        if run is None or run.status in ENDED_STATUSES:
-            return run.status if run else ""
+    def is_leased(self, run_id: str, now: float) -> bool:
         item = self._one("queue_item", {"run_id": run_id})
-        leased = item is not None and item["owner"] is not None and item["available_at"] > now
-        if leased:
-            self._exec("flag_cancel", {"run_id": run_id})
-            return run.status
-        self.finish_run(None, run_id, CANCELLED, None, None, now)
-        return CANCELLED
+        return bool(item is not None and item["owner"] is not None
+                    and item["available_at"] is not None and item["available_at"] > now)
+
+    def flag_cancel(self, run_id: str) -> None:
+        self._exec("flag_cancel", {"run_id": run_id})
+
+    # -- waits ---------------------------------------------------------------------------------
+    def insert_wait(self, wait: WaitRow) -> None:
+        self._exec("insert_wait", {
+            "run_id": wait.run_id, "step_id": wait.step_id, "kind": wait.kind,
+            "event_name": wait.event_name, "match_key": wait.match_key,
+            "match_value": wait.match_value, "expression": wait.expression,
+            "event_json": wait.event_json, "created_at": wait.created_at,
+            "expires_at": wait.expires_at,
+        })
+        if wait.event_name:
+            self._exec("insert_wait_key", {"event_name": wait.event_name, "match_key": wait.match_key})
+
+    def wait_keys(self, event_name: str) -> list[str]:
+        return [r["match_key"] for r in self._all("wait_keys", {"event_name": event_name})]
+
+    def match_waits(self, event_name: str, match_key: str, match_value: str, now: float) -> list[WaitRow]:
+        rows = self._all("match_waits", {"event_name": event_name, "match_key": match_key,
+                                         "match_value": match_value, "now": now})
+        return [_wait_row(r) for r in rows]
+
+    def claim_wait(self, wait_id: int) -> bool:
+        return int(self._exec("delete_wait", {"id": wait_id}).rowcount) == 1
+
+    def claim_step_waits(self, run_id: str, step_id: str) -> bool:
+        return int(self._exec("delete_step_waits", {"run_id": run_id, "step_id": step_id}).rowcount) > 0
+
+    def delete_run_waits(self, run_id: str) -> None:
+        self._exec("delete_run_waits", {"run_id": run_id})
+
+    def child_waits(self, child_run_id: str) -> list[WaitRow]:
+        return [_wait_row(r) for r in self._all("child_waits", {"child_run_id": child_run_id})]
+
+    def complete_waiting_step(self, run_id: str, step_id: str, status: str, output: str | None,
+                              error: str | None, now: float) -> bool:
+        params = {"run_id": run_id, "step_id": step_id, "status": status, "output": output,
+                  "error": error, "now": now}
+        return int(self._exec("complete_waiting_step", params).rowcount) == 1
+
+    def wake_run(self, run_id: str, now: float) -> None:
+        row = self._exec("wake_run", {"run_id": run_id, "now": now}).fetchone()
+        if row is not None:
+            self.lower_partition(row["partition_key"], row["function_id"], row["ckey1"],
+                                 row["available_at"])
+
+    def get_step(self, run_id: str, step_id: str) -> StepRow | None:
+        row = self._one("get_step", {"run_id": run_id, "step_id": step_id})
+        return None if row is None else _step_row(row)
+
+    # -- cron ------------------------------------------------------------------------------------
+    def ensure_cron(self, function_id: str, schedule: str, next_at: float) -> None:
+        self._exec("upsert_cron", {"function_id": function_id, "schedule": schedule, "next_at": next_at})
+
+    def due_crons(self, function_ids: Sequence[str], now: float) -> list[tuple[str, str, float]]:
+        rows = self._all("due_crons", {"now": now}, {"function_ids": function_ids})
+        return [(r["function_id"], r["schedule"], r["next_at"]) for r in rows]
+
+    def advance_cron(self, function_id: str, schedule: str, expected: float, next_at: float) -> bool:
+        params = {"function_id": function_id, "schedule": schedule, "expected": expected,
+                  "next_at": next_at}
+        return int(self._exec("advance_cron", params).rowcount) == 1
+
+    def next_cron(self, function_ids: Sequence[str]) -> float | None:
+        if not function_ids:
+            return None
+        row = self._exec("next_cron", {}, {"function_ids": function_ids}).fetchone()
+        return None if row is None or row["due"] is None else float(row["due"])
+
+    # -- timeouts ----------------------------------------------------------------------------------
+    def timed_out(self, now: float, limit: int = 100) -> list[TimedOut]:
+        found = []
+        for r in self._all("timed_out", {"now": now, "limit": limit}):
+            leased = r["owner"] is not None and r["available_at"] is not None and r["available_at"] > now
+            kind = "start" if r["start_deadline"] is not None and r["start_deadline"] <= now else "finish"
+            found.append(TimedOut(r["run_id"], r["function_id"], leased, kind))
+        return found
+
+    def next_deadline(self) -> float | None:
+        row = self._one("next_deadline")
+        return None if row is None or row["due"] is None else float(row["due"])
+
+    def clear_deadlines(self, run_id: str) -> None:
+        self._exec("clear_deadlines", {"run_id": run_id})
+
+    def set_singleton(self, run_id: str, key: str | None) -> None:
+        self._exec("set_singleton", {"id": run_id, "key": key})
 
     # -- workers ------------------------------------------------------------------------------
     def upsert_worker(self, worker: WorkerRow) -> None:

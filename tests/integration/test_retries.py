@@ -244,12 +244,13 @@ def test_trace_has_every_attempt_in_order(app: ss.App) -> None:
     run = send_and_wait(app, ss.Event("go"))
     trace = app.runs.trace(run.id)
     assert [(s.kind, s.name, s.status, s.attempt) for s in trace] == [
+        ("run", "f", "completed", 0),
         ("queued", "queue", "done", 0),
         ("step", "first", "completed", 0),
         ("step", "flaky", "retrying", 0),
         ("step", "flaky", "retrying", 1),
         ("step", "flaky", "completed", 2),
     ]
-    assert trace[2].error is not None and trace[2].error.message == "attempt 1"
-    assert trace[2].error.traceback and "RuntimeError: attempt 1" in trace[2].error.traceback
+    assert trace[3].error is not None and trace[3].error.message == "attempt 1"
+    assert trace[3].error.traceback and "RuntimeError: attempt 1" in trace[3].error.traceback
     assert all(s.ended_at is not None and s.ended_at >= s.started_at for s in trace)

@@ -1,3 +1,9 @@
+-- index batches_by_run
+CREATE INDEX batches_by_run ON batches (run_id);
+
+-- index debounces_by_run
+CREATE INDEX debounces_by_run ON debounces (run_id);
+
 -- index dedupe_by_expiry
 CREATE INDEX dedupe_by_expiry ON dedupe (expires_at);
 
@@ -7,11 +13,32 @@ CREATE INDEX events_by_id ON events (id);
 -- index events_by_received
 CREATE INDEX events_by_received ON events (received_at);
 
+-- index partitions_by_ckey
+CREATE INDEX partitions_by_ckey ON partitions (ckey);
+
+-- index partitions_by_next
+CREATE INDEX partitions_by_next ON partitions (next_at);
+
+-- index queue_by_ckey1
+CREATE INDEX queue_by_ckey1 ON queue (ckey1, owner) WHERE ckey1 IS NOT NULL;
+
+-- index queue_by_ckey2
+CREATE INDEX queue_by_ckey2 ON queue (ckey2, owner) WHERE ckey2 IS NOT NULL;
+
 -- index queue_by_due
 CREATE INDEX queue_by_due ON queue (available_at);
 
+-- index queue_by_finish_deadline
+CREATE INDEX queue_by_finish_deadline ON queue (finish_deadline);
+
 -- index queue_by_owner
 CREATE INDEX queue_by_owner ON queue (owner);
+
+-- index queue_by_partition
+CREATE INDEX queue_by_partition ON queue (partition_key, available_at);
+
+-- index queue_by_start_deadline
+CREATE INDEX queue_by_start_deadline ON queue (start_deadline);
 
 -- index run_events_by_event
 CREATE INDEX run_events_by_event ON run_events (event_seq);
@@ -28,6 +55,35 @@ CREATE INDEX runs_by_status ON runs (status, created_at);
 -- index spans_by_run
 CREATE INDEX spans_by_run ON spans (run_id, id);
 
+-- index waits_by_match
+CREATE INDEX waits_by_match ON waits (event_name, match_key, match_value);
+
+-- index waits_by_run
+CREATE INDEX waits_by_run ON waits (run_id);
+
+-- table batches
+CREATE TABLE batches (
+    key       TEXT PRIMARY KEY,
+    run_id    TEXT NOT NULL,
+    size      INTEGER NOT NULL,
+    first_at  REAL NOT NULL
+);
+
+-- table crons
+CREATE TABLE crons (
+    function_id  TEXT NOT NULL,
+    schedule     TEXT NOT NULL,
+    next_at      REAL NOT NULL,
+    PRIMARY KEY (function_id, schedule)
+);
+
+-- table debounces
+CREATE TABLE debounces (
+    key       TEXT PRIMARY KEY,
+    run_id    TEXT NOT NULL,
+    first_at  REAL NOT NULL
+);
+
 -- table dedupe
 CREATE TABLE dedupe (
     key         TEXT PRIMARY KEY,
@@ -43,7 +99,7 @@ CREATE TABLE events (
     data         TEXT NOT NULL,
     ts           INTEGER NOT NULL,
     received_at  REAL NOT NULL
-);
+, trace TEXT);
 
 -- table functions
 CREATE TABLE functions (
@@ -51,6 +107,21 @@ CREATE TABLE functions (
     app         TEXT NOT NULL,
     config      TEXT NOT NULL,
     updated_at  REAL NOT NULL
+);
+
+-- table gcra
+CREATE TABLE gcra (
+    key  TEXT PRIMARY KEY,
+    tat  REAL NOT NULL
+);
+
+-- table partitions
+CREATE TABLE partitions (
+    key          TEXT PRIMARY KEY,
+    function_id  TEXT NOT NULL,
+    ckey         TEXT,
+    next_at      REAL,
+    last_served  REAL NOT NULL DEFAULT 0
 );
 
 -- table queue
@@ -64,7 +135,7 @@ CREATE TABLE queue (
     epoch             INTEGER NOT NULL DEFAULT 0,
     cancel_requested  INTEGER NOT NULL DEFAULT 0,
     start_deadline    REAL
-);
+, wake_requested INTEGER NOT NULL DEFAULT 0, finish_timeout REAL, finish_deadline REAL, ckey1 TEXT, limit1 INTEGER, ckey2 TEXT, limit2 INTEGER, throttle_key TEXT, fresh INTEGER NOT NULL DEFAULT 1);
 
 -- table run_events
 CREATE TABLE run_events (
@@ -92,7 +163,7 @@ CREATE TABLE runs (
     parent_step_id  TEXT,
     idempotency_key TEXT,
     meta            TEXT
-);
+, singleton_key TEXT, queue_spec TEXT);
 
 -- table schema_migrations
 CREATE TABLE schema_migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL);
@@ -125,6 +196,28 @@ CREATE TABLE steps (
     started_at  REAL,
     ended_at    REAL,
     PRIMARY KEY (run_id, step_id)
+);
+
+-- table wait_keys
+CREATE TABLE wait_keys (
+    event_name  TEXT NOT NULL,
+    match_key   TEXT NOT NULL,
+    PRIMARY KEY (event_name, match_key)
+);
+
+-- table waits
+CREATE TABLE waits (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id       TEXT NOT NULL,
+    step_id      TEXT NOT NULL,
+    kind         TEXT NOT NULL,
+    event_name   TEXT NOT NULL,
+    match_key    TEXT NOT NULL DEFAULT '',
+    match_value  TEXT NOT NULL DEFAULT '',
+    expression   TEXT,
+    event_json   TEXT,
+    created_at   REAL NOT NULL,
+    expires_at   REAL
 );
 
 -- table workers

@@ -32,6 +32,8 @@ def decorate(**options: Any) -> None:
     ({"rate_limit": ss.RateLimit(limit=-2, period="1m")}, "rate_limit.limit"),
     ({"debounce": ss.Debounce(period="1m", timeout="10s")}, "debounce.timeout"),
     ({"priority": ss.Priority(run="event.data.")}, "priority.run"),
+    ({"priority": ss.Priority(run="event.data.vip ? 1200 : 0")}, "priority.run.*outside"),
+    ({"priority": ss.Priority(run="-601")}, "priority.run.*outside"),
     ({"batch": ss.Batch(max_size=0, timeout="1s")}, "batch.max_size"),
     ({"batch": ss.Batch(max_size=10, timeout="1s"), "cancel_on": ss.CancelOn(event="x")}, "cancel_on"),
     ({"singleton": ss.Singleton(mode="replace")}, "singleton.mode"),  # type: ignore[arg-type]

@@ -1,0 +1,506 @@
+"""The replay interpreter.
+
+A run's handler is replayed from the top on every invocation. Each step call
+is matched by id against the run's memos: a completed step returns its saved
+value, a step that failed for good raises ``StepError`` again, a new step
+executes. The interpreter does no I/O itself: it *stages* memo writes in a
+``Journal`` that the executor commits, and it asks the journal to flush before
+any step starts its side effect, so every earlier result is durable first.
+
+When the run must pause (a sleep, a retry back-off, a wait) the interpreter
+raises ``PauseSignal``, a ``BaseException`` that user code cannot swallow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import inspect
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol, TypeVar
+
+from stepstone import limits, serde
+from stepstone.clock import Clock
+from stepstone.durations import parse_duration
+from stepstone.errors import (
+    ErrorInfo,
+    Interrupt,
+    LimitExceededError,
+    NonRetriableError,
+    RetryAfterError,
+    StepError,
+    StepstoneError,
+)
+from stepstone.events import Event
+from stepstone.function import FunctionDef, ResolvedBackoff
+from stepstone.middleware import NO_HOOKS, Hooks
+from stepstone.registry import INVOKE_EVENT, Registry
+from stepstone.store.base import RUNNING, SLEEPING, WAITING, SpanRow, StepRow, Tx, WaitRow
+
+T = TypeVar("T")
+
+# Step memo statuses.
+COMPLETED, FAILED, RETRYING = "completed", "failed", "retrying"
+SLEEPING_STEP, WAITING_STEP = "sleeping", "waiting"
+
+
+class PauseSignal(Interrupt):
+    """The invocation must end; the run resumes at ``wake_at`` (``None``: when woken)."""
+
+    def __init__(self, wake_at: float | None, status: str) -> None:
+        super().__init__(wake_at, status)
+        self.wake_at = wake_at
+        self.status = status
+
+
+class CancelSignal(Interrupt):
+    """The run was cancelled; raised at the next step boundary."""
+
+
+class LeaseLostSignal(Interrupt):
+    """Another worker owns the run now; abandon the invocation without writing."""
+
+
+Effect = Callable[[Tx], Any]
+
+
+class Journal(Protocol):
+    """Where the interpreter stages writes; implemented by the executor."""
+
+    def stage(self, step: StepRow, span: SpanRow | None, effect: Effect | None = None) -> None:
+        """Stage a memo; ``effect`` runs in the same transaction as the memo write."""
+        ...
+
+    async def flush(self) -> None:
+        """Commit staged writes; may raise ``CancelSignal`` or ``LeaseLostSignal``."""
+        ...
+
+    async def apply(self, op: Callable[[Tx], Any]) -> Any:
+        """Commit staged writes and then ``op`` in one fenced transaction, now."""
+        ...
+
+    def warn(self, name: str, message: str) -> None:
+        """Record a warning in the run's trace."""
+        ...
+
+
+@dataclass(frozen=True)
+class StepScope:
+    """The step whose function is executing in this context."""
+
+    step_id: str
+    attempt: int
+
+
+current_step: contextvars.ContextVar[StepScope | None] = contextvars.ContextVar(
+    "stepstone_current_step", default=None
+)
+
+
+def error_info(exc: BaseException, *, with_traceback: bool = True) -> ErrorInfo:
+    import traceback
+
+    tb = "".join(traceback.format_exception(exc)) if with_traceback else None
+    return ErrorInfo(type(exc).__name__, str(exc), tb)
+
+
+def _step_error(memo: StepRow) -> StepError:
+    info = ErrorInfo.from_json(serde.loads(memo.error)) or ErrorInfo("Error", "unknown error")
+    return StepError(memo.step_id, info.type, info.message)
+
+
+def retry_at(exc: RetryAfterError, now: float) -> float:
+    value = exc.retry_after
+    if isinstance(value, datetime):
+        moment = value if value.tzinfo else value.replace(tzinfo=UTC)
+        return moment.timestamp()
+    return now + parse_duration(value, field="retry_after")
+
+
+class Services(Protocol):
+    """What orchestration steps need beyond memos (supplied by the executor)."""
+
+    def matcher(self) -> Registry:
+        """Every function known to the store, for ingesting sent events."""
+        ...
+
+    def function(self, ref: str | Callable[..., Any]) -> FunctionDef | None:
+        """Resolve a function id or decorated handler."""
+        ...
+
+
+def as_timestamp(moment: datetime) -> float:
+    if not isinstance(moment, datetime):
+        raise NonRetriableError(f"sleep_until needs a datetime, got {type(moment).__name__}")
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+class Interpreter:
+    """Replays one invocation of a run's handler against its step memos."""
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        steps: list[StepRow],
+        journal: Journal,
+        clock: Clock,
+        retries: int,
+        backoff: ResolvedBackoff,
+        threads: Executor,
+        services: Services,
+        run_event: dict[str, Any] | None = None,
+        hooks: Hooks = NO_HOOKS,
+    ) -> None:
+        self.run_id = run_id
+        self.hooks = hooks
+        self.ctx: Any = None  # the handler's Context, set by the executor
+        self.memo_values: dict[str, Any] | None = None  # set when middleware transforms input
+        self.services = services
+        self.run_event = run_event
+        self.memo = {s.step_id: s for s in steps}
+        self.journal = journal
+        self.clock = clock
+        self.retries = retries
+        self.backoff = backoff
+        self.threads = threads
+        self._counters: dict[str, int] = {}
+        self._unreached = {s.step_id: s.position for s in steps}  # recorded, not yet reached
+        self._warned = False
+        self._last_recorded = max((s.position for s in steps), default=-1)
+        self._next_position = self._last_recorded + 1
+        self.replaying = bool(steps)
+        self.pauses: list[PauseSignal] = []
+        self.children: set[asyncio.Task[Any]] = set()
+        self.main_task: asyncio.Task[Any] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    # -- ids, order, replay state ------------------------------------------------------
+    def claim_id(self, base: str) -> str:
+        """Resolve a user's step id: repeated ids get ``:1``, ``:2``... in call order."""
+        if not isinstance(base, str) or not base:
+            raise NonRetriableError(f"a step id must be a non-empty string, got {base!r}")
+        if len(base) > limits.MAX_STEP_ID_CHARS:
+            raise LimitExceededError(f"step id longer than {limits.MAX_STEP_ID_CHARS} characters")
+        count = self._counters.get(base, 0)
+        self._counters[base] = count + 1
+        return base if count == 0 else f"{base}:{count}"
+
+    def _reach(self, step_id: str) -> StepRow | None:
+        task = asyncio.current_task()
+        if task is not None and task is not self.main_task:
+            self.children.add(task)
+        memo = self.memo.get(step_id)
+        if memo is None or memo.position >= self._last_recorded:
+            self.replaying = False
+        if memo is None:
+            if len(self.memo) >= limits.MAX_STEPS_PER_RUN:
+                raise LimitExceededError(
+                    f"run has {len(self.memo)} steps; the limit is {limits.MAX_STEPS_PER_RUN}"
+                )
+            if self._unreached and not self._warned:
+                self._warned = True
+                skipped = sorted(self._unreached, key=self._unreached.__getitem__)
+                self.journal.warn(
+                    "nondeterminism",
+                    f"new step {step_id!r} reached while recorded step(s) "
+                    f"{', '.join(repr(s) for s in skipped)} were not",
+                )
+        self._unreached.pop(step_id, None)
+        return memo
+
+    def _position(self, memo: StepRow | None) -> int:
+        if memo is not None:
+            return memo.position
+        position = self._next_position
+        self._next_position += 1
+        return position
+
+    def _pause(self, wake_at: float | None, status: str) -> PauseSignal:
+        signal = PauseSignal(wake_at, status)
+        self.pauses.append(signal)
+        return signal
+
+    def _save(self, row: StepRow, span: SpanRow | None, effect: Effect | None = None) -> None:
+        self.memo[row.step_id] = row
+        self.journal.stage(row, span, effect)
+
+    # -- step.run ----------------------------------------------------------------------
+    async def begin_run(self, step_id: str) -> tuple[bool, Any]:
+        """Decide a ``step.run``: ``(True, value)`` from memo, or ``(False, attempt)``
+        meaning execute now (earlier writes are committed first)."""
+        memo = self._reach(step_id)
+        if memo is not None:
+            if memo.status == COMPLETED:
+                return True, self.memo_value(memo)
+            if memo.status == FAILED:
+                raise _step_error(memo)
+            if memo.wake_at is not None and memo.wake_at > self.clock.now():
+                raise self._pause(memo.wake_at, RUNNING)
+        await self.journal.flush()
+        if self.hooks.active:
+            await self.hooks.before_execution(self.ctx)
+            await self.hooks.before_step(self.ctx, step_id)
+        return False, (memo.attempts if memo else 0)
+
+    def memo_value(self, memo: StepRow) -> Any:
+        """A completed step's value, as middleware's ``transform_input`` left it."""
+        if self.memo_values is not None and memo.step_id in self.memo_values:
+            return self.memo_values[memo.step_id]
+        return serde.loads(memo.output)
+
+    async def finish_run(
+        self, step_id: str, attempt: int, started: float, result: Any,
+        failure: BaseException | None, retries: int | None,
+    ) -> Any:
+        """Record the outcome of an executed ``step.run``; return its value or raise."""
+        if self.hooks.active:
+            await self.hooks.after_step(self.ctx, step_id, result, failure)
+        now = self.clock.now()
+        memo = self.memo.get(step_id)
+        position = self._position(memo)
+        encoded = stored = None
+        if failure is None:
+            try:
+                encoded = stored = serde.dumps(
+                    result, what=f"step {step_id!r} output", limit=limits.MAX_STEP_OUTPUT_BYTES
+                )
+                if self.hooks.has("transform_output"):
+                    kept = await self.hooks.transform_output(self.ctx, serde.loads(encoded), step_id)
+                    stored = serde.dumps(kept, what=f"step {step_id!r} output",
+                                         limit=limits.MAX_STEP_OUTPUT_BYTES)
+            except StepstoneError as exc:
+                failure = exc
+        if failure is None:
+            row = StepRow(self.run_id, step_id, position, "run", COMPLETED, attempt + 1,
+                          stored, None, None, started, now)
+            self._save(row, None)  # the memo itself is the final attempt's trace entry
+            return serde.loads(encoded)
+        info = error_info(failure)
+        error_json = serde.dumps(info.to_json(), what="error")
+        allowed = self.retries if retries is None else retries
+        if isinstance(failure, NonRetriableError) or attempt >= allowed:
+            row = StepRow(self.run_id, step_id, position, "run", FAILED, attempt + 1, None,
+                          error_json, None, started, now)
+            self._save(row, None)
+            raise StepError(step_id, info.type, info.message) from failure
+        wake = (retry_at(failure, now) if isinstance(failure, RetryAfterError)
+                else now + self.backoff.delay(attempt + 1))
+        row = StepRow(self.run_id, step_id, position, "run", RETRYING, attempt + 1, None,
+                      error_json, wake, started, None)
+        # A failed attempt that will be retried keeps its own trace entry.
+        self._save(row, SpanRow(self.run_id, "step", step_id, started, now, RETRYING, attempt,
+                                error_json))
+        raise self._pause(row.wake_at, RUNNING) from failure
+
+    async def run(self, step_id: str, fn: Callable[..., Any], args: tuple[Any, ...],
+                  retries: int | None) -> Any:
+        """``step.run`` for async handlers."""
+        done, value = await self.begin_run(step_id)
+        if done:
+            return value
+        attempt = int(value)
+        started = self.clock.now()
+        token = current_step.set(StepScope(step_id, attempt))
+        try:
+            result: Any = None
+            failure: BaseException | None = None
+            try:
+                if inspect.iscoroutinefunction(fn):
+                    result = await fn(*args)
+                else:
+                    context = contextvars.copy_context()
+                    loop = asyncio.get_running_loop()
+                    result = await loop.run_in_executor(self.threads, context.run, fn, *args)
+                    if inspect.isawaitable(result):
+                        result = await result
+            except Exception as exc:  # noqa: BLE001 - recorded as the step's failure
+                failure = exc
+        finally:
+            current_step.reset(token)
+        return await self.finish_run(step_id, attempt, started, result, failure, retries)
+
+    # -- step.sleep --------------------------------------------------------------------
+    def sleep_until(self, step_id: str, wake_at: float) -> None:
+        """Pause until ``wake_at`` unless that time has come; no I/O."""
+        memo = self._reach(step_id)
+        now = self.clock.now()
+        if memo is not None and memo.status == COMPLETED:
+            return
+        if memo is None:
+            if wake_at - now > limits.MAX_SLEEP_SECONDS:
+                raise LimitExceededError(
+                    f"step {step_id!r}: sleeps are limited to 366 days"
+                )
+        else:
+            wake_at = memo.wake_at if memo.wake_at is not None else now
+        started = memo.started_at if memo and memo.started_at else now
+        position = self._position(memo)
+        if wake_at <= now:
+            row = StepRow(self.run_id, step_id, position, "sleep", COMPLETED, 1, None, None,
+                          wake_at, started, now)
+            self._save(row, None)
+            return
+        if memo is None:
+            row = StepRow(self.run_id, step_id, position, "sleep", SLEEPING_STEP, 0, None, None,
+                          wake_at, started, None)
+            self._save(row, None)
+        raise self._pause(wake_at, SLEEPING)
+
+    # -- waits: events and invoked functions ------------------------------------------------
+    async def _resolved(self, memo: StepRow) -> StepRow | None:
+        """A memo that no longer waits: its own, or the outcome of its timeout.
+        ``None`` means: still waiting, pause."""
+        if memo.status != WAITING_STEP:
+            return memo
+        if memo.wake_at is None or memo.wake_at > self.clock.now():
+            raise self._pause(memo.wake_at, WAITING)
+        now = self.clock.now()
+        failure = None
+        if memo.kind == "invoke":
+            failure = serde.dumps({"type": "InvokeTimeout", "message":
+                                   f"step {memo.step_id!r}: the invoked run did not finish in time"},
+                                  what="error")
+        run_id, step_id = self.run_id, memo.step_id
+
+        def timeout(tx: Tx) -> StepRow | None:
+            # Deleting the wait decides the race: the event (or child) or the timeout.
+            if tx.claim_step_waits(run_id, step_id):
+                status = FAILED if failure else COMPLETED
+                tx.complete_waiting_step(run_id, step_id, status, None if failure else "null",
+                                         failure, now)
+            return tx.get_step(run_id, step_id)
+
+        row: StepRow | None = await self.journal.apply(timeout)
+        if row is not None:
+            self.memo[step_id] = row
+        return row
+
+    def _outcome(self, memo: StepRow) -> Any:
+        if memo.status == FAILED:
+            raise _step_error(memo)
+        return self.memo_value(memo)
+
+    async def wait_for_event(self, step_id: str, event: str, condition: str | None,
+                             timeout: float | None) -> Event | None:
+        from stepstone.waits import build_wait
+
+        memo = self._reach(step_id)
+        if memo is not None:
+            resolved = await self._resolved(memo)
+            value = self._outcome(resolved) if resolved else None
+            return Event.from_json(value) if value else None
+        now = self.clock.now()
+        expires = self._expiry(step_id, now, timeout)
+        try:
+            wait = build_wait(run_id=self.run_id, step_id=step_id, kind="event", event_name=event,
+                              condition=condition, run_event=self.run_event, now=now,
+                              expires_at=expires, field="if_")
+        except StepstoneError as exc:
+            raise NonRetriableError(f"step {step_id!r}: {exc}") from exc
+        row = StepRow(self.run_id, step_id, self._position(None), "wait", WAITING_STEP, 0,
+                      wake_at=expires, started_at=now)
+        self._save(row, None, lambda tx: tx.insert_wait(wait))
+        raise self._pause(expires, WAITING)
+
+    def _expiry(self, step_id: str, now: float, timeout: float | None) -> float | None:
+        if timeout is None:
+            return None
+        if timeout > limits.MAX_SLEEP_SECONDS:
+            raise LimitExceededError(f"step {step_id!r}: timeouts are limited to 366 days")
+        return now + timeout
+
+    async def invoke(self, step_id: str, function: str | Callable[..., Any], data: dict[str, Any],
+                     timeout: float | None) -> Any:
+        from stepstone.ingest import prepare
+        from stepstone.scheduler.admission import start_run
+
+        memo = self._reach(step_id)
+        if memo is not None:
+            resolved = await self._resolved(memo)
+            return self._outcome(resolved) if resolved else None
+        target = self.services.function(function)
+        if target is None:
+            raise NonRetriableError(f"step {step_id!r}: no function {function!r} to invoke")
+        now = self.clock.now()
+        expires = self._expiry(step_id, now, timeout)
+        [event] = prepare(Event(INVOKE_EVENT, data), now, system=True)
+        if len(event.data_json.encode()) > limits.MAX_EVENT_BYTES:
+            raise LimitExceededError(f"step {step_id!r}: invoke data over {limits.MAX_EVENT_BYTES} bytes")
+        run_id, matcher = self.run_id, self.services.matcher()
+
+        def start_child(tx: Tx) -> None:
+            seq = tx.insert_event(event.id, event.name, event.data_json, event.ts, now)
+            child = start_run(tx, target, [(seq, event)], now, matcher, parent=(run_id, step_id))
+            tx.insert_wait(WaitRow(run_id, step_id, "invoke", "", match_value=child or "",
+                                   created_at=now, expires_at=expires))
+            child_run = tx.get_run(child) if child else None
+            if child_run is None or child_run.status == "skipped":
+                reason = serde.dumps({"type": "InvokeSkipped", "message": "the invoked run was skipped"},
+                                     what="error")
+                tx.claim_step_waits(run_id, step_id)
+                tx.complete_waiting_step(run_id, step_id, FAILED, None, reason, now)
+                tx.wake_run(run_id, now)
+
+        row = StepRow(self.run_id, step_id, self._position(None), "invoke", WAITING_STEP, 0,
+                      wake_at=expires, started_at=now)
+        self._save(row, None, start_child)
+        raise self._pause(expires, WAITING)
+
+    # -- send_event ------------------------------------------------------------------------
+    async def send_event(self, step_id: str, events: Event | Sequence[Event]) -> list[str]:
+        """Ingest ``events`` in the same transaction as the step's memo: exactly once."""
+        from stepstone.ingest import ingest, prepare
+
+        memo = self._reach(step_id)
+        if memo is not None and memo.status in (COMPLETED, FAILED):
+            return list(self._outcome(memo))
+        now = self.clock.now()
+        await self.journal.flush()
+        try:
+            if self.hooks.active:
+                await self.hooks.before_execution(self.ctx)
+                batch = [events] if isinstance(events, Event) else list(events)
+                events = await self.hooks.before_send_events(self.ctx, batch)
+            prepared = prepare(events, now)
+        except StepstoneError as exc:
+            info = error_info(exc)
+            row = StepRow(self.run_id, step_id, self._position(memo), "send", FAILED, 1, None,
+                          serde.dumps(info.to_json(), what="error"), None, now, now)
+            self._save(row, None)
+            raise StepError(step_id, info.type, info.message) from exc
+        ids = [event.id for event in prepared]
+        matcher = self.services.matcher()
+        row = StepRow(self.run_id, step_id, self._position(memo), "send", COMPLETED, 1,
+                      serde.dumps(ids, what="event ids"), None, None, now, now)
+        self._save(row, None, lambda tx: ingest(tx, prepared, matcher, now))
+        await self.journal.flush()
+        if self.hooks.active:
+            await self.hooks.after_send_events(self.ctx, ids)
+        return ids
+
+    # -- idempotency keys -----------------------------------------------------------------
+    def idempotency_key(self, step_id: str | None) -> str:
+        if step_id is None:
+            scope = current_step.get()
+            if scope is None:
+                raise NonRetriableError("idempotency_key() without an id must be called inside a step")
+            step_id = scope.step_id
+        digest = hashlib.sha256(f"{self.run_id}\x00{step_id}".encode()).hexdigest()[:32]
+        return f"ss-{digest}"
+
+    # -- settling -------------------------------------------------------------------------
+    async def settle(self) -> None:
+        """Wait for step calls still running in other tasks (parallel branches)."""
+        while True:
+            pending = [t for t in self.children if not t.done()]
+            if not pending:
+                break
+            await asyncio.gather(*pending, return_exceptions=True)
+        for task in self.children:
+            if not task.cancelled():
+                task.exception()  # mark retrieved

@@ -1,0 +1,91 @@
+"""How runs end: one place that finishes a run, cleans up what it held, resolves
+a parent waiting on it (``step.invoke``) and records the system events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stepstone import serde
+from stepstone.errors import ErrorInfo
+from stepstone.events import Event
+from stepstone.ingest import ingest, prepare
+from stepstone.registry import CANCELLED_EVENT, FAILED_EVENT, FINISHED_EVENT, Registry
+from stepstone.store.base import (
+    CANCELLED,
+    COMPLETED,
+    ENDED_STATUSES,
+    FAILED,
+    Fence,
+    RunRow,
+    Tx,
+)
+
+
+def end_run(
+    tx: Tx, run: RunRow, status: str, output: str | None, error: ErrorInfo | None, now: float,
+    matcher: Registry, *, fence: Fence | None = None, events: list[Event] | None = None,
+) -> bool:
+    """End ``run`` with ``status``; ``False`` if it had already ended."""
+    error_json = None if error is None else serde.dumps(error.to_json(), what="error")
+    if not tx.finish_run(fence, run.id, status, output, error_json, now):
+        return False
+    tx.delete_run_waits(run.id)
+    if run.singleton_key:
+        tx.release_key(run.singleton_key, run.id)
+    _resolve_parents(tx, run.id, status, output, error, now)
+    if events is None:
+        events = [Event(e.name, serde.loads(e.data), e.id, e.ts) for e in tx.get_events(run.id)]
+    system = system_events(tx, matcher, run, status, output, error, events)
+    if system:
+        ingest(tx, prepare(system, now, system=True), matcher, now)
+    return True
+
+
+def cancel_run(tx: Tx, run_id: str, now: float, matcher: Registry,
+               reason: ErrorInfo | None = None) -> str:
+    """Cancel at once if no worker holds the run; otherwise flag it so the worker
+    cancels it at its next step boundary. Returns the run's status."""
+    run = tx.get_run(run_id)
+    if run is None or run.status in ENDED_STATUSES:
+        return run.status if run else ""
+    if tx.is_leased(run_id, now):
+        tx.flag_cancel(run_id)
+        return run.status
+    end_run(tx, run, CANCELLED, None, reason, now, matcher)
+    return CANCELLED
+
+
+def _resolve_parents(tx: Tx, child_id: str, status: str, output: str | None,
+                     error: ErrorInfo | None, now: float) -> None:
+    for wait in tx.child_waits(child_id):
+        if wait.id is None or not tx.claim_wait(wait.id):
+            continue
+        if status == COMPLETED:
+            tx.complete_waiting_step(wait.run_id, wait.step_id, COMPLETED, output, None, now)
+        else:
+            info = error or ErrorInfo("Cancelled" if status == CANCELLED else "Failed",
+                                      f"invoked run {child_id} ended {status}")
+            failure = serde.dumps({"type": info.type, "message": info.message}, what="error")
+            tx.complete_waiting_step(wait.run_id, wait.step_id, FAILED, None, failure, now)
+        tx.wake_run(wait.run_id, now)
+
+
+def system_events(tx: Tx, matcher: Registry, run: RunRow, status: str, output: str | None,
+                  error: ErrorInfo | None, events: list[Event]) -> list[Event]:
+    """``stepstone/function.*`` events for a run that ended (see README)."""
+    base: dict[str, Any] = {
+        "function_id": run.function_id,
+        "run_id": run.id,
+        "event": events[0].to_json() if events else None,
+    }
+    err = None if error is None else {"type": error.type, "message": error.message}
+    found: list[Event] = []
+    if status == FAILED:
+        found.append(Event(FAILED_EVENT, {**base, "error": err}))
+    elif status == CANCELLED:
+        found.append(Event(CANCELLED_EVENT, {**base, "error": err}))
+    if status in (COMPLETED, FAILED) and (matcher.listens_to(FINISHED_EVENT)
+                                          or tx.wait_keys(FINISHED_EVENT)):
+        result = {"result": serde.loads(output)} if status == COMPLETED else {"error": err}
+        found.append(Event(FINISHED_EVENT, {**base, "status": status, **result}))
+    return found

@@ -1,0 +1,158 @@
+"""Middleware: shared behaviour plugged into every function (``App(middleware=)``)
+or one function (``@app.function(middleware=)``).
+
+Subclass ``Middleware`` and override any hook; each hook may be a plain or an
+``async`` method (the engine awaits what needs awaiting). Hooks never repeat
+external actions on replays: ``before_step``/``after_step`` run only around
+steps that execute (never memoized ones), ``before_execution`` runs once per
+invocation when the replay has caught up with new code, and ``on_failure``
+runs once, after the run's failure is committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from stepstone.errors import ErrorInfo
+from stepstone.events import Event
+
+if TYPE_CHECKING:
+    from stepstone.context import Context
+
+
+class Middleware:
+    """Override the hooks you need; the defaults do nothing."""
+
+    def transform_input(self, ctx: Context, steps: dict[str, Any]) -> dict[str, Any] | None:
+        """Every invocation, before the handler: may change ``ctx.events`` and the
+        memoized step values (``steps``: step id -> value); return a new dict
+        to replace them."""
+        return None
+
+    def before_execution(self, ctx: Context) -> None:
+        """Once per invocation, when the replay of memoized steps has caught up."""
+
+    def after_execution(self, ctx: Context) -> None:
+        """When the handler returned, paused or raised (after ``before_execution``)."""
+
+    def before_step(self, ctx: Context, step_id: str) -> None:
+        """Before a step's function runs (not for memoized steps)."""
+
+    def after_step(self, ctx: Context, step_id: str, output: Any, error: BaseException | None) -> None:
+        """After a step's function ran, with its result or exception."""
+
+    def transform_output(self, ctx: Context, output: Any, step_id: str | None) -> Any:
+        """The value about to be stored: a step's result (``step_id``) or the
+        function's (``None``). Return what to store; the handler keeps the original."""
+        return output
+
+    def before_send_events(self, ctx: Context | None, events: list[Event]) -> list[Event]:
+        """Events about to be sent (``app.send`` or ``step.send_event``); return what to send."""
+        return events
+
+    def after_send_events(self, ctx: Context | None, ids: list[str]) -> None:
+        """Events were sent (committed)."""
+
+    def on_failure(self, ctx: Context, error: ErrorInfo) -> None:
+        """The run failed (called once, after the failure is committed)."""
+
+
+_HOOKS = ("transform_input", "before_execution", "after_execution", "before_step", "after_step",
+          "transform_output", "before_send_events", "after_send_events", "on_failure")
+
+
+async def _call(method: Any, *args: Any) -> Any:
+    result = method(*args)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+class Hooks:
+    """The middleware of one invocation (or one send), called in order."""
+
+    def __init__(self, middleware: Sequence[Middleware]) -> None:
+        self.middleware = list(middleware)
+        self._by_hook = {
+            hook: [getattr(m, hook) for m in self.middleware
+                   if getattr(type(m), hook, None) is not getattr(Middleware, hook)]
+            for hook in _HOOKS
+        }
+        self.active = any(self._by_hook.values())
+        self.executing = False
+
+    def has(self, hook: str) -> bool:
+        return bool(self._by_hook[hook])
+
+    async def _each(self, hook: str, *args: Any) -> None:
+        for method in self._by_hook[hook]:
+            await _call(method, *args)
+
+    async def transform_input(self, ctx: Context, steps: dict[str, Any]) -> dict[str, Any]:
+        for method in self._by_hook["transform_input"]:
+            replaced = await _call(method, ctx, steps)
+            if replaced is not None:
+                steps = replaced
+        return steps
+
+    async def before_execution(self, ctx: Context) -> None:
+        if not self.executing:
+            self.executing = True
+            await self._each("before_execution", ctx)
+
+    async def after_execution(self, ctx: Context) -> None:
+        if self.executing:
+            self.executing = False
+            await self._each("after_execution", ctx)
+
+    async def before_step(self, ctx: Context, step_id: str) -> None:
+        await self._each("before_step", ctx, step_id)
+
+    async def after_step(self, ctx: Context, step_id: str, output: Any, error: BaseException | None) -> None:
+        await self._each("after_step", ctx, step_id, output, error)
+
+    async def transform_output(self, ctx: Context | None, output: Any, step_id: str | None) -> Any:
+        for method in self._by_hook["transform_output"]:
+            output = await _call(method, ctx, output, step_id)
+        return output
+
+    async def before_send_events(self, ctx: Context | None, events: list[Event]) -> list[Event]:
+        for method in self._by_hook["before_send_events"]:
+            events = list(await _call(method, ctx, events))
+        return events
+
+    async def after_send_events(self, ctx: Context | None, ids: list[str]) -> None:
+        await self._each("after_send_events", ctx, ids)
+
+    async def on_failure(self, ctx: Context, error: ErrorInfo) -> None:
+        await self._each("on_failure", ctx, error)
+
+
+NO_HOOKS = Hooks(())
+
+
+def run_blocking(coro: Any) -> Any:
+    """Run a coroutine to completion from synchronous code (``app.send``), even
+    when the calling thread already runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="stepstone-middleware")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")

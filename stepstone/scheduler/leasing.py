@@ -1,0 +1,111 @@
+"""Fair leasing: which due runs a worker takes, under concurrency limits and
+throttles, without head-of-line blocking across keys.
+
+Work is partitioned by function and first concurrency key. A lease pass visits
+due partitions least-recently-served first and takes items from each in queue
+order (``sort_at``: priority applied) while their concurrency keys have free
+slots and their throttle allows a start. A partition whose key is at its limit
+is parked until one of its runs releases a slot (``wake_ckey``) or a lease
+expires, so a deep backlog behind a full key costs other keys nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from stepstone.registry import Registry
+from stepstone.scheduler import gcra
+from stepstone.store.base import LeasedRun, QueueItem, Tx
+
+SCAN_SLACK = 16  # extra items read per partition, to step over ones a second key blocks
+RECHECK = 0.25  # seconds before re-reading a partition whose scan window was all blocked
+BLOCKED_RECHECK = 5.0  # at most this long between looks at a partition whose key is full
+
+
+@dataclass
+class _Pass:
+    tx: Tx
+    owner: str
+    functions: Registry
+    wanted: int
+    now: float
+    until: float
+    app_version: str | None = None
+    leased: list[LeasedRun] = field(default_factory=list)
+    live: dict[tuple[int, str], int] = field(default_factory=dict)
+    contended: set[str] = field(default_factory=set)
+
+    def has_slot(self, slot: int, ckey: str | None, limit: int | None) -> bool:
+        if ckey is None or limit is None:
+            return True
+        key = (slot, ckey)
+        if key not in self.live:
+            if not self.tx.try_lock(ckey):  # another worker is counting this key's slots now
+                self.live[key] = limit
+                self.contended.add(ckey)
+                return False
+            self.live[key] = self.tx.live_leases(slot, ckey, self.now)
+        return self.live[key] < limit
+
+    def count(self, item: QueueItem) -> None:
+        for slot, ckey in ((1, item.ckey1), (2, item.ckey2)):
+            if ckey is not None:
+                self.live[(slot, ckey)] = self.live.get((slot, ckey), 0) + 1
+
+    def throttled_until(self, item: QueueItem) -> float | None:
+        """When a never-started item's throttle lets it start (``None``: now)."""
+        fn = self.functions.get(item.function_id)
+        if not item.fresh or item.throttle_key is None or fn is None or fn.flow.throttle is None:
+            return None
+        config, period, _key = fn.flow.throttle
+        interval = period / config.limit
+        at = gcra.allowed_at(self.tx, item.throttle_key, (config.burst - 1) * interval, self.now)
+        if at > self.now:
+            return at
+        gcra.consume(self.tx, item.throttle_key, interval, self.now)
+        return None
+
+    def serve(self, key: str) -> float | None:
+        """Take what this partition may give; returns its next due time
+        (``None``: its earliest future item)."""
+        window = self.wanted - len(self.leased) + SCAN_SLACK
+        items = self.tx.partition_items(key, self.now, window)
+        blocked_until: float | None = None
+        for item in items:
+            if len(self.leased) >= self.wanted:
+                return self.now  # more due here; the worker is full
+            if not self.has_slot(1, item.ckey1, item.limit1):
+                if item.ckey1 in self.contended:
+                    return self.now + RECHECK
+                # The partition's key is full: a release wakes it (and, should a
+                # worker die holding the slots, the re-check below).
+                return self.now + BLOCKED_RECHECK
+            if not self.has_slot(2, item.ckey2, item.limit2):
+                continue
+            throttled = self.throttled_until(item)
+            if throttled is not None:
+                blocked_until = throttled if blocked_until is None else min(blocked_until, throttled)
+                continue
+            taken = self.tx.take(self.owner, item.run_id, self.now, self.until, self.app_version)
+            if taken is not None:
+                self.leased.append(taken)
+                self.count(item)
+        if len(items) == window:
+            return self.now + RECHECK
+        if blocked_until is None and items and len(self.leased) < self.wanted:
+            return self.now + BLOCKED_RECHECK  # due items a second key blocks
+        return blocked_until
+
+
+def lease(tx: Tx, owner: str, functions: Registry, wanted: int, now: float,
+          until: float, app_version: str | None = None) -> list[LeasedRun]:
+    """Lease up to ``wanted`` due runs of ``functions`` for ``owner`` until ``until``
+    (recording ``app_version``, when given, on each run)."""
+    if wanted <= 0:
+        return []
+    state = _Pass(tx, owner, functions, wanted, now, until, app_version)
+    for key in tx.due_partitions(functions.ids(), now, wanted + SCAN_SLACK):
+        if len(state.leased) >= wanted:
+            break  # untouched partitions stay due for the next pass
+        tx.settle_partition(key, now, state.serve(key))
+    return state.leased

@@ -1,0 +1,3 @@
+-- The W3C trace context of the code that sent an event (OpenTelemetry), so the
+-- runs it starts are traced under it.
+ALTER TABLE events ADD COLUMN trace TEXT;

@@ -99,9 +99,9 @@ def checkpoint_breakdown(url: str, n: int = 2000) -> dict[str, list[float]]:
     def setup(tx: Any) -> Any:
         seq = tx.insert_event("e", "go", "{}", 0, 1.0)
         tx.create_run(NewRun("r", "f", [seq], ["e"], 1.0, 1.0))
-        return tx.lease("w", ["f"], 1, 1.0, 1e12)
+        return tx.take("w", "r", 1.0, 1e12)
 
-    [leased] = store.transact_sync(setup)
+    leased = store.transact_sync(setup)
     fence = Fence("r", "w", leased.epoch)
     counter = itertools.count()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import psycopg
+import psycopg.errors
 
 from stepstone.errors import StoreError, StoreUnavailableError
 
@@ -20,3 +21,11 @@ def translate(exc: BaseException) -> BaseException:
         return exc
     err.__cause__ = exc
     return err
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """A translated deadlock or serialisation failure: the transaction (or the
+    operation's savepoint) was rolled back and may simply run again."""
+    return isinstance(exc, StoreUnavailableError) and isinstance(
+        exc.__cause__, psycopg.errors.DeadlockDetected | psycopg.errors.SerializationFailure)
+

@@ -10,6 +10,10 @@ synchronous callers block on a ``concurrent.futures`` future.
 A writer whose connection broke reconnects before its next batch, backing off
 while the server stays away; meanwhile batches fail at once with
 ``StoreUnavailableError`` so that callers apply their own retry policy.
+
+An operation chosen as a deadlock victim (or failing serialisation) was rolled
+back alone, leaving nothing behind: it is queued again, up to
+``MAX_ATTEMPTS`` times, before its caller hears of it.
 """
 
 from __future__ import annotations
@@ -32,12 +36,14 @@ log = logging.getLogger("stepstone.store.postgres")
 
 Resolve = Callable[[bool, Any], None]
 BatchRunner = Callable[[Any, list[Callable[[Any], Any]]], list[Outcome]]
+MAX_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
 class _Item:
     op: Callable[[Any], Any]
     resolve: Resolve
+    attempt: int = 1
 
 
 _STOP = object()
@@ -73,10 +79,12 @@ def sync_resolver(future: concurrent.futures.Future[Any]) -> Resolve:
 class Writers:
     """``count`` writer threads sharing one queue of operations."""
 
-    def __init__(self, connect: Callable[[], Any], run: BatchRunner, backoff: Backoff, *,
-                 count: int = 2, max_batch: int = 256, name: str = "stepstone-pg-writer") -> None:
+    def __init__(self, connect: Callable[[], Any], run: BatchRunner, backoff: Backoff,
+                 retryable: Callable[[BaseException], bool], *, count: int = 2, max_batch: int = 256,
+                 name: str = "stepstone-pg-writer") -> None:
         self.connect = connect
         self.run = run
+        self.retryable = retryable
         self.max_batch = max_batch
         self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.closed = False
@@ -136,7 +144,11 @@ class Writers:
             else:
                 outcomes = self.run(conn, [item.op for item in batch])
             for item, (ok, value) in zip(batch, outcomes, strict=True):
-                item.resolve(ok, value)
+                if not ok and item.attempt < MAX_ATTEMPTS and self.retryable(value):
+                    log.info("postgresql: retrying an operation (%s)", value)
+                    self.queue.put(_Item(item.op, item.resolve, item.attempt + 1))
+                else:
+                    item.resolve(ok, value)
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()

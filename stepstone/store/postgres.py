@@ -34,8 +34,9 @@ from stepstone.errors import ConfigError, StoreError, StoreUnavailableError
 from stepstone.store.base import Tx
 from stepstone.store.batching import Outcome, run_batch
 from stepstone.store.migrate import migration_files
-from stepstone.store.pgerrors import translate
+from stepstone.store.pgerrors import is_conflict, translate
 from stepstone.store.pglisten import Listener
+from stepstone.store.pgpipeline import Result, run_alone
 from stepstone.store.pgwriter import Backoff, Writers, async_resolver, sync_resolver
 from stepstone.store.sqltx import Dialect, SqlTx
 
@@ -69,20 +70,30 @@ _WRITE_VERBS = ("INSERT", "UPDATE", "DELETE")
 
 
 class PgTx(SqlTx):
-    """``SqlTx`` that notes whether its transaction changed data and whether it
-    made work available (the store then issues ``NOTIFY``)."""
+    """``SqlTx`` that notes whether its transaction may have made work available
+    (the store then issues ``NOTIFY``) and keeps its results, to tell once the
+    batch is over whether it changed data. Reading a result here would cost a
+    round trip per statement (see ``pgpipeline``)."""
 
-    changed = False
-    wake = False
+    def __init__(self, conn: Any, dialect: Dialect) -> None:
+        super().__init__(conn, dialect)
+        self.wake = False
+        self.results: list[Any] = []  # driver cursors
 
     def _exec(self, name: str, params: Mapping[str, Any] | None = None,
               lists: Mapping[str, Sequence[Any]] | None = None) -> Any:
-        cursor = super()._exec(name, params, lists)
-        if cursor.rowcount > 0 and (cursor.statusmessage or "").startswith(_WRITE_VERBS):
-            self.changed = True
-            if name in WAKE_QUERIES:
-                self.wake = True
-        return cursor
+        result = super()._exec(name, params, lists)
+        self.results.append(result.cursor if isinstance(result, Result) else result)
+        if name in WAKE_QUERIES:
+            self.wake = True  # if no row changed after all, an idle worker leases in vain once
+        return result
+
+    def changed(self) -> bool:
+        """Whether a statement wrote a row (call after the batch: no waiting)."""
+        for cursor in self.results:
+            if cursor.rowcount > 0 and (cursor.statusmessage or "").startswith(_WRITE_VERBS):
+                return True
+        return False
 
 
 def _notify_if_woken(tx: PgTx) -> None:
@@ -122,7 +133,8 @@ class PostgresStore:
         self._pool: ConnectionPool[Any] | None = None
         self._read_threads: ThreadPoolExecutor | None = None
         self._backoff = Backoff()
-        self._writers = Writers(self._connect, self._write_batch, self._backoff, count=writers)
+        self._writers = Writers(self._connect, self._write_batch, self._backoff, is_conflict,
+                                count=writers)
         self._listener = Listener(self._connect, CHANNEL)
 
     @classmethod
@@ -151,14 +163,19 @@ class PostgresStore:
 
     # -- writes ----------------------------------------------------------------------
     def _write_batch(self, conn: Any, ops: list[Callable[[Any], Any]]) -> list[Outcome]:
+        """One transaction for ``ops``: pipelined when alone (``pgpipeline``), else
+        with a savepoint per operation."""
         txs: list[PgTx] = []
 
         def make_tx(c: Any) -> PgTx:
             txs.append(PgTx(c, DIALECT))
             return txs[-1]
 
-        outcomes = run_batch(conn, ops, make_tx, "BEGIN", translate, _notify_if_woken)
-        if txs and txs[0].changed and any(ok for ok, _ in outcomes):
+        if len(ops) == 1:
+            outcomes = [run_alone(conn, ops[0], make_tx, _notify_if_woken, translate)]
+        else:
+            outcomes = run_batch(conn, ops, make_tx, "BEGIN", translate, _notify_if_woken)
+        if txs and any(ok for ok, _ in outcomes) and txs[0].changed():
             with self._lock:
                 self.commits += 1
         return outcomes

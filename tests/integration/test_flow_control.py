@@ -132,7 +132,10 @@ def test_throttle_obeys_the_gcra_bound_and_drops_nothing(app: ss.App) -> None:
     app.send([ss.Event("t", {"i": i}) for i in range(15)])
     runs = wait_all(app, "t", 15)
     assert all(r.status == "completed" for r in runs)  # none dropped
-    starts.sort()
+    assert len(starts) == 15
+    # The bound holds when runs start (are leased, the throttle's clock), not when
+    # their first step gets a thread, which a loaded machine may delay unevenly.
+    starts = sorted(r.started_at.timestamp() for r in runs if r.started_at is not None)
     for i in range(len(starts)):
         for j in range(i + 1, len(starts)):
             # GCRA: at most burst + (window / interval) starts in any window

@@ -269,3 +269,35 @@ def test_an_idle_worker_wakes_on_notify_not_polling(pg_url: str) -> None:
     finally:
         app.close()
         sender.close()
+
+
+def test_a_deadlock_victim_is_run_again(pg_url: str, pg_store: PostgresStore) -> None:
+    """Two operations lock two rows in opposite orders: PostgreSQL aborts one;
+    the store runs it again instead of failing its caller."""
+    pg_store.transact_sync(_new_run("x"))
+    pg_store.transact_sync(_new_run("y"))
+    other = PostgresStore.from_url(pg_url)
+    request_close(other)
+    barrier = threading.Barrier(2, timeout=5)
+    attempts: list[str] = []
+
+    def crossing(first: str, second: str) -> Callable[[Tx], None]:
+        def op(tx: Tx) -> None:
+            attempts.append(first)
+            conn = tx.conn  # type: ignore[attr-defined]
+            mark = "UPDATE runs SET meta = 'touched' WHERE id = %(id)s"
+            assert conn.execute(mark, {"id": first}).rowcount == 1  # holds the row lock
+            if attempts.count(first) == 1:
+                barrier.wait()  # both hold one row; each now wants the other's
+            assert conn.execute(mark, {"id": second}).rowcount == 1
+        return op
+
+    results: list[Any] = []
+    threads = [threading.Thread(target=lambda s=s, a=a, b=b: results.append(s.transact_sync(crossing(a, b))))
+               for s, a, b in ((pg_store, "x", "y"), (other, "y", "x"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert results == [None, None]  # both committed, neither caller saw the deadlock
+    assert sorted(attempts) in (["x", "x", "y"], ["x", "y", "y"])  # the victim ran twice

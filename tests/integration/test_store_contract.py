@@ -289,3 +289,28 @@ def test_writes_from_many_threads_all_commit(store: Store) -> None:
         thread.join(60)
     leased = store.transact_sync(lambda tx: lease(tx, "w", 100, NOW, NOW + 5))
     assert len({lr.run.id for lr in leased}) == 60
+
+
+def _bad_write(tx: Tx) -> None:
+    """A write the server rejects (NOT NULL), never read back by the operation."""
+    tx.conn.execute("INSERT INTO runs (id) VALUES ('no-function-id')")  # type: ignore[attr-defined]
+
+
+def test_a_rejected_write_fails_its_own_operation_only(store: Store) -> None:
+    def bad(tx: Tx) -> None:
+        add_run(tx, "doomed")
+        _bad_write(tx)
+
+    async def together() -> list[Any]:
+        futures = [store.submit(lambda tx: add_run(tx, "one")), store.submit(bad),
+                   store.submit(lambda tx: add_run(tx, "two"))]
+        return await asyncio.gather(*futures, return_exceptions=True)
+
+    first, failed, last = asyncio.run(together())
+    assert first is None and last is None
+    assert isinstance(failed, StoreError) and not isinstance(failed, StoreUnavailableError)
+    assert store.read_sync(lambda tx: tx.get_run("doomed")) is None
+    with pytest.raises(StoreError):
+        store.transact_sync(bad)  # alone in its transaction, too
+    assert store.read_sync(lambda tx: tx.get_run("doomed")) is None
+    assert all(store.read_sync(lambda tx, r=r: tx.get_run(r)) for r in ("one", "two"))

@@ -1,8 +1,11 @@
 """Group commit for PostgreSQL: writer threads draining one queue.
 
-Each writer thread owns one connection. It blocks for the first queued
-operation, takes every operation queued behind it (up to ``max_batch``) and
-runs them in one transaction (``run_batch``: each in a savepoint). Callers on
+Each writer thread owns one connection. An idle writer waits for work, then
+takes every operation queued (up to ``max_batch``) and runs them in one
+transaction. New work goes to the writer that became idle *last*: its
+connection and its server process are warm, so a sequence of commits stays on
+one connection (alternating between two cost ~150 µs a commit here), and the
+other writers only join in under load. Callers on
 an event loop get an ``asyncio`` future resolved with
 ``loop.call_soon_threadsafe``, so the loop never waits on the network;
 synchronous callers block on a ``concurrent.futures`` future.
@@ -22,9 +25,9 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -44,9 +47,6 @@ class _Item:
     op: Callable[[Any], Any]
     resolve: Resolve
     attempt: int = 1
-
-
-_STOP = object()
 
 
 def _settle_async(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
@@ -86,7 +86,9 @@ class Writers:
         self.run = run
         self.retryable = retryable
         self.max_batch = max_batch
-        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.items: deque[_Item] = deque()
+        self.idle: list[threading.Event] = []  # a stack: the last writer to go idle is woken first
+        self.lock = threading.Lock()
         self.closed = False
         self._threads = [
             threading.Thread(target=self._loop, name=f"{name}-{i}", daemon=True) for i in range(count)
@@ -96,46 +98,49 @@ class Writers:
             thread.start()
 
     def put(self, op: Callable[[Any], Any], resolve: Resolve) -> None:
-        if self.closed:
-            resolve(False, StoreError("postgresql: the store is closed"))
-            return
-        self.queue.put(_Item(op, resolve))
+        self._put(_Item(op, resolve))
+
+    def _put(self, item: _Item) -> None:
+        with self.lock:
+            if not self.closed:
+                self.items.append(item)
+                if self.idle:
+                    self.idle.pop().set()
+                return
+        item.resolve(False, StoreError("postgresql: the store is closed"))
 
     def close(self, timeout: float = 10.0) -> None:
-        self.closed = True
-        for _ in self._threads:
-            self.queue.put(_STOP)
+        """Finish what is queued, then stop the writers."""
+        with self.lock:
+            self.closed = True
+            for event in self.idle:
+                event.set()
         for thread in self._threads:
             thread.join(timeout)
-        while True:  # anything queued after the stop markers
-            try:
-                item = self.queue.get_nowait()
-            except queue.Empty:
-                return
-            if isinstance(item, _Item):
-                item.resolve(False, StoreError("postgresql: the store is closed"))
+        with self.lock:
+            left, self.items = list(self.items), deque()
+        for item in left:  # only if a writer could not finish in time
+            item.resolve(False, StoreError("postgresql: the store is closed"))
 
     # -- writer thread ----------------------------------------------------------------
-    def _take(self) -> list[_Item] | None:
-        first = self.queue.get()
-        if first is _STOP:
-            return None
-        batch = [first]
-        while len(batch) < self.max_batch:
-            try:
-                item = self.queue.get_nowait()
-            except queue.Empty:
-                break
-            if item is _STOP:
-                self.queue.put(_STOP)  # leave it for the next round: finish this batch first
-                break
-            batch.append(item)
-        return batch
+    def _take(self, wake: threading.Event) -> list[_Item] | None:
+        """The next batch; ``None`` once closed and drained."""
+        while True:
+            with self.lock:
+                if self.items:
+                    count = min(len(self.items), self.max_batch)
+                    return [self.items.popleft() for _ in range(count)]
+                if self.closed:
+                    return None
+                wake.clear()
+                self.idle.append(wake)
+            wake.wait()
 
     def _loop(self) -> None:
         conn: Any = None
+        wake = threading.Event()
         while True:
-            batch = self._take()
+            batch = self._take(wake)
             if batch is None:
                 break
             conn = self._usable(conn)
@@ -146,7 +151,7 @@ class Writers:
             for item, (ok, value) in zip(batch, outcomes, strict=True):
                 if not ok and item.attempt < MAX_ATTEMPTS and self.retryable(value):
                     log.info("postgresql: retrying an operation (%s)", value)
-                    self.queue.put(_Item(item.op, item.resolve, item.attempt + 1))
+                    self._put(_Item(item.op, item.resolve, item.attempt + 1))
                 else:
                     item.resolve(ok, value)
         if conn is not None:

@@ -88,10 +88,13 @@ def raw_commit(url: str, n: int = 3000) -> list[float]:
 
 
 def checkpoint_breakdown(url: str, n: int = 2000) -> dict[str, list[float]]:
-    """Where a step's commit goes: the checkpoint transaction's SQL alone on one
-    connection, then the same operation through the store's writer thread."""
+    """Where a step's commit goes: the checkpoint transaction's four statements
+    on one connection, plain then pipelined as the store sends a lone operation,
+    then the same operation through the store's writer thread."""
     from stepstone.store.base import Fence, NewRun, StepRow
-    from stepstone.store.postgres import DIALECT, PgTx, PostgresStore
+    from stepstone.store.pgerrors import translate
+    from stepstone.store.pgpipeline import run_alone
+    from stepstone.store.postgres import DIALECT, PgTx, PostgresStore, _notify_if_woken
 
     store = PostgresStore.from_url(url)
     store.migrate()
@@ -108,7 +111,7 @@ def checkpoint_breakdown(url: str, n: int = 2000) -> dict[str, list[float]]:
     def memo() -> list[StepRow]:
         return [StepRow("r", f"s{next(counter)}", 0, "run", "completed", 1, "1", None, None, 1.0, 1.0)]
 
-    sql_alone, through_store = [], []
+    sql_alone, pipelined, through_store = [], [], []
     with psycopg.connect(url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
         for _ in range(n):
             t = time.perf_counter()
@@ -116,13 +119,21 @@ def checkpoint_breakdown(url: str, n: int = 2000) -> dict[str, list[float]]:
             PgTx(conn, DIALECT).checkpoint(fence, memo(), [])
             conn.execute("COMMIT")
             sql_alone.append(time.perf_counter() - t)
+    with psycopg.connect(url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
+        for _ in range(n):
+            rows = memo()
+            t = time.perf_counter()
+            ok, _ = run_alone(conn, lambda tx, rows=rows: tx.checkpoint(fence, rows, []),
+                              lambda c: PgTx(c, DIALECT), _notify_if_woken, translate)
+            pipelined.append(time.perf_counter() - t)
+            assert ok
     for _ in range(n):
         rows = memo()
         t = time.perf_counter()
         store.transact_sync(lambda tx, rows=rows: tx.checkpoint(fence, rows, []))
         through_store.append(time.perf_counter() - t)
     store.close()
-    return {"sql": sql_alone, "store": through_store}
+    return {"sql": sql_alone, "pipelined": pipelined, "store": through_store}
 
 
 async def per_step(url: str, steps: int = 900) -> list[float]:
@@ -257,8 +268,9 @@ def main() -> int:
         print(f"  raw single-row commit (floor) p50 {f50 * 1e6:8.1f} us   p99 {pct(floor, .99) * 1e6:8.1f} us")
         print(f"  per-step overhead             p50 {s50 * 1e6:8.1f} us   p99 {pct(gaps, .99) * 1e6:8.1f} us"
               f"   = {s50 / f50:.2f}x floor")
-        print(f"    of which: checkpoint SQL alone (BEGIN, fence, upsert, COMMIT) "
-              f"p50 {statistics.median(parts['sql']) * 1e6:.1f} us; "
+        print(f"    checkpoint transaction alone (BEGIN, fence, upsert, COMMIT): "
+              f"p50 {statistics.median(parts['sql']) * 1e6:.1f} us plain, "
+              f"{statistics.median(parts['pipelined']) * 1e6:.1f} us pipelined; "
               f"through the store's writer thread {statistics.median(parts['store']) * 1e6:.1f} us")
         print(f"  three-step run send->done     p50 {statistics.median(latency) * 1e3:8.2f} ms  "
               f"p99 {pct(latency, .99) * 1e3:8.2f} ms")

@@ -89,6 +89,7 @@ async def execute(leased: LeasedRun, env: ExecEnv) -> Outcome | None:
     fn = env.registry.get(run.function_id)
     fence = Fence(run.id, env.owner, leased.epoch)
     journal = RunJournal(env.store, fence, env.clock, env.lease_ttl)
+    journal.function_id = run.function_id
     if fn is None:
         err = ErrorInfo("UnknownFunction", f"no function {run.function_id!r} in this worker")
         return await _finish(journal, env, run.function_id, leased, FAILED, None, err)

@@ -22,11 +22,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from stepstone import metrics
 from stepstone.clock import Clock
 from stepstone.errors import StoreError
 from stepstone.executor import ExecEnv, execute
 from stepstone.registry import Registry
-from stepstone.store.base import LeasedRun, Store, Tx, WorkerRow
+from stepstone.store.base import ENDED_STATUSES, LeasedRun, Store, Tx, WorkerRow
 
 log = logging.getLogger("stepstone.worker")
 
@@ -174,7 +175,11 @@ class Worker:
             leased = tx.lease(owner, ids, free, now, until)
             return leased, tx.next_due(ids)
 
-        return await self.store.transact(op)
+        leased, due = await self.store.transact(op)
+        for item in leased:
+            if item.run.started_at == now:  # its first start: the lease set started_at
+                metrics.run_started(item.run.function_id, now - item.run.created_at)
+        return leased, due
 
     async def _idle(self, token: Any) -> Any:
         """Wait until a lease is warranted; returns the latest change token."""
@@ -214,6 +219,8 @@ class Worker:
         try:
             outcome = await execute(item, env)
             self.invocations += 1
+            if outcome is not None and outcome.status in ENDED_STATUSES:
+                metrics.run_finished(item.run.function_id, outcome.status)
             if outcome is not None and outcome.wake_at is not None:
                 self._due = outcome.wake_at if self._due is None else min(self._due, outcome.wake_at)
         except asyncio.CancelledError:

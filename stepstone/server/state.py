@@ -1,0 +1,32 @@
+"""What every route needs: the client ``App``, the auth policy, the job runner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from fastapi import APIRouter, Security
+
+from stepstone.server.auth import AuthConfig, Scope, bearer, guarded
+from stepstone.server.errors import documented
+from stepstone.server.jobs import JobRunner
+
+if TYPE_CHECKING:
+    from stepstone.app import App
+
+API_PREFIX = "/api/v1"
+
+
+@dataclass
+class ServerState:
+    app: App
+    auth: AuthConfig
+    jobs: JobRunner
+
+    def router(self, tag: str, scope: Scope = Scope.API, prefix: str = API_PREFIX) -> APIRouter:
+        """A router whose routes check the bearer key for ``scope`` first."""
+        return APIRouter(
+            prefix=prefix, tags=[tag], route_class=guarded(self.auth, scope),
+            dependencies=[] if self.auth.open else [Security(bearer)],
+            responses=documented(400, 401, 422) if not self.auth.open else documented(400, 422),
+        )

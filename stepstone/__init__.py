@@ -5,8 +5,10 @@ re-run once it succeeded, resumable after a crash, a deploy or a bug fix.
 """
 
 from stepstone.app import App
+from stepstone.client import Client
 from stepstone.context import Context
 from stepstone.errors import (
+    AuthenticationError,
     ConfigError,
     ErrorInfo,
     ExpressionError,
@@ -17,6 +19,7 @@ from stepstone.errors import (
     RetryAfterError,
     RunTimeoutError,
     SerializationError,
+    ServerUnavailableError,
     StepError,
     StepstoneError,
     StoreError,
@@ -34,7 +37,9 @@ from stepstone.function import (
     Throttle,
     Timeouts,
 )
+from stepstone.inventory import FunctionInfo
 from stepstone.runs import Run, Span, StepRecord
+from stepstone.server import asgi
 from stepstone.triggers import on_cron, on_event
 
 __all__ = [
@@ -56,11 +61,16 @@ __all__ = [
     "Singleton",
     "Throttle",
     "Timeouts",
+    # remote use and serving
+    "Client",
+    "asgi",
+    "FunctionInfo",
     # runs
     "Run",
     "Span",
     "StepRecord",
     # errors
+    "AuthenticationError",
     "ConfigError",
     "ErrorInfo",
     "ExpressionError",
@@ -72,6 +82,7 @@ __all__ = [
     "RetryAfterError",
     "RunTimeoutError",
     "SerializationError",
+    "ServerUnavailableError",
     "StepError",
     "StepstoneError",
     "StoreError",

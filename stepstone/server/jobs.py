@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("stepstone.server.jobs")
 CANCEL_MANY, REPLAY_MANY = "cancel_many", "replay_many"
+_SHUTDOWN = "interrupted: the server shut down"
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class JobRunner:
             await self._bulk(request, progress)
             await self._record(progress, "completed", None, final=True)
         except asyncio.CancelledError:
-            await asyncio.shield(self._record(progress, "interrupted", "the server shut down", final=True))
+            await asyncio.shield(self._record(progress, "interrupted", _SHUTDOWN, final=True))
             raise
         except StepstoneError as exc:
             await self._record(progress, "failed", f"{type(exc).__name__}: {exc}", final=True)
@@ -160,11 +161,15 @@ class JobRunner:
             lambda tx: tx.interrupt_stale_jobs(now - self.stale_after, now, reason))
 
     async def shutdown(self) -> None:
-        """Stop this server's jobs; each records itself as ``interrupted``."""
-        tasks = list(self.tasks.values())
-        for task in tasks:
+        """Stop this server's jobs and record them as ``interrupted`` (a job that
+        had not begun yet, or had just finished, is recorded here)."""
+        jobs = dict(self.tasks)
+        for task in jobs.values():
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*jobs.values(), return_exceptions=True)
+        for job_id in jobs:
+            with contextlib.suppress(StepstoneError):
+                await self._record(_Progress(job_id), "interrupted", _SHUTDOWN, final=True)
 
 
 def _forget(writes: set[asyncio.Future[Any]]) -> Any:

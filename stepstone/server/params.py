@@ -11,9 +11,15 @@ from datetime import UTC, datetime
 
 from stepstone.errors import ConfigError
 
+# Times shown by the API have microsecond resolution, stored ones a little more:
+# bounds move back half a microsecond so that a run's ``created_at`` as shown is
+# inside ``since=`` that value and outside ``until=`` it.
+_HALF_MICROSECOND = 5e-7
+
 
 def parse_moment(value: str | float | None, field: str) -> float | None:
-    """Epoch seconds from an RFC 3339 date-time (naive means UTC) or a number."""
+    """Epoch seconds from an RFC 3339 date-time (naive means UTC) or a number,
+    as a filter bound (see ``_HALF_MICROSECOND``)."""
     if value is None:
         return None
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -22,7 +28,7 @@ def parse_moment(value: str | float | None, field: str) -> float | None:
         seconds = _from_text(str(value).strip(), field)
     if not math.isfinite(seconds):
         raise ConfigError(field, f"expected a finite time, got {value!r}")
-    return seconds
+    return seconds - _HALF_MICROSECOND
 
 
 def _from_text(text: str, field: str) -> float:

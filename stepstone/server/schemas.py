@@ -38,6 +38,11 @@ def _dt(ts: float | None) -> datetime | None:
     return None if ts is None else _at(ts)
 
 
+def _utc(moment: datetime | None) -> datetime | None:
+    """Parsed date-times carry pydantic's own tzinfo; results use ``datetime.UTC``."""
+    return None if moment is None else moment.astimezone(UTC)
+
+
 # -- errors ------------------------------------------------------------------------------------
 class ErrorDetail(BaseModel):
     type: str = Field(description="Error class, e.g. NotFoundError, ConfigError, AuthenticationError")
@@ -122,7 +127,7 @@ class StepOut(BaseModel):
 
     def to_step(self) -> StepRecord:
         return StepRecord(self.id, self.status, self.attempts, self.output, _info(self.error),
-                          self.kind, self.started_at, self.ended_at)
+                          self.kind, _utc(self.started_at), _utc(self.ended_at))
 
 
 class RunOut(BaseModel):
@@ -148,8 +153,9 @@ class RunOut(BaseModel):
 
     def to_run(self) -> Run:
         return Run(id=self.id, function_id=self.function_id, status=self.status, output=self.output,
-                   error=_info(self.error), event_ids=self.event_ids, created_at=self.created_at,
-                   started_at=self.started_at, ended_at=self.ended_at,
+                   error=_info(self.error), event_ids=self.event_ids,
+                   created_at=self.created_at.astimezone(UTC), started_at=_utc(self.started_at),
+                   ended_at=_utc(self.ended_at),
                    steps=[s.to_step() for s in self.steps], attempt=self.attempt, meta=self.meta)
 
 
@@ -176,8 +182,8 @@ class SpanOut(BaseModel):
                    error=ErrorInfoOut.of(span.error), detail=span.detail)
 
     def to_span(self) -> Span:
-        return Span(self.kind, self.name, self.status, self.attempt, self.started_at, self.ended_at,
-                    _info(self.error), self.detail)
+        return Span(self.kind, self.name, self.status, self.attempt, self.started_at.astimezone(UTC),
+                    _utc(self.ended_at), _info(self.error), self.detail)
 
 
 class TraceOut(BaseModel):

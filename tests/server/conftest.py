@@ -91,3 +91,71 @@ def poll(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condi
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(interval)
         interval = min(interval * 2, 0.1)
+
+
+# -- a served app with functions and in-process workers ------------------------------------------
+@dataclass
+class Shop:
+    """``shop`` (greet, flaky) served with workers; ``parked`` registered by another
+    app that runs no workers, so its runs stay queued."""
+
+    live: Live
+    app: ss.App
+    other: ss.App
+    switches: dict[str, bool]
+
+    @property
+    def http(self) -> httpx.Client:
+        return self.live.http
+
+    def send(self, name: str, data: dict[str, Any] | None = None, **fields: Any) -> str:
+        response = self.http.post("/api/v1/events", json={"name": name, "data": data or {}, **fields})
+        assert response.status_code == 200, response.text
+        [event_id] = response.json()["ids"]
+        return str(event_id)
+
+    def run_of(self, event_id: str) -> dict[str, Any]:
+        runs = self.http.get("/api/v1/runs", params={"event_id": event_id}).json()["runs"]
+        assert len(runs) == 1, runs
+        return dict(runs[0])
+
+    def wait(self, run_id: str, statuses: tuple[str, ...] = ("completed", "failed", "cancelled")) -> Any:
+        def ended() -> Any:
+            run = self.http.get(f"/api/v1/runs/{run_id}").json()
+            return run if run["status"] in statuses else None
+        return poll(ended, what=f"run {run_id} to end")
+
+
+def shop_app(url: str, switches: dict[str, bool]) -> ss.App:
+    app = ss.App("shop", database_url=url)
+
+    @app.function(id="greet", trigger=ss.on_event("hello"))
+    async def greet(ctx: ss.Context) -> str:
+        await ctx.step.run("first", lambda: 1)
+        name = await ctx.step.run("second", lambda: ctx.event.data.get("name", "?"))
+        return f"hi {name}"
+
+    def fragile() -> str:
+        if switches["broken"]:
+            raise ss.NonRetriableError("kaboom")
+        return "fixed"
+
+    @app.function(id="flaky", trigger=ss.on_event("boom"), retries=0)
+    async def flaky(ctx: ss.Context) -> str:
+        await ctx.step.run("before", lambda: "ok")
+        return str(await ctx.step.run("fragile", fragile))
+
+    return app
+
+
+@pytest.fixture
+def shop(serve: Callable[..., Live], db_url: str) -> Iterator[Shop]:
+    switches = {"broken": True}
+    app = shop_app(db_url, switches)
+    other = ss.App("elsewhere", database_url=db_url)
+    other.function(id="parked", trigger=ss.on_event("park"), concurrency=ss.Concurrency(limit=2))(
+        lambda ctx: None)
+    other.store  # noqa: B018 - registers "parked" in the database
+    live = serve(app, workers=True)
+    yield Shop(live, app, other, switches)
+    other.close()

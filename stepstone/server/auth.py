@@ -5,8 +5,8 @@ Two kinds of key: an *event key* that may only send events (``POST
 Keys come from flags or ``STEPSTONE_API_KEY`` / ``STEPSTONE_EVENT_KEY``; a
 comma-separated list allows rotation. Tokens are compared in constant time.
 
-Routes opt in through their router's ``route_class`` (``guarded(...)``), which
-checks the key *before* the request body is read or validated: an
+Routes opt in through their router's ``route_class`` (``routing.guarded``),
+which checks the key *before* the request body is read or validated: an
 unauthenticated request gets 401 whatever its body, and changes nothing.
 """
 
@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import hmac
 import os
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
-from fastapi import Request, Response
-from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 
 from stepstone.errors import AuthenticationError, ConfigError
@@ -28,7 +25,7 @@ from stepstone.errors import AuthenticationError, ConfigError
 API_KEY_ENV = "STEPSTONE_API_KEY"
 EVENT_KEY_ENV = "STEPSTONE_EVENT_KEY"
 
-# Only documents the scheme in OpenAPI; ``guarded`` routes enforce it.
+# Only documents the scheme in OpenAPI; ``routing.guarded`` routes enforce it.
 bearer = HTTPBearer(auto_error=False, scheme_name="bearer",
                     description="`Authorization: Bearer <key>`: the API key, or for "
                                 "POST /api/v1/events the event key")
@@ -93,22 +90,3 @@ def _matches(token: str, keys: tuple[str, ...]) -> bool:
     for key in keys:
         found |= hmac.compare_digest(given, key.encode())
     return found
-
-
-Handler = Callable[[Request], Coroutine[Any, Any, Response]]
-
-
-def guarded(auth: AuthConfig, scope: Scope) -> type[APIRoute]:
-    """A route class whose handlers check the bearer key first."""
-
-    class GuardedRoute(APIRoute):
-        def get_route_handler(self) -> Handler:
-            handler = super().get_route_handler()
-
-            async def checked(request: Request) -> Response:
-                auth.check(request.headers.get("authorization"), scope)
-                return await handler(request)
-
-            return checked
-
-    return GuardedRoute

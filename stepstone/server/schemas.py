@@ -11,7 +11,7 @@ import json
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
 
 from stepstone import limits
 from stepstone.errors import ErrorInfo
@@ -55,6 +55,13 @@ class ErrorBody(BaseModel):
 
 
 # -- events --------------------------------------------------------------------------------------
+def _integral(value: Any) -> Any:
+    """JSON has one number type: ``1700000000000.0`` is an integer too."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 class EventIn(BaseModel):
     """An event to record. Unknown fields are ignored."""
 
@@ -66,7 +73,7 @@ class EventIn(BaseModel):
                                  description=f"A JSON object, at most {limits.MAX_EVENT_BYTES} bytes")
     id: Annotated[str, Field(min_length=1)] | None = Field(
         None, description="Deduplicates for 24 h; generated when omitted")
-    ts: Annotated[int, Field(ge=0, le=MAX_TS_MS)] | None = Field(
+    ts: Annotated[int, BeforeValidator(_integral), Field(ge=0, le=MAX_TS_MS)] | None = Field(
         None, description="Milliseconds since the epoch; the time of receipt when omitted")
 
     def to_event(self) -> Event:

@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Security
 
-from stepstone.server.auth import AuthConfig, Scope, bearer, guarded
+from stepstone.server.auth import AuthConfig, Scope, bearer
 from stepstone.server.errors import documented
 from stepstone.server.jobs import JobRunner
+from stepstone.server.routing import guarded
 
 if TYPE_CHECKING:
     from stepstone.app import App

@@ -86,9 +86,9 @@ def dev(target: str, host: str, port: int, concurrency: int, api_key: str | None
 
 def _banner(host: str, port: int, key: str) -> None:
     url = f"http://{host}:{port}"
-    console.print(f"[bold]Stepstone dev[/] on {url} (API docs: {url}/docs)\n"
-                  f"API key (generated): {key}\n"
-                  f"  export STEPSTONE_URL={url} STEPSTONE_API_KEY={key}", highlight=False)
+    click.echo(f"Stepstone dev on {url} (API docs: {url}/docs)\n"
+               f"API key (generated): {key}\n"
+               f"  export STEPSTONE_URL={url} STEPSTONE_API_KEY={key}", nl=True)
 
 
 def _serve_dev(target: str, host: str, port: int, concurrency: int) -> None:

@@ -56,6 +56,7 @@ def test_cursor_pagination_walks_every_run_once(shop: Shop) -> None:
     ({"since": "2030-01-01T00:00:00Z", "until": "2020-01-01T00:00:00Z"}, "since", "must not be after"),
     ({"cursor": "not-a-cursor"}, "cursor", "malformed cursor"),
     ({"limit": 0}, "limit", "greater than or equal to 1"),
+    ({"functon_id": "greet"}, "functon_id", "unknown query parameter"),
 ])
 def test_bad_filters_get_422_naming_the_parameter(shop: Shop, params: dict[str, object], field: str,
                                                   needle: str) -> None:

@@ -18,10 +18,11 @@ from stepstone.errors import ConfigError
 DEV_PORT = 8288
 
 
-def _serve(api: Any, host: str, port: int) -> None:
+def _serve(api: Any, host: str, port: int, access_log: bool = True) -> None:
     import uvicorn
 
-    uvicorn.run(api, host=host, port=port, log_level="info", lifespan="on")
+    level = str(click.get_current_context().find_root().params.get("log_level", "INFO")).lower()
+    uvicorn.run(api, host=host, port=port, log_level=level, access_log=access_log, lifespan="on")
 
 
 @click.command()
@@ -32,8 +33,9 @@ def _serve(api: Any, host: str, port: int) -> None:
 @click.option("--api-key", default=None, help="Default: $STEPSTONE_API_KEY (comma-separated for rotation).")
 @click.option("--event-key", default=None, help="May only send events. Default: $STEPSTONE_EVENT_KEY.")
 @click.option("--insecure-no-auth", is_flag=True, help="Serve without keys (never on a shared network).")
+@click.option("--access-log/--no-access-log", default=True, show_default=True, help="Log every request.")
 def server(database_url: str | None, host: str, port: int, api_key: str | None, event_key: str | None,
-           insecure_no_auth: bool) -> None:
+           insecure_no_auth: bool, access_log: bool) -> None:
     """Serve the HTTP API over a database; no user code needed."""
     from stepstone.server.auth import AuthConfig
     from stepstone.server.factory import create_app
@@ -48,7 +50,7 @@ def server(database_url: str | None, host: str, port: int, api_key: str | None, 
     try:
         app.store  # noqa: B018 - open and migrate now: fail fast on a bad database
         console.print(f"Stepstone API on http://{host}:{port} over {app.database_url}", highlight=False)
-        _serve(create_app(app, auth), host, port)
+        _serve(create_app(app, auth), host, port, access_log)
     finally:
         app.close()
 

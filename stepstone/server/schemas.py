@@ -22,6 +22,9 @@ from stepstone.store.base import JobRow, WorkerRow
 
 RunStatus = Literal["queued", "running", "sleeping", "waiting", "completed", "failed", "cancelled",
                     "skipped"]
+# Responses say ``str`` so a status added to the engine never breaks a response;
+# requests are checked against the Literal (a test keeps it equal to RUN_STATUSES).
+_STATUS_HELP = "queued, running, sleeping, waiting, completed, failed, cancelled or skipped"
 ReplayableStatus = Literal["failed", "cancelled"]
 JobStatus = Literal["queued", "running", "completed", "failed", "interrupted"]
 JobKind = Literal["cancel_many", "replay_many"]
@@ -140,7 +143,7 @@ class StepOut(BaseModel):
 class RunOut(BaseModel):
     id: str
     function_id: str
-    status: RunStatus
+    status: str = Field(description=_STATUS_HELP)
     output: Any = None
     error: ErrorInfoOut | None = None
     event_ids: list[str]
@@ -153,7 +156,7 @@ class RunOut(BaseModel):
 
     @classmethod
     def of(cls, run: Run) -> RunOut:
-        return cls(id=run.id, function_id=run.function_id, status=run.status,  # type: ignore[arg-type]
+        return cls(id=run.id, function_id=run.function_id, status=run.status,
                    output=run.output, error=ErrorInfoOut.of(run.error), event_ids=run.event_ids,
                    created_at=run.created_at, started_at=run.started_at, ended_at=run.ended_at,
                    attempt=run.attempt, meta=run.meta, steps=[StepOut.of(s) for s in run.steps])
@@ -200,7 +203,7 @@ class TraceOut(BaseModel):
 
 class RunStatusOut(BaseModel):
     id: str
-    status: RunStatus
+    status: str = Field(description=_STATUS_HELP)
 
 
 class RerunIn(BaseModel):

@@ -76,14 +76,14 @@ def build(state: ServerState) -> APIRouter:
         """An idle run is cancelled at once; a run executing a step ends after that step
         (its status stays active until then)."""
         status = await runs.cancel_async(run_id)
-        return RunStatusOut(id=run_id, status=status)  # type: ignore[arg-type]
+        return RunStatusOut(id=run_id, status=status)
 
     @router.post("/runs/{run_id}/replay", response_model=RunStatusOut,
                  responses=documented(404, 409), summary="Replay a failed or cancelled run")
     async def replay(run_id: RunId) -> RunStatusOut:
         await runs.replay_async(run_id)
         run = await runs.get_async(run_id)
-        return RunStatusOut(id=run_id, status=run.status)  # type: ignore[arg-type]
+        return RunStatusOut(id=run_id, status=run.status)
 
     @router.post("/runs/{run_id}/rerun", response_model=RerunOut, responses=documented(404, 413, 415),
                  summary="Fork a new run from a step")

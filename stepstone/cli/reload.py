@@ -9,13 +9,13 @@ reported, and started again at the next change.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from importlib.machinery import PathFinder
 from pathlib import Path
 from types import FrameType
 
@@ -26,14 +26,10 @@ Snapshot = dict[str, tuple[int, int]]
 
 
 def watch_root(target: str) -> Path:
-    """The directory holding ``MODULE`` of ``MODULE:app`` (the working directory
-    if it cannot be located without importing it)."""
-    module_name = target.partition(":")[0]
-    sys.path.insert(0, os.getcwd())
-    try:
-        spec = importlib.util.find_spec(module_name)
-    except (ImportError, ValueError):
-        spec = None
+    """The directory of ``MODULE:app``'s top-level package (or of its module
+    file), located without importing anything; else the working directory."""
+    top = target.partition(":")[0].split(".")[0]
+    spec = PathFinder.find_spec(top, [os.getcwd(), *sys.path]) if top else None
     if spec is None or spec.origin is None or not os.path.exists(spec.origin):
         return Path.cwd()
     return Path(spec.origin).resolve().parent

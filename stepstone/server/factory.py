@@ -17,7 +17,16 @@ from stepstone.server import errors
 from stepstone.server.auth import AuthConfig
 from stepstone.server.body import BodyLimit
 from stepstone.server.jobs import JobRunner
-from stepstone.server.routes import events, functions, health, jobs, runs, workers
+from stepstone.server.routes import (
+    bulk,
+    events,
+    functions,
+    health,
+    jobs,
+    run_actions,
+    runs,
+    workers,
+)
 from stepstone.server.routes import metrics as metrics_route
 from stepstone.server.state import ServerState
 
@@ -25,7 +34,7 @@ if TYPE_CHECKING:
     from stepstone.app import App
 
 log = logging.getLogger("stepstone.server")
-_ROUTERS = (events, runs, jobs, functions, workers, health, metrics_route)
+_ROUTERS = (events, runs, run_actions, bulk, jobs, functions, workers, health, metrics_route)
 
 
 @dataclass(frozen=True)

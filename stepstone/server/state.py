@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Security
 
+from stepstone.inventory import require_function
 from stepstone.server.auth import AuthConfig, Scope, bearer
 from stepstone.server.errors import documented
 from stepstone.server.jobs import JobRunner
@@ -23,6 +24,10 @@ class ServerState:
     app: App
     auth: AuthConfig
     jobs: JobRunner
+
+    async def require_function(self, function_id: str) -> None:
+        """``ConfigError`` naming ``function_id`` unless some app registered it."""
+        await self.app.store.read(lambda tx: require_function(tx, function_id))
 
     def router(self, tag: str, scope: Scope = Scope.API, prefix: str = API_PREFIX) -> APIRouter:
         """A router whose routes check the bearer key for ``scope`` first."""

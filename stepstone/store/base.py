@@ -218,6 +218,44 @@ class WorkerRow:
     functions: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class BacklogRow:
+    """Queue items of one function that are due and not leased."""
+
+    function_id: str
+    due: int
+    oldest_due_at: float
+
+
+@dataclass(frozen=True)
+class RunCountRow:
+    function_id: str
+    status: str
+    count: int
+
+
+# Job statuses: a job is active while queued or running.
+JOB_ACTIVE_STATUSES = ("queued", "running")
+JOB_STATUSES = (*JOB_ACTIVE_STATUSES, "completed", "failed", "interrupted")
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A background operator job (bulk cancel / replay); ``params`` is JSON."""
+
+    id: str
+    kind: str
+    status: str
+    params: str
+    created_at: float
+    updated_at: float
+    done: int = 0
+    examined: int = 0
+    error: str | None = None
+    owner: str | None = None
+    finished_at: float | None = None
+
+
 class Tx(Protocol):
     """Domain operations inside one transaction."""
 
@@ -456,6 +494,34 @@ class Tx(Protocol):
 
     def list_workers(self, alive_since: float) -> list[WorkerRow]: ...
 
+
+    # --- operator views (metrics) ------------------------------------------------------
+    def run_backlog(self, now: float) -> list[BacklogRow]:
+        """Per function: queue items due by ``now`` that no live lease holds."""
+        ...
+
+    def count_active_runs(self) -> list[RunCountRow]:
+        """Runs not yet ended, counted per function and status."""
+        ...
+
+    # --- background jobs ----------------------------------------------------------------
+    def create_job(self, job: JobRow) -> None: ...
+
+    def get_job(self, job_id: str) -> JobRow | None: ...
+
+    def list_jobs(self, limit: int) -> list[JobRow]:
+        """Newest first."""
+        ...
+
+    def update_job(self, job_id: str, *, status: str, done: int, examined: int, error: str | None,
+                   now: float, finished_at: float | None) -> bool:
+        """Record progress (and refresh the heartbeat) of an active job; returns
+        ``False`` if the job is no longer active."""
+        ...
+
+    def interrupt_stale_jobs(self, stale_before: float, now: float, reason: str) -> int:
+        """Mark active jobs not refreshed since ``stale_before`` as ``interrupted``."""
+        ...
 
 class Store(Protocol):
     """A database: runs operations in transactions."""

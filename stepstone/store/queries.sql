@@ -339,3 +339,34 @@ UPDATE run_events SET event_seq = :event_seq WHERE run_id = :run_id AND position
 
 -- name: set_queue_spec
 UPDATE runs SET queue_spec = :spec WHERE id = :id;
+
+-- name: run_backlog
+SELECT function_id, COUNT(*) AS due, MIN(available_at) AS oldest FROM queue
+WHERE available_at <= :now
+GROUP BY function_id;
+
+-- name: count_active_runs
+SELECT function_id, status, COUNT(*) AS n FROM runs
+WHERE status IN ('queued', 'running', 'sleeping', 'waiting')
+GROUP BY function_id, status;
+
+-- name: insert_job
+INSERT INTO jobs (id, kind, status, params, done, examined, error, owner, created_at, updated_at,
+                  finished_at)
+VALUES (:id, :kind, :status, :params, :done, :examined, :error, :owner, :created_at, :updated_at,
+        :finished_at);
+
+-- name: get_job
+SELECT * FROM jobs WHERE id = :id;
+
+-- name: list_jobs
+SELECT * FROM jobs ORDER BY id DESC LIMIT :limit;
+
+-- name: update_job
+UPDATE jobs SET status = :status, done = :done, examined = :examined, error = :error,
+    updated_at = :now, finished_at = :finished_at
+WHERE id = :id AND status IN ('queued', 'running');
+
+-- name: interrupt_stale_jobs
+UPDATE jobs SET status = 'interrupted', error = :error, updated_at = :now, finished_at = :now
+WHERE status IN ('queued', 'running') AND updated_at < :stale_before;

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
 
 from stepstone import limits
+from stepstone.encryption import mask
 from stepstone.errors import ErrorInfo
 from stepstone.events import Event
 from stepstone.inventory import FunctionInfo
@@ -131,7 +132,7 @@ class StepOut(BaseModel):
 
     @classmethod
     def of(cls, step: StepRecord) -> StepOut:
-        return cls(id=step.id, status=step.status, attempts=step.attempts, output=step.output,
+        return cls(id=step.id, status=step.status, attempts=step.attempts, output=mask(step.output),
                    error=ErrorInfoOut.of(step.error), kind=step.kind, started_at=step.started_at,
                    ended_at=step.ended_at)
 
@@ -157,7 +158,7 @@ class RunOut(BaseModel):
     @classmethod
     def of(cls, run: Run) -> RunOut:
         return cls(id=run.id, function_id=run.function_id, status=run.status,
-                   output=run.output, error=ErrorInfoOut.of(run.error), event_ids=run.event_ids,
+                   output=mask(run.output), error=ErrorInfoOut.of(run.error), event_ids=run.event_ids,
                    created_at=run.created_at, started_at=run.started_at, ended_at=run.ended_at,
                    attempt=run.attempt, meta=run.meta, steps=[StepOut.of(s) for s in run.steps])
 

@@ -106,3 +106,13 @@ def render(snapshot: StoreSnapshot) -> bytes:
 
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def serve(host: str, port: int) -> None:
+    """Expose this process's counters and histograms over HTTP (a worker's
+    ``--metrics-port``); the database gauges come from the server's ``/metrics``."""
+    if _metrics is None:
+        raise RuntimeError("prometheus-client is not installed (pip install 'stepstone[server]')")
+    from prometheus_client import start_http_server
+
+    start_http_server(port, addr=host, registry=_metrics.registry)

@@ -7,6 +7,7 @@ import signal
 
 import click
 
+from stepstone import metrics
 from stepstone.app import App
 from stepstone.cli.common import console, load_app, resolve_url
 from stepstone.store.base import make_store
@@ -19,10 +20,15 @@ from stepstone.store.base import make_store
 @click.option("--lease-ttl", default=15.0, show_default=True,
               help="Seconds before a dead worker's runs move on.")
 @click.option("--drain-timeout", default=30.0, show_default=True, help="Seconds to finish steps on SIGTERM.")
+@click.option("--metrics-port", type=int, default=None,
+              help="Serve this worker's Prometheus metrics on 127.0.0.1:PORT/metrics.")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True)
 def worker(target: str, concurrency: int, instance_id: str | None, lease_ttl: float,
-           drain_timeout: float) -> None:
+           drain_timeout: float, metrics_port: int | None, metrics_host: str) -> None:
     """Run a long-lived worker for MODULE:app until SIGTERM or SIGINT."""
     app = load_app(target)
+    if metrics_port is not None:
+        metrics.serve(metrics_host, metrics_port)
     asyncio.run(_run_worker(app, concurrency, instance_id, lease_ttl, drain_timeout))
 
 

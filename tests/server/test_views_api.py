@@ -79,9 +79,11 @@ def test_the_timeline_counts_outcomes_and_queue_delay(shop: Shop) -> None:
     assert sum(b["created"] for b in buckets) == 5
     assert sum(b["failed"] for b in buckets) == 3 and sum(b["completed"] for b in buckets) == 1
     busy = [b for b in buckets if b["created"]]
-    assert all(b["queue_delay_avg"] is not None and b["queue_delay_avg"] >= 0 for b in busy)
+    delays = [b["queue_delay_avg"] for b in busy if b["queue_delay_avg"] is not None]
+    assert delays and all(0 <= d < 10 for d in delays)
     for b in busy:
-        assert b["failure_rate"] == b["failed"] / (b["completed"] + b["failed"] + b["cancelled"])
+        ended = b["completed"] + b["failed"] + b["cancelled"]
+        assert b["failure_rate"] == (b["failed"] / ended if ended else None)
     one = shop.http.get("/api/v1/stats/timeline", params={"function_id": "greet"}).json()
     assert sum(b["created"] for b in one["buckets"]) == 1
     too_long = shop.http.get("/api/v1/stats/timeline", params={"since": "2000-01-01T00:00:00Z"})

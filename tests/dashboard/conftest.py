@@ -42,8 +42,10 @@ def session(shop: Shop) -> Iterator[httpx.Client]:  # noqa: F811
     client.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """One browser per module: Playwright's sync API holds an event loop on the main
+    thread while it runs, which later tests that run their own loop must not meet."""
     if not os.path.exists(CHROMIUM):
         if os.environ.get("CI"):
             pytest.fail(f"{CHROMIUM} is missing (scripts/_services.sh installs it)")

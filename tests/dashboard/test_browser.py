@@ -24,6 +24,16 @@ def sign_in(page: Any, shop: Shop, path: str = "/") -> None:
     expect(page).to_have_url(shop.live.url + path)
 
 
+def assert_accessible_forms(page: Any) -> None:
+    """Every visible form control has a label; every image-like chart has a name."""
+    unlabelled = page.evaluate("""() => [...document.querySelectorAll(
+        'input:not([type=hidden]), select, textarea')].filter(e => e.labels.length === 0).map(e => e.outerHTML)""")
+    assert unlabelled == []
+    nameless = page.evaluate("""() => [...document.querySelectorAll('svg[role=img]')]
+        .filter(e => !e.getAttribute('aria-label')).length""")
+    assert nameless == 0
+
+
 def confirm(page: Any) -> None:
     dialog = page.locator("dialog#confirm")
     expect(dialog).to_be_visible()
@@ -52,11 +62,14 @@ def test_find_a_failed_run_read_its_trace_fix_and_replay(page: Any, shop: Shop) 
     expect(page.locator(".counts a.s-failed")).to_have_attribute("aria-current", "true")
     rows = page.locator("tr[data-run]")
     expect(rows).to_have_count(1)
+    assert_accessible_forms(page)
     screenshot(page, "runs")
     rows.first.get_by_role("link").click()
     expect(page.get_by_role("heading", level=1)).to_contain_text(failed["id"])
     bar = page.locator("details[data-span='step:fragile:0']")
-    bar.locator("summary").click()
+    bar.locator("summary").focus()
+    page.keyboard.press("Enter")  # bars open from the keyboard too
+    expect(bar).to_have_attribute("open", "")
     expect(bar.locator(".span-body")).to_contain_text("NonRetriableError")
     expect(bar.locator("pre.tb")).to_contain_text('raise ss.NonRetriableError("kaboom")')
     page.locator("details[data-span^='run:'] > summary").click()
@@ -82,6 +95,7 @@ def test_bulk_replay_previews_then_follows_the_job(page: Any, shop: Shop) -> Non
     page.get_by_label("Function").select_option("flaky")
     page.get_by_role("button", name="Preview").click()
     expect(page.locator("#preview-count")).to_have_text("4")
+    assert_accessible_forms(page)
     shop.switches["broken"] = False
     page.get_by_role("button", name="Replay 4 run(s)").click()
     confirm(page)

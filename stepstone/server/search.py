@@ -56,6 +56,13 @@ def _contains(row: RunRow, event: EventRow | None, needle: str) -> bool:
     return any(needle in item.casefold() for item in haystack)
 
 
+def _matches(tx: Tx, row: RunRow, matcher: Matcher) -> bool:
+    if not matcher.active:
+        return True
+    events = tx.get_events(row.id)
+    return matcher.test(row, events[0] if events else None)
+
+
 @dataclass(frozen=True)
 class Found:
     runs: list[Run]
@@ -74,8 +81,7 @@ def search_op(where: RunFilter, matcher: Matcher, limit: int,
             exhausted = len(rows) < _BATCH
             for row in rows:
                 examined, last = examined + 1, row.id
-                events = tx.get_events(row.id)
-                if matcher.test(row, events[0] if events else None):
+                if _matches(tx, row, matcher):
                     found.append(row)
                 if len(found) > limit or examined >= scan_limit:
                     exhausted = exhausted and row is rows[-1]

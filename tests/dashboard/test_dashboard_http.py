@@ -9,9 +9,11 @@ import time
 import httpx
 import pytest
 
+import stepstone as ss
 from stepstone.server.auth import AuthConfig
 from stepstone.server.sessions import COOKIE, SessionKeeper
-from tests.dashboard.conftest import csrf_of
+from tests.conftest import FAST
+from tests.dashboard.conftest import csrf_of, sign_in
 from tests.server.conftest import API_KEY, EVENT_KEY, Live, Shop, poll
 from tests.server.test_auth import database_state
 
@@ -156,3 +158,33 @@ def test_the_runs_list_pages_with_a_cursor(shop: Shop, session: httpx.Client) ->
     second = session.get(older.group(1).replace("&amp;", "&")).text
     assert second.count("data-run=") == 5
     assert not set(re.findall(r'data-run="(\w+)"', first)) & set(re.findall(r'data-run="(\w+)"', second))
+
+
+def test_the_waterfall_shows_retries_with_their_errors_and_sleeps(serve: object, make_app: object) -> None:
+    app: ss.App = make_app("retrying")  # type: ignore[operator]
+    attempts = {"n": 0}
+
+    def shaky() -> str:
+        attempts["n"] += 1
+        if attempts["n"] == 1:
+            raise RuntimeError("first attempt breaks")
+        return "steady"
+
+    @app.function(id="shaky", trigger=ss.on_event("shake"), retries=2, backoff=FAST)
+    async def handler(ctx: ss.Context) -> str:
+        await ctx.step.sleep("nap", "10ms")
+        return str(await ctx.step.run("wobble", shaky))
+
+    live: Live = serve(app, workers=True)  # type: ignore[operator]
+    [event_id] = app.send(ss.Event("shake", {}))
+    run = app.runs.wait(app.runs.list(event_id=event_id)[0].id, timeout="10s")
+    assert run.status == "completed"
+    client = sign_in(live.url)
+    page = client.get(f"/runs/{run.id}").text
+    client.close()
+    assert 'data-span="sleep:nap:0"' in page
+    failed_attempt = page.index('data-span="step:wobble:0"')
+    assert 'class="t-retrying"' in page[failed_attempt:failed_attempt + 900]
+    assert "first attempt breaks" in page[failed_attempt:]
+    assert 'data-span="step:wobble:1"' in page and "wobble (attempt 2)" in page
+    assert page.count('data-span="queued:') == 1

@@ -119,7 +119,7 @@ def test_sessions_expire_follow_key_rotation_and_resist_tampering() -> None:
     assert keeper.read(token) is None
 
 
-def test_an_open_server_needs_no_login(serve: object, make_app: object) -> None:
+def test_an_open_server_needs_no_login(make_app: object, serve: object) -> None:
     live: Live = serve(make_app("open"), auth=AuthConfig.resolve(insecure=True, env={}))  # type: ignore[operator]
     response = httpx.get(f"{live.url}/")
     assert response.status_code == 200 and "Sign out" not in response.text
@@ -160,7 +160,7 @@ def test_the_runs_list_pages_with_a_cursor(shop: Shop, session: httpx.Client) ->
     assert not set(re.findall(r'data-run="(\w+)"', first)) & set(re.findall(r'data-run="(\w+)"', second))
 
 
-def test_the_waterfall_shows_retries_with_their_errors_and_sleeps(serve: object, make_app: object) -> None:
+def test_the_waterfall_shows_retries_with_their_errors_and_sleeps(make_app: object, serve: object) -> None:
     app: ss.App = make_app("retrying")  # type: ignore[operator]
     attempts = {"n": 0}
 

@@ -125,7 +125,7 @@ def test_the_event_log_lists_events_with_the_runs_they_started(shop: Shop) -> No
     assert shop.http.get("/api/v1/events", params={"cursor": "bad"}).status_code == 422
 
 
-def test_encrypted_event_data_shows_as_encrypted(serve: object, make_app: object) -> None:
+def test_encrypted_event_data_shows_as_encrypted(make_app: object, serve: object) -> None:
     app: ss.App = make_app("vault", middleware=[ss.EncryptionMiddleware("k" * 32)])  # type: ignore[operator]
     app.function(id="noop", trigger=ss.on_event("secret"))(lambda ctx: None)
     live: Live = serve(app)  # type: ignore[operator]

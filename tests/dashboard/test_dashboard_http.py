@@ -135,6 +135,8 @@ def test_pages_show_runs_functions_events_workers_and_a_preview(shop: Shop, sess
     assert failed["id"] not in session.get("/", params={"q": "nothing-like-it"}).text
     assert failed["id"] in session.get("/", params={"if": "event.data.order == 'o-7'"}).text
     assert "Condition:" in session.get("/", params={"if": "event.data =="}).text
+    absurd = session.get("/", params={"since": "1e308"})
+    assert absurd.status_code == 200 and "cannot be charted" in absurd.text
     page = session.get(f"/runs/{failed['id']}").text
     assert "kaboom" in page and "Traceback" in page and 'data-span="step:fragile:0"' in page
     assert "order-7" in page and 'data-action="replay"' in page

@@ -86,8 +86,10 @@ def test_the_timeline_counts_outcomes_and_queue_delay(shop: Shop) -> None:
         assert b["failure_rate"] == (b["failed"] / ended if ended else None)
     one = shop.http.get("/api/v1/stats/timeline", params={"function_id": "greet"}).json()
     assert sum(b["created"] for b in one["buckets"]) == 1
-    too_long = shop.http.get("/api/v1/stats/timeline", params={"since": "2000-01-01T00:00:00Z"})
-    assert too_long.status_code == 422
+    for params in ({"since": "2000-01-01T00:00:00Z"}, {"since": "1e308"}, {"until": "-1e300"},
+                   {"since": "100", "until": "100"}):
+        refused = shop.http.get("/api/v1/stats/timeline", params=params)
+        assert refused.status_code == 422, params
 
 
 def test_the_preview_counts_what_the_bulk_job_then_acts_on(shop: Shop) -> None:

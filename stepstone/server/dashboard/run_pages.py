@@ -12,13 +12,15 @@ from fastapi.responses import Response
 
 from stepstone import serde
 from stepstone.encryption import mask
-from stepstone.errors import NotFoundError
+from stepstone.errors import ConfigError, NotFoundError
 from stepstone.inventory import list_functions
 from stepstone.runs import Run, Span
 from stepstone.server import insights
 from stepstone.server.dashboard import charts, filters, waterfall
 from stepstone.server.dashboard.web import render, session_of
+from stepstone.server.insights import Timeline
 from stepstone.server.params import encode_cursor
+from stepstone.server.routes.stats import check_window
 from stepstone.server.search import Matcher, search_op
 from stepstone.server.state import ServerState
 from stepstone.store.base import ACTIVE_STATUSES, RUN_STATUSES, EventRow, RunFilter, Tx
@@ -43,6 +45,18 @@ async def _view(state: ServerState, run_id: str) -> RunView:
     return RunView(run, spans, await state.app.store.read(events))
 
 
+async def _timeline(state: ServerState, query: filters.RunQuery, now: float) -> Timeline | None:
+    """The charts' data for the filters (the last day when unbounded); ``None``
+    when the range cannot be charted (empty, over 366 days, absurd bounds)."""
+    until = query.until if query.until is not None else now
+    since = query.since if query.since is not None else until - insights.HOUR * 24
+    try:
+        check_window(since, until)
+    except ConfigError:
+        return None
+    return await state.app.store.read(insights.timeline_op(query.function_id or None, since, until, 48))
+
+
 def build(state: ServerState) -> APIRouter:
     router = APIRouter(include_in_schema=False)
     store = state.app.store
@@ -59,14 +73,13 @@ def build(state: ServerState) -> APIRouter:
         found = await store.read(search_op(where, Matcher(query.q or None, query.condition), PAGE))
         counts = await store.read(insights.status_counts_op(query.function_id or None,
                                                             query.since, query.until))
-        since = query.since if query.since is not None else now - insights.HOUR * 24
-        timeline = await store.read(insights.timeline_op(query.function_id or None, since,
-                                                         query.until or now, 48))
+        timeline = await _timeline(state, query, now)
         return render(request, "runs.html", session, active="runs", query=query, runs=found.runs,
                       next_cursor=encode_cursor(found.cursor) if found.cursor else None,
                       examined=found.examined, counts=counts, functions=functions,
-                      statuses=RUN_STATUSES, ranges=filters.RANGES, charts=charts.all_charts(timeline),
-                      charts_have_data=charts.has_data(timeline.buckets), now=now)
+                      statuses=RUN_STATUSES, ranges=filters.RANGES,
+                      charts=charts.all_charts(timeline) if timeline else [],
+                      charts_have_data=timeline is not None and charts.has_data(timeline.buckets), now=now)
 
     @router.get("/runs/{run_id}")
     async def run_page(request: Request, run_id: str) -> Response:

@@ -20,7 +20,7 @@ def event_seq(cursor: str | None) -> int | None:
     before = decode_cursor(cursor)
     if before is None:
         return None
-    if not before.isdigit():
+    if not before.isdigit() or len(before) > 18:
         raise ConfigError("cursor", "malformed cursor; pass a previous page's next_cursor unchanged")
     return int(before)
 

@@ -29,6 +29,18 @@ SinceQ = Annotated[str | None, Query(description=f"Created at or after: {TIME_HE
 UntilQ = Annotated[str | None, Query(description=f"Created before: {TIME_HELP}")]
 
 
+MAX_WINDOW = 366 * 86400.0
+MAX_EPOCH = 1e11  # about the year 5138: beyond it a bound is a mistake
+
+
+def check_window(since: float, until: float) -> None:
+    for name, value in (("since", since), ("until", until)):
+        if abs(value) > MAX_EPOCH:
+            raise ConfigError(name, "out of range for a timeline")
+    if not 0 < until - since <= MAX_WINDOW:
+        raise ConfigError("since", "a timeline covers more than nothing and at most 366 days")
+
+
 def build(state: ServerState) -> APIRouter:
     router = state.router("stats")
 
@@ -63,8 +75,7 @@ def build(state: ServerState) -> APIRouter:
         lo, hi = await bounds(function_id, since, until)
         hi = state.app.clock.now() if hi is None else hi
         lo = hi - insights.HOUR if lo is None else lo
-        if hi - lo > 366 * 86400:
-            raise ConfigError("since", "a timeline covers at most 366 days")
+        check_window(lo, hi)
         found = await state.app.store.read(insights.timeline_op(function_id, lo, hi, buckets))
         return TimelineOut.of(found)
 

@@ -49,7 +49,8 @@ def server(database_url: str | None, host: str, port: int, api_key: str | None, 
     app = App("stepstone-server", database_url=resolve_url(database_url))
     try:
         app.store  # noqa: B018 - open and migrate now: fail fast on a bad database
-        console.print(f"Stepstone API on http://{host}:{port} over {app.database_url}", highlight=False)
+        console.print(f"Stepstone API and dashboard on http://{host}:{port} over {app.database_url}",
+                      highlight=False)
         _serve(create_app(app, auth), host, port, access_log)
     finally:
         app.close()
@@ -88,7 +89,7 @@ def dev(target: str, host: str, port: int, concurrency: int, api_key: str | None
 
 def _banner(host: str, port: int, key: str) -> None:
     url = f"http://{host}:{port}"
-    click.echo(f"Stepstone dev on {url} (API docs: {url}/docs)\n"
+    click.echo(f"Stepstone dev on {url} (dashboard: {url}/, API docs: {url}/docs)\n"
                f"API key (generated): {key}\n"
                f"  export STEPSTONE_URL={url} STEPSTONE_API_KEY={key}", nl=True)
 

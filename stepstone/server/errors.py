@@ -51,8 +51,8 @@ _STATUS: Sequence[tuple[type[BaseException], int]] = (
     (StepstoneError, 400),
 )
 
-_HTTP_TYPES = {401: "AuthenticationError", 404: "NotFoundError", 405: "MethodNotAllowed",
-               413: "LimitExceededError"}
+_HTTP_TYPES = {401: "AuthenticationError", 403: "Forbidden", 404: "NotFoundError",
+               405: "MethodNotAllowed", 413: "LimitExceededError"}
 
 
 def status_for(exc: BaseException) -> int:

@@ -13,28 +13,32 @@ from fastapi import FastAPI
 
 from stepstone import limits
 from stepstone.errors import StoreError
-from stepstone.server import errors
+from stepstone.server import dashboard, errors
 from stepstone.server.auth import AuthConfig
 from stepstone.server.body import BodyLimit
 from stepstone.server.jobs import JobRunner
 from stepstone.server.routes import (
     bulk,
+    event_log,
     events,
     functions,
     health,
     jobs,
     run_actions,
     runs,
+    stats,
     workers,
 )
 from stepstone.server.routes import metrics as metrics_route
+from stepstone.server.sessions import SessionKeeper
 from stepstone.server.state import ServerState
 
 if TYPE_CHECKING:
     from stepstone.app import App
 
 log = logging.getLogger("stepstone.server")
-_ROUTERS = (events, runs, run_actions, bulk, jobs, functions, workers, health, metrics_route)
+_ROUTERS = (events, runs, run_actions, bulk, jobs, functions, workers, health, metrics_route,
+            event_log, stats)
 
 
 @dataclass(frozen=True)
@@ -55,9 +59,10 @@ def _version() -> str:
 def create_app(app: App, auth: AuthConfig, *, workers: WorkerSettings | None = None,
                max_body: int = limits.MAX_REQUEST_BYTES, job_heartbeat: float = 5.0,
                job_stale_after: float = 30.0) -> FastAPI:
-    """The HTTP API over ``app`` (which needs no functions: events are matched
-    through the catalog of functions registered in the database)."""
-    state = ServerState(app, auth, JobRunner(app, heartbeat=job_heartbeat, stale_after=job_stale_after))
+    """The HTTP API and the dashboard over ``app`` (which needs no functions:
+    events are matched through the catalog of functions registered in the database)."""
+    state = ServerState(app, auth, JobRunner(app, heartbeat=job_heartbeat, stale_after=job_stale_after),
+                        SessionKeeper(auth))
 
     @contextlib.asynccontextmanager
     async def lifespan(_api: FastAPI) -> AsyncIterator[None]:
@@ -80,6 +85,7 @@ def create_app(app: App, auth: AuthConfig, *, workers: WorkerSettings | None = N
     errors.install(api)
     for module in _ROUTERS:
         api.include_router(module.build(state))
+    dashboard.install(api, state)
     api.add_middleware(BodyLimit, max_bytes=max_body)
     api.state.stepstone = state
     return api

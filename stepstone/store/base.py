@@ -234,6 +234,45 @@ class RunCountRow:
     count: int
 
 
+@dataclass(frozen=True)
+class KeyBacklogRow:
+    """Queue items of one function under one pair of concurrency key values
+    (``None``: no such key): due now, held by a live lease, and in all (the rest
+    are parked: sleeping, waiting, backing off or scheduled later)."""
+
+    function_id: str
+    ckey1: str | None
+    ckey2: str | None
+    limit1: int | None
+    limit2: int | None
+    due: int
+    leased: int
+    total: int
+
+
+@dataclass(frozen=True)
+class TimelineRow:
+    """Runs created in one time bucket with one status: how many, how many have
+    started, and their queue delays (first start minus creation) in seconds."""
+
+    bucket: int
+    status: str
+    count: int
+    started: int
+    delay_sum: float
+    delay_max: float | None
+
+
+@dataclass(frozen=True)
+class EventRunRow:
+    """A run an event started (or joined, for batches and debounces)."""
+
+    event_seq: int
+    run_id: str
+    function_id: str
+    status: str
+
+
 # Job statuses: a job is active while queued or running.
 JOB_ACTIVE_STATUSES = ("queued", "running")
 JOB_STATUSES = (*JOB_ACTIVE_STATUSES, "completed", "failed", "interrupted")
@@ -502,6 +541,34 @@ class Tx(Protocol):
 
     def count_active_runs(self) -> list[RunCountRow]:
         """Runs not yet ended, counted per function and status."""
+        ...
+
+    # --- operator views (dashboard) -------------------------------------------------------
+    def count_runs(self, function_id: str | None, since: float | None,
+                   until: float | None) -> list[RunCountRow]:
+        """Runs created in [since, until) (of one function, or all), per function
+        and status."""
+        ...
+
+    def key_backlog(self, now: float, limit: int) -> list[KeyBacklogRow]:
+        """Queue items per function and concurrency key values, largest first
+        within each function."""
+        ...
+
+    def run_timeline(self, function_id: str | None, origin: int, until: float,
+                     width: int) -> list[TimelineRow]:
+        """Runs created in [origin, until), grouped by status and by bucket
+        ``(created_at - origin) // width`` (whole seconds; a run's creation time is
+        rounded to a whole second first, up or down depending on the database)."""
+        ...
+
+    def list_events(self, name: str | None, event_id: str | None, before_seq: int | None,
+                    limit: int) -> list[EventRow]:
+        """The event log, newest first; ``before_seq`` continues a previous page."""
+        ...
+
+    def event_runs(self, seqs: Sequence[int]) -> list[EventRunRow]:
+        """The runs linked to the given events."""
         ...
 
     # --- background jobs ----------------------------------------------------------------

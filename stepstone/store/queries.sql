@@ -370,3 +370,48 @@ WHERE id = :id AND status IN ('queued', 'running');
 -- name: interrupt_stale_jobs
 UPDATE jobs SET status = 'interrupted', error = :error, updated_at = :now, finished_at = :now
 WHERE status IN ('queued', 'running') AND updated_at < :stale_before;
+
+-- ---------------------------------------------------------------------------
+-- Operator views (dashboard): run counts, backlog per concurrency key,
+-- timelines, the event log and the runs each event started.
+
+-- name: count_runs
+SELECT function_id, status, COUNT(*) AS n FROM runs
+WHERE (:function_id IS NULL OR function_id = :function_id)
+  AND (:since IS NULL OR created_at >= :since)
+  AND (:until IS NULL OR created_at < :until)
+GROUP BY function_id, status;
+
+-- name: key_backlog
+SELECT function_id, ckey1, ckey2, MAX(limit1) AS limit1, MAX(limit2) AS limit2,
+       SUM(CASE WHEN available_at <= :now THEN 1 ELSE 0 END) AS due,
+       SUM(CASE WHEN owner IS NOT NULL AND available_at > :now THEN 1 ELSE 0 END) AS leased,
+       COUNT(*) AS total
+FROM queue
+GROUP BY function_id, ckey1, ckey2
+ORDER BY function_id, COUNT(*) DESC
+LIMIT :limit;
+
+-- name: run_timeline
+SELECT (CAST(created_at AS BIGINT) - :origin) / :width AS bucket, status, COUNT(*) AS n,
+       COUNT(started_at) AS started,
+       SUM(CASE WHEN started_at IS NULL THEN 0 ELSE started_at - created_at END) AS delay_sum,
+       MAX(started_at - created_at) AS delay_max
+FROM runs
+WHERE created_at >= :origin AND created_at < :until
+  AND (:function_id IS NULL OR function_id = :function_id)
+GROUP BY bucket, status;
+
+-- name: list_events
+SELECT * FROM events
+WHERE (:name IS NULL OR name = :name)
+  AND (:event_id IS NULL OR id = :event_id)
+  AND (:before_seq IS NULL OR seq < :before_seq)
+ORDER BY seq DESC
+LIMIT :limit;
+
+-- name: event_runs
+SELECT re.event_seq, r.id, r.function_id, r.status FROM run_events re
+JOIN runs r ON r.id = re.run_id
+WHERE re.event_seq IN ({seqs})
+ORDER BY r.id;

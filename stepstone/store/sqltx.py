@@ -21,8 +21,10 @@ from stepstone.store.base import (
     ACTIVE_STATUSES,
     BacklogRow,
     EventRow,
+    EventRunRow,
     Fence,
     JobRow,
+    KeyBacklogRow,
     LeasedRun,
     NewRun,
     QueueItem,
@@ -33,6 +35,7 @@ from stepstone.store.base import (
     SpanRow,
     StepRow,
     TimedOut,
+    TimelineRow,
     WaitRow,
     WorkerRow,
 )
@@ -554,6 +557,37 @@ class SqlTx:
     def count_active_runs(self) -> list[RunCountRow]:
         return [RunCountRow(r["function_id"], r["status"], int(r["n"]))
                 for r in self._all("count_active_runs")]
+
+    # -- operator views (dashboard) ----------------------------------------------------------
+    def count_runs(self, function_id: str | None, since: float | None,
+                   until: float | None) -> list[RunCountRow]:
+        params = {"function_id": function_id, "since": since, "until": until}
+        return [RunCountRow(r["function_id"], r["status"], int(r["n"]))
+                for r in self._all("count_runs", params)]
+
+    def key_backlog(self, now: float, limit: int) -> list[KeyBacklogRow]:
+        return [KeyBacklogRow(r["function_id"], r["ckey1"], r["ckey2"], r["limit1"], r["limit2"],
+                              int(r["due"]), int(r["leased"]), int(r["total"]))
+                for r in self._all("key_backlog", {"now": now, "limit": limit})]
+
+    def run_timeline(self, function_id: str | None, origin: int, until: float,
+                     width: int) -> list[TimelineRow]:
+        params = {"function_id": function_id, "origin": origin, "until": until, "width": width}
+        return [TimelineRow(int(r["bucket"]), r["status"], int(r["n"]), int(r["started"]),
+                            float(r["delay_sum"] or 0.0),
+                            None if r["delay_max"] is None else float(r["delay_max"]))
+                for r in self._all("run_timeline", params)]
+
+    def list_events(self, name: str | None, event_id: str | None, before_seq: int | None,
+                    limit: int) -> list[EventRow]:
+        params = {"name": name, "event_id": event_id, "before_seq": before_seq, "limit": limit}
+        return [_event_row(r) for r in self._all("list_events", params)]
+
+    def event_runs(self, seqs: Sequence[int]) -> list[EventRunRow]:
+        if not seqs:
+            return []
+        return [EventRunRow(int(r["event_seq"]), r["id"], r["function_id"], r["status"])
+                for r in self._all("event_runs", {}, {"seqs": seqs})]
 
     # -- background jobs ----------------------------------------------------------------------
     def create_job(self, job: JobRow) -> None:

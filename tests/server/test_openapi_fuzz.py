@@ -3,6 +3,7 @@ the documented schemas and status codes, auth is enforced where declared."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,7 +29,8 @@ def _cases() -> list[tuple[str, GenerationMode]]:
     """Every operation of the spec (built without a server or a database), with
     valid data, and with invalid data where it takes query parameters or a body
     (any string is a valid path parameter)."""
-    spec = create_app(ss.App("spec", database_url="sqlite:///unused.db"), AuthConfig(("k",))).openapi()
+    url = f"sqlite:///{tempfile.mkdtemp(prefix='stepstone-spec-')}/spec.db"  # never opened
+    spec = create_app(ss.App("spec", database_url=url), AuthConfig(("k",))).openapi()
     cases = []
     for path, item in spec["paths"].items():
         for method, operation in item.items():

@@ -6,10 +6,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
+from stepstone.expressions import compile_expression
 from stepstone.server.errors import documented
 from stepstone.server.params import check_range, decode_cursor, encode_cursor, parse_moment
 from stepstone.server.schemas import RunOut, RunPage, RunStatus, SpanOut, TraceOut
+from stepstone.server.search import Matcher, search_op
 from stepstone.server.state import ServerState
+from stepstone.store.base import RunFilter
 
 RunId = Annotated[str, Path(description="A run id")]
 TIME_HELP = "RFC 3339 date-time or epoch seconds"
@@ -28,12 +31,24 @@ def build(state: ServerState) -> APIRouter:
         until: Annotated[str | None, Query(description=f"Created before: {TIME_HELP}")] = None,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
         cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
+        q: Annotated[str | None, Query(description="Text in the run id or its event's id, name or "
+                                                   "data (case-insensitive)")] = None,
+        if_: Annotated[str | None, Query(alias="if", description="CEL over the run's `event`")] = None,
     ) -> RunPage:
+        """With `q` or `if`, at most 2000 runs are examined per page: a page may hold
+        fewer runs than `limit` and still have a `next_cursor` to search on."""
         lo, hi = parse_moment(since, "since"), parse_moment(until, "until")
         check_range(lo, hi)
         before = decode_cursor(cursor)
         if function_id is not None:
             await state.require_function(function_id)
+        matcher = Matcher(q, None if if_ is None else compile_expression(if_, field="if"))
+        if matcher.active:
+            where = RunFilter(function_id=function_id, statuses=tuple(status or ()), event_id=event_id,
+                              since=lo, until=hi, before_id=before)
+            hits = await state.app.store.read(search_op(where, matcher, limit))
+            return RunPage(runs=[RunOut.of(r) for r in hits.runs],
+                           next_cursor=encode_cursor(hits.cursor) if hits.cursor else None)
         found = await runs.list_async(function_id=function_id, status=status, event_id=event_id,
                                       since=lo, until=hi, limit=limit + 1, before=before)
         page, more = found[:limit], len(found) > limit

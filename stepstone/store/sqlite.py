@@ -229,9 +229,11 @@ class SqliteStore:
         return applied
 
     def close(self) -> None:
-        for lane in list(self._lanes.values()):
+        for loop, lane in list(self._lanes.items()):
+            if loop.is_running() and not _is_current(loop):
+                continue  # still in use by another thread's loop: freed with it
             lane.conn.close()
-        self._lanes.clear()
+            del self._lanes[loop]
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
@@ -239,6 +241,13 @@ class SqliteStore:
         if self._watch is not None:
             self._watch.close()
             self._watch = None
+
+
+def _is_current(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
 
 
 def _statements(sql: str) -> list[str]:

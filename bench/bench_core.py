@@ -78,11 +78,8 @@ async def per_step(folder: str, sync: str, steps: int = 900,
     return [b - a for a, b in itertools.pairwise(stamps)]
 
 
-async def three_step_latency(folder: str, sync: str, runs: int = 300) -> list[float]:
-    """send -> ``runs.wait`` returns it completed, one three-step run at a time
-    (in-process worker; ``wait`` is woken by the worker when the run ends)."""
-    app = make_app(folder, sync)
-
+def add_three_steps(app: ss.App) -> None:
+    """The benchmark's three-step function (``three``), triggered by ``three``."""
     async def trivial() -> int:
         return 1
 
@@ -92,6 +89,13 @@ async def three_step_latency(folder: str, sync: str, runs: int = 300) -> list[fl
             await ctx.step.run(name, trivial)
         return 3
 
+
+async def three_step_latency(folder: str, sync: str, runs: int = 300) -> list[float]:
+    """send -> ``runs.wait`` returns it completed, one three-step run at a time
+    (in-process worker; ``wait`` is woken by the worker when the run ends)."""
+    app = make_app(folder, sync)
+
+    add_three_steps(app)
     await app.start_async(concurrency=10)
     latencies = []
     for _ in range(runs):
@@ -110,15 +114,7 @@ async def throughput(folder: str, sync: str, runs: int = 2000, concurrency: int 
     """2,000 queued three-step runs drained by one default worker."""
     app = make_app(folder, sync)
 
-    async def trivial() -> int:
-        return 1
-
-    @app.function(id="three", trigger=ss.on_event("three"))
-    async def three(ctx: ss.Context) -> int:
-        for name in ("a", "b", "c"):
-            await ctx.step.run(name, trivial)
-        return 3
-
+    add_three_steps(app)
     for start in range(0, runs, 500):
         await app.send_async([ss.Event("three") for _ in range(min(500, runs - start))])
     store = app.store

@@ -6,9 +6,11 @@ re-run once it succeeded, resumable after a crash, a deploy or a bug fix.
 
 from stepstone import testing
 from stepstone.app import App
+from stepstone.client import Client
 from stepstone.context import Context
 from stepstone.encryption import EncryptionError, EncryptionMiddleware, is_encrypted
 from stepstone.errors import (
+    AuthenticationError,
     ConfigError,
     ErrorInfo,
     ExpressionError,
@@ -19,6 +21,7 @@ from stepstone.errors import (
     RetryAfterError,
     RunTimeoutError,
     SerializationError,
+    ServerUnavailableError,
     StepError,
     StepstoneError,
     StoreError,
@@ -36,8 +39,10 @@ from stepstone.function import (
     Throttle,
     Timeouts,
 )
+from stepstone.inventory import FunctionInfo
 from stepstone.middleware import Middleware
 from stepstone.runs import Run, Span, StepRecord
+from stepstone.server import asgi
 from stepstone.tracing import OpenTelemetryMiddleware
 from stepstone.triggers import on_cron, on_event
 
@@ -60,6 +65,10 @@ __all__ = [
     "Singleton",
     "Throttle",
     "Timeouts",
+    # remote use and serving
+    "Client",
+    "asgi",
+    "FunctionInfo",
     # runs
     "Run",
     "Span",
@@ -72,6 +81,7 @@ __all__ = [
     # testing on a virtual clock
     "testing",
     # errors
+    "AuthenticationError",
     "ConfigError",
     "EncryptionError",
     "ErrorInfo",
@@ -84,6 +94,7 @@ __all__ = [
     "RetryAfterError",
     "RunTimeoutError",
     "SerializationError",
+    "ServerUnavailableError",
     "StepError",
     "StepstoneError",
     "StoreError",

@@ -45,6 +45,18 @@ def is_encrypted(value: Any) -> bool:
     return isinstance(value, dict) and value.get(MARKER) == 1
 
 
+def mask(value: Any) -> Any:
+    """``value`` with every envelope replaced by the string ``"encrypted"`` (how the
+    API and the dashboard show ciphertext)."""
+    if is_encrypted(value):
+        return "encrypted"
+    if isinstance(value, dict):
+        return {k: mask(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [mask(v) for v in value]
+    return value
+
+
 def _key_bytes(key: KeyInput) -> bytes:
     if isinstance(key, bytes):
         if len(key) != 32:

@@ -79,6 +79,14 @@ class RunTimeoutError(StepstoneError, TimeoutError):
     """``runs.wait`` gave up before the run ended."""
 
 
+class AuthenticationError(StepstoneError):
+    """An HTTP request carried no valid key for what it asked (HTTP 401)."""
+
+
+class ServerUnavailableError(StepstoneError):
+    """``ss.Client`` could not reach the Stepstone server (transient; callers may retry)."""
+
+
 class StoreError(StepstoneError):
     """The database failed; the driver's error is the ``__cause__``."""
 

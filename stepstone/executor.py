@@ -97,6 +97,7 @@ async def execute(leased: LeasedRun, env: ExecEnv) -> Outcome | None:
     run = leased.run
     fn = env.registry.get(run.function_id)
     journal = RunJournal(env.store, Fence(run.id, env.owner, leased.epoch), env.clock)
+    journal.function_id = run.function_id
     try:
         if fn is None:
             err = ErrorInfo("UnknownFunction", f"no function {run.function_id!r} in this worker")

@@ -16,6 +16,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from stepstone import metrics
 from stepstone.clock import Clock
 from stepstone.errors import LeaseLostError, StoreUnavailableError
 from stepstone.interpreter import CancelSignal, Effect, LeaseLostSignal
@@ -33,11 +34,14 @@ class RunJournal:
         self.cancel_requested = False
         self.lease_lost = False
         self.failure: BaseException | None = None
+        self.function_id = ""  # for metrics; set by the executor
         self._commits: list[tuple[asyncio.Future[Any], Callable[[Tx], Any]]] = []
 
     # -- Journal protocol (used by the interpreter) ---------------------------------
     def stage(self, step: StepRow, span: SpanRow | None, effect: Effect | None = None) -> None:
         self.steps.append(step)
+        if step.kind == "run" and step.started_at is not None and step.ended_at is not None:
+            metrics.step_finished(self.function_id, step.ended_at - step.started_at)
         if span is not None:
             self.spans.append(span)
         if effect is not None:

@@ -210,10 +210,14 @@ def _replay_op(run_id: str, now: float) -> Callable[[Tx], None]:
             raise NotFoundError(f"no run {run_id!r}")
         if run.status not in (FAILED, CANCELLED):
             raise InvalidStateError(f"run {run_id} is {run.status}; only failed or cancelled runs replay")
-        unfinished = [s.step_id for s in tx.get_steps(run_id) if s.status != "completed"]
-        tx.requeue_run(run_id, now, unfinished)
-        tx.save_steps([], [SpanRow(run_id, "replay", "replay", now, now, "ok",
-                                   detail=f"replayed from {run.status}")])
+        unfinished = [s for s in tx.get_steps(run_id) if s.status != "completed"]
+        # The failed attempt's memo is about to go: keep it in the trace.
+        kept = [SpanRow(run_id, "step", s.step_id, s.started_at, s.ended_at, s.status,
+                        max(0, s.attempts - 1), s.error)
+                for s in unfinished if s.status == "failed" and s.started_at is not None]
+        tx.requeue_run(run_id, now, [s.step_id for s in unfinished])
+        tx.save_steps([], [*kept, SpanRow(run_id, "replay", "replay", now, now, "ok",
+                                          detail=f"replayed from {run.status}")])
     return op
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from stepstone import metrics
 from stepstone.clock import Clock
 from stepstone.errors import StoreError
 from stepstone.executor import ExecEnv, execute
@@ -31,7 +32,7 @@ from stepstone.middleware import Middleware
 from stepstone.registry import Registry
 from stepstone.scheduler.leasing import lease
 from stepstone.scheduler.maintenance import cron_op, next_duty_op, register_crons_op, timeouts_op
-from stepstone.store.base import LeasedRun, Store, Tx, WorkerRow
+from stepstone.store.base import ENDED_STATUSES, LeasedRun, Store, Tx, WorkerRow
 
 log = logging.getLogger("stepstone.worker")
 PRUNE_EVERY = 600.0  # seconds between deletions of expired dedupe keys
@@ -194,7 +195,11 @@ class Worker:
             leased = lease(tx, owner, registry, free, now, until, version)
             return leased, tx.next_due(ids), duty(tx)
 
-        return await self.store.transact(op)
+        leased, due, duty_due = await self.store.transact(op)
+        for item in leased:
+            if item.run.started_at == now:  # its first start: the lease set started_at
+                metrics.run_started(item.run.function_id, now - item.run.created_at)
+        return leased, due, duty_due
 
     # -- duties: cron ticks, timeouts, pruning ---------------------------------------------
     def _cron_functions(self) -> list[FunctionDef]:
@@ -275,6 +280,8 @@ class Worker:
         try:
             outcome = await execute(item, env)
             self.invocations += 1
+            if outcome is not None and outcome.status in ENDED_STATUSES:
+                metrics.run_finished(item.run.function_id, outcome.status)
             if outcome is not None and outcome.wake_at is not None:
                 self._due = outcome.wake_at if self._due is None else min(self._due, outcome.wake_at)
         except asyncio.CancelledError:

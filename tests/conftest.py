@@ -92,16 +92,19 @@ def send_and_wait(app: ss.App, event: ss.Event, timeout: str = "10s") -> ss.Run:
     return app.runs.wait(run_of(app, event_id).id, timeout=timeout)
 
 
-def table_rows(db_url: str, table: str) -> list[tuple[Any, ...]]:
-    """Every row of ``table`` as stored, read straight from either database."""
-    query = f"SELECT * FROM {table}"
+def query(db_url: str, sql: str) -> list[tuple[Any, ...]]:
+    """Rows of a read-only SQL statement, straight from either database."""
     if db_url.startswith("sqlite:"):
         import sqlite3
 
         with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
-            return [tuple(r) for r in conn.execute(query).fetchall()]
+            return [tuple(r) for r in conn.execute(sql).fetchall()]
     import psycopg
 
     with psycopg.connect(db_url) as pg:
-        return [tuple(r) for r in pg.execute(query.encode()).fetchall()]
+        return [tuple(r) for r in pg.execute(sql.encode()).fetchall()]
 
+
+def table_rows(db_url: str, table: str) -> list[tuple[Any, ...]]:
+    """Every row of ``table`` as stored."""
+    return query(db_url, f"SELECT * FROM {table}")

@@ -218,6 +218,83 @@ class WorkerRow:
     functions: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class BacklogRow:
+    """Queue items of one function that are due and not leased."""
+
+    function_id: str
+    due: int
+    oldest_due_at: float
+
+
+@dataclass(frozen=True)
+class RunCountRow:
+    function_id: str
+    status: str
+    count: int
+
+
+@dataclass(frozen=True)
+class KeyBacklogRow:
+    """Queue items of one function under one pair of concurrency key values
+    (``None``: no such key): due now, held by a live lease, and in all (the rest
+    are parked: sleeping, waiting, backing off or scheduled later)."""
+
+    function_id: str
+    ckey1: str | None
+    ckey2: str | None
+    limit1: int | None
+    limit2: int | None
+    due: int
+    leased: int
+    total: int
+
+
+@dataclass(frozen=True)
+class TimelineRow:
+    """Runs created in one time bucket with one status: how many, how many have
+    started, and their queue delays (first start minus creation) in seconds."""
+
+    bucket: int
+    status: str
+    count: int
+    started: int
+    delay_sum: float
+    delay_max: float | None
+
+
+@dataclass(frozen=True)
+class EventRunRow:
+    """A run an event started (or joined, for batches and debounces)."""
+
+    event_seq: int
+    run_id: str
+    function_id: str
+    status: str
+
+
+# Job statuses: a job is active while queued or running.
+JOB_ACTIVE_STATUSES = ("queued", "running")
+JOB_STATUSES = (*JOB_ACTIVE_STATUSES, "completed", "failed", "interrupted")
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A background operator job (bulk cancel / replay); ``params`` is JSON."""
+
+    id: str
+    kind: str
+    status: str
+    params: str
+    created_at: float
+    updated_at: float
+    done: int = 0
+    examined: int = 0
+    error: str | None = None
+    owner: str | None = None
+    finished_at: float | None = None
+
+
 class Tx(Protocol):
     """Domain operations inside one transaction."""
 
@@ -458,6 +535,62 @@ class Tx(Protocol):
 
     def list_workers(self, alive_since: float) -> list[WorkerRow]: ...
 
+
+    # --- operator views (metrics) ------------------------------------------------------
+    def run_backlog(self, now: float) -> list[BacklogRow]:
+        """Per function: queue items due by ``now`` that no live lease holds."""
+        ...
+
+    def count_active_runs(self) -> list[RunCountRow]:
+        """Runs not yet ended, counted per function and status."""
+        ...
+
+    # --- operator views (dashboard) -------------------------------------------------------
+    def count_runs(self, function_id: str | None, since: float | None,
+                   until: float | None) -> list[RunCountRow]:
+        """Runs created in [since, until) (of one function, or all), per function
+        and status."""
+        ...
+
+    def key_backlog(self, now: float, limit: int) -> list[KeyBacklogRow]:
+        """Queue items per function and concurrency key values, largest first
+        within each function."""
+        ...
+
+    def run_timeline(self, function_id: str | None, origin: int, until: float,
+                     width: int) -> list[TimelineRow]:
+        """Runs created in [origin, until), grouped by status and by bucket
+        ``(created_at - origin) // width`` (whole seconds; a run's creation time is
+        rounded to a whole second first, up or down depending on the database)."""
+        ...
+
+    def list_events(self, name: str | None, event_id: str | None, before_seq: int | None,
+                    limit: int) -> list[EventRow]:
+        """The event log, newest first; ``before_seq`` continues a previous page."""
+        ...
+
+    def event_runs(self, seqs: Sequence[int]) -> list[EventRunRow]:
+        """The runs linked to the given events."""
+        ...
+
+    # --- background jobs ----------------------------------------------------------------
+    def create_job(self, job: JobRow) -> None: ...
+
+    def get_job(self, job_id: str) -> JobRow | None: ...
+
+    def list_jobs(self, limit: int) -> list[JobRow]:
+        """Newest first."""
+        ...
+
+    def update_job(self, job_id: str, *, status: str, done: int, examined: int, error: str | None,
+                   now: float, finished_at: float | None) -> bool:
+        """Record progress (and refresh the heartbeat) of an active job; returns
+        ``False`` if the job is no longer active."""
+        ...
+
+    def interrupt_stale_jobs(self, stale_before: float, now: float, reason: str) -> int:
+        """Mark active jobs not refreshed since ``stale_before`` as ``interrupted``."""
+        ...
 
 class Store(Protocol):
     """A database: runs operations in transactions."""

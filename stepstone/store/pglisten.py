@@ -17,7 +17,7 @@ import contextlib
 import itertools
 import logging
 import os
-import select
+import selectors
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -108,7 +108,9 @@ class Listener:
                 if self._stop.is_set():
                     break
                 log.warning("postgresql: LISTEN connection lost (%s); reconnecting in %.2fs", exc, delay)
-                select.select([self._stop_r], [], [], delay)
+                with selectors.DefaultSelector() as pause:  # the stop pipe cuts the pause short
+                    pause.register(self._stop_r, selectors.EVENT_READ)
+                    pause.select(delay)
                 delay = min(delay * 2, 2.0)
 
     def _listen(self) -> None:
@@ -117,14 +119,17 @@ class Listener:
             conn.execute(f"LISTEN {self.channel}")
             self.connected.set()
             self._fire()  # notifications may have been missed while disconnected
-            while not self._stop.is_set():
-                ready, _, _ = select.select([conn.fileno(), self._stop_r], [], [], PING_EVERY)
-                if self._stop_r in ready:
-                    break
-                if not ready:  # silence: make sure the connection is still alive
-                    conn.execute("SELECT 1")
-                if list(conn.notifies(timeout=0)):
-                    self._fire()  # one wake-up for every notification read at once
+            with selectors.DefaultSelector() as watch:  # epoll: any descriptor number
+                watch.register(conn.fileno(), selectors.EVENT_READ, "conn")
+                watch.register(self._stop_r, selectors.EVENT_READ, "stop")
+                while not self._stop.is_set():
+                    ready = {key.data for key, _ in watch.select(PING_EVERY)}
+                    if "stop" in ready:
+                        break
+                    if not ready:  # silence: make sure the connection is still alive
+                        conn.execute("SELECT 1")
+                    if list(conn.notifies(timeout=0)):
+                        self._fire()  # one wake-up for every notification read at once
         except psycopg.Error as exc:
             raise translate(exc) from exc
         finally:

@@ -271,10 +271,14 @@ ORDER BY last_served, key
 LIMIT :limit {lock};
 
 -- name: partition_items
+-- ({lock}: an item another transaction is changing is skipped, not waited for.
+-- Those writers lock queue rows before the partition row this lease pass
+-- holds, so waiting could deadlock; each of them lowers the partition hint
+-- once it commits, so the item is looked at again.)
 SELECT run_id, function_id, ckey1, limit1, ckey2, limit2, throttle_key, fresh
 FROM queue WHERE partition_key = :key AND available_at <= :now
 ORDER BY sort_at, run_id
-LIMIT :limit;
+LIMIT :limit {lock};
 
 -- name: live_ckey1
 SELECT COUNT(*) AS n FROM queue WHERE ckey1 = :ckey AND owner IS NOT NULL AND available_at > :now;
@@ -344,3 +348,83 @@ UPDATE run_events SET event_seq = :event_seq WHERE run_id = :run_id AND position
 
 -- name: set_queue_spec
 UPDATE runs SET queue_spec = :spec WHERE id = :id;
+
+-- name: run_backlog
+SELECT function_id, COUNT(*) AS due, MIN(available_at) AS oldest FROM queue
+WHERE available_at <= :now
+GROUP BY function_id;
+
+-- name: count_active_runs
+SELECT function_id, status, COUNT(*) AS n FROM runs
+WHERE status IN ('queued', 'running', 'sleeping', 'waiting')
+GROUP BY function_id, status;
+
+-- name: insert_job
+INSERT INTO jobs (id, kind, status, params, done, examined, error, owner, created_at, updated_at,
+                  finished_at)
+VALUES (:id, :kind, :status, :params, :done, :examined, :error, :owner, :created_at, :updated_at,
+        :finished_at);
+
+-- name: get_job
+SELECT * FROM jobs WHERE id = :id;
+
+-- name: list_jobs
+SELECT * FROM jobs ORDER BY id DESC LIMIT :limit;
+
+-- name: update_job
+UPDATE jobs SET status = :status, done = :done, examined = :examined, error = :error,
+    updated_at = :now, finished_at = :finished_at
+WHERE id = :id AND status IN ('queued', 'running');
+
+-- name: interrupt_stale_jobs
+UPDATE jobs SET status = 'interrupted', error = :error, updated_at = :now, finished_at = :now
+WHERE status IN ('queued', 'running') AND updated_at < :stale_before;
+
+-- ---------------------------------------------------------------------------
+-- Operator views (dashboard): run counts, backlog per concurrency key,
+-- timelines, the event log and the runs each event started.
+
+-- name: count_runs
+SELECT function_id, status, COUNT(*) AS n FROM runs
+WHERE (CAST(:function_id AS TEXT) IS NULL OR function_id = :function_id)
+  AND (CAST(:since AS DOUBLE PRECISION) IS NULL OR created_at >= :since)
+  AND (CAST(:until AS DOUBLE PRECISION) IS NULL OR created_at < :until)
+GROUP BY function_id, status;
+
+-- name: key_backlog
+SELECT function_id, ckey1, ckey2, MAX(limit1) AS limit1, MAX(limit2) AS limit2,
+       SUM(CASE WHEN available_at <= :now THEN 1 ELSE 0 END) AS due,
+       SUM(CASE WHEN owner IS NOT NULL AND available_at > :now THEN 1 ELSE 0 END) AS leased,
+       COUNT(*) AS total
+FROM queue
+GROUP BY function_id, ckey1, ckey2
+ORDER BY function_id, COUNT(*) DESC
+LIMIT :limit;
+
+-- name: run_timeline
+-- (whole seconds by truncation: SQLite's CAST truncates, PostgreSQL's rounds,
+-- so a value rounded up is brought back down)
+SELECT (CAST(created_at AS BIGINT)
+        - CASE WHEN CAST(created_at AS BIGINT) > created_at THEN 1 ELSE 0 END
+        - :origin) / :width AS bucket, status, COUNT(*) AS n,
+       COUNT(started_at) AS started,
+       SUM(CASE WHEN started_at IS NULL THEN 0 ELSE started_at - created_at END) AS delay_sum,
+       MAX(started_at - created_at) AS delay_max
+FROM runs
+WHERE created_at >= :origin AND created_at < :until
+  AND (CAST(:function_id AS TEXT) IS NULL OR function_id = :function_id)
+GROUP BY bucket, status;
+
+-- name: list_events
+SELECT * FROM events
+WHERE (CAST(:name AS TEXT) IS NULL OR name = :name)
+  AND (CAST(:event_id AS TEXT) IS NULL OR id = :event_id)
+  AND (CAST(:before_seq AS BIGINT) IS NULL OR seq < :before_seq)
+ORDER BY seq DESC
+LIMIT :limit;
+
+-- name: event_runs
+SELECT re.event_seq, r.id, r.function_id, r.status FROM run_events re
+JOIN runs r ON r.id = re.run_id
+WHERE re.event_seq IN ({seqs})
+ORDER BY r.id;

@@ -233,9 +233,11 @@ class SqliteStore:
         return applied
 
     def close(self) -> None:
-        for lane in list(self._lanes.values()):
+        for loop, lane in list(self._lanes.items()):
+            if loop.is_running() and not _is_current(loop):
+                continue  # still in use by another thread's loop: freed with it
             lane.conn.close()
-        self._lanes.clear()
+            del self._lanes[loop]
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
@@ -247,6 +249,13 @@ class SqliteStore:
 
 def _no_op() -> None:
     return None
+
+
+def _is_current(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
 
 
 def _statements(sql: str) -> list[str]:

@@ -128,3 +128,29 @@ def test_a_paused_worker_is_fenced_out_when_it_resumes(env: dict[str, str], spaw
         (run.id, step_in_flight, "start", paused.pid), (run.id, step_in_flight, "end", paused.pid)]
     assert paused.poll() is None  # it lives on, serving other runs
     app.close()
+
+
+def test_worker_exposes_its_metrics(env: dict[str, str], spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
+    import socket
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env["STEP_SECONDS"] = "0.001"
+    app = client(env)
+    spawn("--concurrency", "2", "--metrics-port", str(port))
+    wait_for(lambda: bool(app.workers.list()), 30, "the worker to register")
+    app.send([ss.Event("work") for _ in range(3)])
+    wait_for(lambda: len(app.runs.list(status="completed")) == 3, 60, "runs to complete")
+
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            return str(response.read().decode())
+
+    wait_for(lambda: 'stepstone_runs_finished_total{function="three-steps",status="completed"} 3.0' in scrape(),
+             10, "the finished counter")
+    text = scrape()
+    assert 'stepstone_step_duration_seconds_count{function="three-steps"} 9.0' in text
+    assert 'stepstone_queue_delay_seconds_count{function="three-steps"} 3.0' in text
+    app.close()

@@ -144,7 +144,10 @@ def test_fix_the_bug_and_replay_resumes_from_the_failed_step(app: ss.App) -> Non
     replayed = app.runs.wait(run.id)
     assert replayed.status == "completed" and replayed.output == "granted"
     assert calls == {"charge": 1, "record": 1, "provision": 3}
-    assert [s.kind for s in app.runs.trace(run.id)].count("replay") == 1
+    trace = app.runs.trace(run.id)
+    assert [s.kind for s in trace].count("replay") == 1
+    attempts = [(s.status, s.attempt) for s in trace if s.name == "provision"]
+    assert attempts == [("retrying", 0), ("failed", 1), ("completed", 0)]  # the failure stays visible
 
 
 def _completed_run(app: ss.App) -> str:

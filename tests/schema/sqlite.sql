@@ -13,6 +13,9 @@ CREATE INDEX events_by_id ON events (id);
 -- index events_by_received
 CREATE INDEX events_by_received ON events (received_at);
 
+-- index jobs_by_status
+CREATE INDEX jobs_by_status ON jobs (status, updated_at);
+
 -- index partitions_by_ckey
 CREATE INDEX partitions_by_ckey ON partitions (ckey);
 
@@ -113,6 +116,21 @@ CREATE TABLE functions (
 CREATE TABLE gcra (
     key  TEXT PRIMARY KEY,
     tat  REAL NOT NULL
+);
+
+-- table jobs
+CREATE TABLE jobs (
+    id           TEXT PRIMARY KEY,
+    kind         TEXT NOT NULL,
+    status       TEXT NOT NULL,
+    params       TEXT NOT NULL,
+    done         INTEGER NOT NULL DEFAULT 0,
+    examined     INTEGER NOT NULL DEFAULT 0,
+    error        TEXT,
+    owner        TEXT,
+    created_at   REAL NOT NULL,
+    updated_at   REAL NOT NULL,
+    finished_at  REAL
 );
 
 -- table partitions

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stepstone.cli import _redacted
+from stepstone.cli.common import redacted as _redacted
 
 
 def test_database_url_passwords_are_not_logged() -> None:

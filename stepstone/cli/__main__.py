@@ -1,0 +1,3 @@
+from stepstone.cli.main import main
+
+main()

@@ -1,0 +1,51 @@
+"""What the database knows about functions, for operators (HTTP API, CLI).
+
+Every app writes its functions' triggers and configuration to the store (see
+``catalog.py``); this module reads them back as plain descriptions, without
+rebuilding definitions.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from stepstone.errors import ConfigError
+from stepstone.store.base import Tx
+
+_SHAPE_KEYS = ("id", "triggers", "retries", "failure_of")
+
+
+@dataclass(frozen=True)
+class FunctionInfo:
+    """A registered function: the app that registered it, its triggers
+    (``{"event", "if"}`` or ``{"cron", "jitter"}``), retries and the rest of its
+    configuration (flow control, back-off, timeouts) as JSON values."""
+
+    id: str
+    app: str
+    triggers: list[dict[str, Any]]
+    retries: int
+    failure_of: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def _info(function_id: str, app: str, config_json: str) -> FunctionInfo:
+    raw = json.loads(config_json)
+    return FunctionInfo(
+        id=function_id, app=app, triggers=list(raw.get("triggers") or []),
+        retries=int(raw.get("retries", 4)), failure_of=raw.get("failure_of"),
+        config={k: v for k, v in raw.items() if k not in _SHAPE_KEYS},
+    )
+
+
+def list_functions(tx: Tx) -> list[FunctionInfo]:
+    """Every function registered in the store, by id."""
+    return [_info(fid, app, config) for fid, (app, config) in sorted(tx.load_functions().items())]
+
+
+def require_function(tx: Tx, function_id: str, field_name: str = "function_id") -> None:
+    """Raise ``ConfigError`` naming ``field_name`` if no app registered ``function_id``."""
+    if function_id not in tx.load_functions():
+        raise ConfigError(field_name, f"unknown function {function_id!r}")

@@ -1,0 +1,118 @@
+"""Prometheus metrics: the objects the engine updates, and the ``/metrics`` text.
+
+Counters and histograms live in this process's ``REGISTRY`` (not the global
+default one, so importing Stepstone never pollutes an application's registry).
+The engine records through the small functions below; gauges that describe the
+whole database (backlog, active runs) are computed from the store at scrape
+time by ``render``. ``prometheus_client`` comes with the ``server`` extra;
+without it recording does nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from stepstone.store.base import BacklogRow, RunCountRow
+
+_DELAY_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+
+
+class _Metrics:
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+
+        self.registry = CollectorRegistry()
+        self.runs_started = Counter(
+            "stepstone_runs_started", "Runs that began executing (first lease), by function",
+            ["function"], registry=self.registry)
+        self.runs_finished = Counter(
+            "stepstone_runs_finished", "Runs that ended, by function and final status",
+            ["function", "status"], registry=self.registry)
+        self.step_duration = Histogram(
+            "stepstone_step_duration_seconds",
+            "step.run durations, from the step's first start to its end, by function",
+            ["function"], registry=self.registry)
+        self.queue_delay = Histogram(
+            "stepstone_queue_delay_seconds", "From a run's creation to its first start, by function",
+            ["function"], buckets=_DELAY_BUCKETS, registry=self.registry)
+
+
+try:
+    _metrics: _Metrics | None = _Metrics()
+except ImportError:  # pragma: no cover - the server extra is not installed
+    _metrics = None
+
+
+def run_started(function_id: str, queue_delay: float) -> None:
+    if _metrics is not None:
+        _metrics.runs_started.labels(function_id).inc()
+        _metrics.queue_delay.labels(function_id).observe(max(0.0, queue_delay))
+
+
+def run_finished(function_id: str, status: str) -> None:
+    if _metrics is not None:
+        _metrics.runs_finished.labels(function_id, status).inc()
+
+
+def step_finished(function_id: str, seconds: float) -> None:
+    if _metrics is not None:
+        _metrics.step_duration.labels(function_id).observe(max(0.0, seconds))
+
+
+@dataclass(frozen=True)
+class StoreSnapshot:
+    """What the store says at scrape time."""
+
+    now: float
+    backlog: Sequence[BacklogRow]
+    active: Sequence[RunCountRow]
+
+
+class _SnapshotCollector:
+    def __init__(self, snapshot: StoreSnapshot) -> None:
+        self.snapshot = snapshot
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        snap = self.snapshot
+        backlog = GaugeMetricFamily("stepstone_backlog", "Runs due and waiting for a worker",
+                                    labels=["function"])
+        oldest = GaugeMetricFamily("stepstone_backlog_oldest_seconds",
+                                   "Age of the oldest due run waiting for a worker", labels=["function"])
+        for row in snap.backlog:
+            backlog.add_metric([row.function_id], row.due)
+            oldest.add_metric([row.function_id], max(0.0, snap.now - row.oldest_due_at))
+        active = GaugeMetricFamily("stepstone_runs_active", "Runs not yet ended, by status",
+                                   labels=["function", "status"])
+        for count in snap.active:
+            active.add_metric([count.function_id, count.status], count.count)
+        yield from (backlog, oldest, active)
+
+
+def render(snapshot: StoreSnapshot) -> bytes:
+    """The Prometheus text exposition: this process's counters plus store gauges."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    gauges = CollectorRegistry()
+    gauges.register(_SnapshotCollector(snapshot))
+    own = generate_latest(_metrics.registry) if _metrics is not None else b""
+    return own + generate_latest(gauges)
+
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def serve(host: str, port: int) -> None:
+    """Expose this process's counters and histograms over HTTP (a worker's
+    ``--metrics-port``); the database gauges come from the server's ``/metrics``."""
+    if _metrics is None:
+        raise RuntimeError("prometheus-client is not installed (pip install 'stepstone[server]')")
+    from prometheus_client import start_http_server
+
+    start_http_server(port, addr=host, registry=_metrics.registry)

@@ -1,0 +1,154 @@
+// Stepstone dashboard: live refresh, confirmations and actions. Hand-written, no
+// dependencies. Pages work without it for reading; actions need it.
+"use strict";
+
+(function () {
+  const meta = (name) => (document.querySelector(`meta[name="${name}"]`) || {}).content || "";
+  const base = meta("base");
+  const csrf = meta("csrf-token");
+
+  function toLogin() {
+    const here = location.pathname.slice(base.length) + location.search;
+    location.assign(`${base}/login?next=${encodeURIComponent(here || "/")}`);
+  }
+
+  // The JSON API, with the session cookie and the session's CSRF token.
+  async function api(method, path, body) {
+    const headers = { "X-CSRF-Token": csrf, "Accept": "application/json" };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const response = await fetch(`${base}/api/v1${path}`, {
+      method, headers, credentials: "same-origin",
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    if (response.status === 401) { toLogin(); throw new Error("signed out"); }
+    const data = await response.json().catch(() => ({}));
+    if (!response.ok) {
+      const error = data.error || {};
+      throw new Error(`${error.type || response.status}: ${error.message || response.statusText}`);
+    }
+    return data;
+  }
+
+  // -- confirmation ------------------------------------------------------------------------
+  function confirmWith(text, label) {
+    const dialog = document.getElementById("confirm");
+    document.getElementById("confirm-text").textContent = text;
+    document.getElementById("confirm-ok").textContent = label || "Confirm";
+    return new Promise((resolve) => {
+      dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+      dialog.returnValue = "";
+      dialog.showModal();
+    });
+  }
+
+  // -- live regions: re-fetch this page and swap #live, keeping open <details> -----------------
+  function busy(region) {
+    const active = document.activeElement;
+    const editing = active && region.contains(active) && /^(SELECT|INPUT|TEXTAREA)$/.test(active.tagName);
+    return document.hidden || editing || document.getElementById("confirm").open;
+  }
+
+  async function refresh(region) {
+    if (busy(region)) return;
+    const response = await fetch(location.href, { credentials: "same-origin", headers: { "Accept": "text/html" } });
+    if (response.redirected && new URL(response.url).pathname.endsWith("/login")) { toLogin(); return; }
+    if (!response.ok) return;
+    const page = new DOMParser().parseFromString(await response.text(), "text/html");
+    const fresh = page.getElementById("live");
+    if (!fresh || busy(region)) return;
+    const open = new Set([...region.querySelectorAll("details[open]")].map((d) => d.id).filter(Boolean));
+    const focused = document.activeElement && region.contains(document.activeElement) ? document.activeElement.id : "";
+    region.replaceChildren(...fresh.childNodes);
+    for (const id of open) { const d = document.getElementById(id); if (d) d.open = true; }
+    if (focused) { const f = document.getElementById(focused); if (f) f.focus(); }
+    if (!fresh.dataset.live) { delete region.dataset.live; return; }  // e.g. the run ended
+    wire(region);
+  }
+
+  function live(region) {
+    const every = Number(region.dataset.live) * 1000;
+    const tick = async () => {
+      try { await refresh(region); } catch (e) { /* offline: try again next tick */ }
+      if (region.dataset.live) setTimeout(tick, every);
+    };
+    setTimeout(tick, every);
+  }
+
+  // -- actions ---------------------------------------------------------------------------------
+  function say(text, isError) {
+    const status = document.getElementById("action-status") || document.getElementById("job-status");
+    if (!status) return;
+    status.textContent = text;
+    status.classList.toggle("err", Boolean(isError));
+  }
+
+  const actions = {
+    async replay(button) {
+      const result = await api("POST", `/runs/${encodeURIComponent(button.dataset.run)}/replay`);
+      say(`Replaying: the run is ${result.status}.`);
+      location.reload();
+    },
+    async cancel(button) {
+      const result = await api("POST", `/runs/${encodeURIComponent(button.dataset.run)}/cancel`);
+      say(result.status === "cancelled" ? "Cancelled." : "Cancelling after the step executing now.");
+      location.reload();
+    },
+    async rerun(button) {
+      const step = document.getElementById("rerun-step").value;
+      const result = await api("POST", `/runs/${encodeURIComponent(button.dataset.run)}/rerun`, { step_id: step });
+      location.assign(`${base}/runs/${encodeURIComponent(result.id)}`);
+    },
+    async bulk(button) {
+      const d = button.dataset;
+      const body = { function_id: d.function };
+      if (d.since) body.since = Number(d.since);
+      if (d.until) body.until = Number(d.until);
+      if (d.if) body.if = d.if;
+      if (d.kind === "replay") body.status = [d.status];
+      const job = await api("POST", `/runs/${d.kind}-many`, body);
+      button.disabled = true;
+      await follow(job);
+    },
+  };
+
+  async function follow(job) {
+    const box = document.getElementById("job-progress");
+    const bar = document.getElementById("job-bar");
+    box.hidden = false;
+    for (;;) {
+      bar.max = Math.max(job.examined, 1);
+      bar.value = job.done;
+      say(`Job ${job.id}: ${job.status}, ${job.done} done of ${job.examined} examined.`, job.status === "failed");
+      if (!["queued", "running"].includes(job.status)) break;
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      job = await api("GET", `/jobs/${encodeURIComponent(job.id)}`);
+    }
+    if (job.status === "completed") bar.value = bar.max;
+    box.dataset.finished = job.status;
+  }
+
+  async function act(button) {
+    const verb = button.textContent.trim();
+    if (button.dataset.confirm && !(await confirmWith(button.dataset.confirm, verb))) return;
+    button.disabled = true;
+    try {
+      await actions[button.dataset.action](button);
+    } catch (error) {
+      say(error.message, true);
+      button.disabled = false;
+    }
+  }
+
+  function wire(root) {
+    for (const button of root.querySelectorAll("button[data-action]")) {
+      if (button.dataset.wired) continue;
+      button.dataset.wired = "1";
+      button.addEventListener("click", () => act(button));
+    }
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    wire(document);
+    for (const region of document.querySelectorAll("[data-live]")) live(region);
+  });
+})();

@@ -1,0 +1,18 @@
+-- Background operator jobs (bulk cancel / replay started over HTTP). A job
+-- that is queued or running refreshes updated_at while it works; one whose
+-- updated_at is stale was interrupted (its server died) and is marked so.
+
+CREATE TABLE jobs (
+    id           TEXT PRIMARY KEY,
+    kind         TEXT NOT NULL,
+    status       TEXT NOT NULL,
+    params       TEXT NOT NULL,
+    done         INTEGER NOT NULL DEFAULT 0,
+    examined     INTEGER NOT NULL DEFAULT 0,
+    error        TEXT,
+    owner        TEXT,
+    created_at   REAL NOT NULL,
+    updated_at   REAL NOT NULL,
+    finished_at  REAL
+);
+CREATE INDEX jobs_by_status ON jobs (status, updated_at);

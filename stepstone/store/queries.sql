@@ -258,7 +258,12 @@ ON CONFLICT (key) DO UPDATE SET next_at = excluded.next_at
 WHERE partitions.next_at IS NULL OR partitions.next_at > excluded.next_at;
 
 -- name: wake_ckey
-UPDATE partitions SET next_at = :now WHERE ckey = :ckey AND (next_at IS NULL OR next_at > :now);
+-- Every partition of the key is written, even one already due: the row lock
+-- orders this release against a lease pass serving the partition (which holds
+-- it), so the pass cannot park the partition on a count that misses the slot
+-- freed here. (Its lease pass skips the partition while this transaction runs.)
+UPDATE partitions SET next_at = CASE WHEN next_at IS NULL OR next_at > :now THEN :now ELSE next_at END
+WHERE ckey = :ckey;
 
 -- name: wake_function_partitions
 UPDATE partitions SET next_at = :now

@@ -17,7 +17,7 @@ import pytest
 
 import stepstone as ss
 from stepstone.errors import StoreError, StoreUnavailableError
-from stepstone.store.base import NewRun, Tx, WorkerRow
+from stepstone.store.base import NewRun, QueueSpec, Tx, WorkerRow
 from stepstone.store.postgres import CHANNEL, PostgresStore, parse_url
 from stepstone.worker import Worker
 
@@ -301,3 +301,47 @@ def test_a_deadlock_victim_is_run_again(pg_url: str, pg_store: PostgresStore) ->
         thread.join(30)
     assert results == [None, None]  # both committed, neither caller saw the deadlock
     assert sorted(attempts) in (["x", "x", "y"], ["x", "y", "y"])  # the victim ran twice
+
+
+def test_a_release_racing_a_lease_pass_is_not_lost(pg_url: str, pg_store: PostgresStore) -> None:
+    """A run that frees its key's only slot commits while another worker's lease
+    pass is deciding whether that key's partition is full. The pass cannot see
+    the uncommitted release; it must not park the partition past the release
+    (the waiting run would start only at the next re-check, seconds later)."""
+    from stepstone.scheduler.leasing import lease
+    from tests.integration.test_store_contract import F_ONLY, NOW
+
+    spec = QueueSpec("f:k", ckey1="k", limit1=1)
+
+    def two_runs(tx: Tx) -> None:
+        for run_id in ("a", "b"):
+            seq = tx.insert_event(f"ev-{run_id}", "go", "{}", 2, NOW)
+            tx.create_run(NewRun(id=run_id, function_id="f", event_seqs=[seq], event_ids=[f"ev-{run_id}"],
+                                 available_at=NOW, created_at=NOW, spec=spec))
+
+    pg_store.transact_sync(two_runs)
+    first = pg_store.transact_sync(lambda tx: lease(tx, "w1", F_ONLY, 2, NOW, NOW + 60))
+    assert [lr.run.id for lr in first] == ["a"]  # b waits for a's slot
+    pg_store.transact_sync(lambda tx: tx.lower_partition("f:k", "f", "k", NOW))  # due again (any wake)
+
+    releaser = PostgresStore.from_url(pg_url)
+    request_close(releaser)
+    released, go_on = threading.Event(), threading.Event()
+
+    def finish_a(tx: Tx) -> None:
+        tx.finish_run(None, "a", "completed", "null", None, NOW + 1)
+        tx.next_due(["f"])  # a read: every statement before it has run
+        released.set()
+        assert go_on.wait(10)
+
+    thread = threading.Thread(target=releaser.transact_sync, args=(finish_a,))
+    thread.start()
+    try:
+        assert released.wait(10)
+        racing = pg_store.transact_sync(lambda tx: lease(tx, "w2", F_ONLY, 2, NOW + 1, NOW + 61))
+        assert racing == []  # a's slot is not free until the release commits
+    finally:
+        go_on.set()
+        thread.join(10)
+    after = pg_store.transact_sync(lambda tx: lease(tx, "w2", F_ONLY, 2, NOW + 1, NOW + 61))
+    assert [lr.run.id for lr in after] == ["b"]  # due at once, not at the next re-check

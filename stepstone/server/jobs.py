@@ -14,14 +14,13 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
-import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from stepstone.errors import NotFoundError, StepstoneError
 from stepstone.ids import new_id
 from stepstone.store.base import JOB_ACTIVE_STATUSES, JobRow, Tx
+from stepstone.worker import default_instance_id
 
 if TYPE_CHECKING:
     from stepstone.app import App
@@ -63,7 +62,7 @@ class JobRunner:
         self.app = app
         self.heartbeat = heartbeat
         self.stale_after = stale_after
-        self.owner = f"{socket.gethostname()}-{os.getpid()}"
+        self.owner = default_instance_id()
         self.tasks: dict[str, asyncio.Task[None]] = {}
 
     # -- starting --------------------------------------------------------------------------

@@ -18,7 +18,8 @@ from stepstone.scheduler import gcra
 from stepstone.store.base import LeasedRun, QueueItem, Tx
 
 SCAN_SLACK = 16  # extra items read per partition, to step over ones a second key blocks
-RECHECK = 0.25  # seconds before re-reading a partition whose scan window was all blocked
+RECHECK = 0.25  # seconds before re-reading a partition whose scan window was all blocked, or
+# whose due items another transaction held (skipped, not waited for)
 BLOCKED_RECHECK = 5.0  # at most this long between looks at a partition whose key is full
 
 
@@ -107,5 +108,5 @@ def lease(tx: Tx, owner: str, functions: Registry, wanted: int, now: float,
     for key in tx.due_partitions(functions.ids(), now, wanted + SCAN_SLACK):
         if len(state.leased) >= wanted:
             break  # untouched partitions stay due for the next pass
-        tx.settle_partition(key, now, state.serve(key))
+        tx.settle_partition(key, now, state.serve(key), now + RECHECK)
     return state.leased

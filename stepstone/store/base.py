@@ -357,9 +357,11 @@ class Tx(Protocol):
         given, as the version of the code running it) and reads its events and memos."""
         ...
 
-    def settle_partition(self, key: str, now: float, next_at: float | None) -> None:
+    def settle_partition(self, key: str, now: float, next_at: float | None, recheck: float) -> None:
         """After a lease pass: set the partition's next due time (``None``: its
-        earliest future item) and mark it served; drop it if empty."""
+        earliest future item) and mark it served; drop it if empty. With
+        ``next_at`` ``None``, a due item the pass did not see (another
+        transaction held its row) makes the partition due again at ``recheck``."""
         ...
 
     def lower_partition(self, key: str, function_id: str, ckey: str | None, at: float) -> None:

@@ -101,7 +101,10 @@ WHERE key IN (SELECT partition_key FROM queue WHERE owner = :owner)
   AND (next_at IS NULL OR next_at > :now);
 
 -- name: fence_check
-SELECT cancel_requested FROM queue WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch;
+-- ({share}: the lease cannot pass to another worker between this check and the
+-- commit; a lease pass skips the locked item, a takeover already under way
+-- makes this wait, then find the epoch moved.)
+SELECT cancel_requested FROM queue WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch {share};
 
 -- name: upsert_step
 INSERT INTO steps (run_id, step_id, position, kind, status, attempts, output, error, wake_at,
@@ -297,11 +300,10 @@ UPDATE queue SET owner = :owner, epoch = epoch + 1, available_at = :until, wake_
 WHERE run_id = :run_id
 RETURNING run_id, epoch, cancel_requested, start_deadline;
 
--- name: partition_next
-SELECT MIN(available_at) AS next_at FROM queue WHERE partition_key = :key AND available_at > :now;
-
--- name: partition_exists
-SELECT 1 AS found FROM queue WHERE partition_key = :key LIMIT 1;
+-- name: partition_times
+-- (A plain read: it sees the rows a lease pass skipped as locked.)
+SELECT MIN(CASE WHEN available_at > :now THEN available_at END) AS next_at, MIN(available_at) AS first_at
+FROM queue WHERE partition_key = :key;
 
 -- name: settle_partition
 UPDATE partitions SET next_at = :next_at, last_served = :now WHERE key = :key;

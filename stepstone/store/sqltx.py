@@ -60,6 +60,7 @@ class Dialect:
     pyformat: bool = False
     key_lock: str | None = None  # SQL taking a transaction-scoped lock on :key (None: writers are serial)
     key_try_lock: str | None = None  # the same without waiting; returns one row, column "ok"
+    share: str = ""  # locks a row read as a fence until commit (nothing: writers are serial)
     _cache: dict[tuple[str, tuple[tuple[str, int], ...]], str] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -71,7 +72,7 @@ class Dialect:
             return cached
         text = _raw_queries()[name]
         expansions = {k: ", ".join(f":{k}_{i}" for i in range(n)) or "NULL" for k, n in lists.items()}
-        text = text.replace("{lock}", self.lock)
+        text = text.replace("{lock}", self.lock).replace("{share}", self.share)
         for k, v in expansions.items():
             text = text.replace("{" + k + "}", v)
         if self.pyformat:
@@ -290,17 +291,19 @@ class SqlTx:
             start_deadline=item["start_deadline"],
         )
 
-    def settle_partition(self, key: str, now: float, next_at: float | None) -> None:
+    def settle_partition(self, key: str, now: float, next_at: float | None, recheck: float) -> None:
         """Record a lease pass over a partition: it is next due when its earliest
         future item is, or at ``next_at`` if sooner; drop it when empty."""
         if next_at is None or next_at > now:
-            row = self._one("partition_next", {"key": key, "now": now})
-            future = None if row is None or row["next_at"] is None else float(row["next_at"])
-            if future is not None:
-                next_at = future if next_at is None else min(next_at, future)
-            elif next_at is None and self._one("partition_exists", {"key": key}) is None:
+            row = self._one("partition_times", {"key": key, "now": now})
+            if row["first_at"] is None:
                 self._exec("delete_partition", {"key": key})
                 return
+            if next_at is None and float(row["first_at"]) <= now:
+                next_at = recheck  # a due item was locked by another transaction: skipped
+            if row["next_at"] is not None:
+                future = float(row["next_at"])
+                next_at = future if next_at is None else min(next_at, future)
         self._exec("settle_partition", {"key": key, "now": now, "next_at": next_at})
 
     def lock(self, key: str) -> None:

@@ -345,3 +345,36 @@ def test_a_release_racing_a_lease_pass_is_not_lost(pg_url: str, pg_store: Postgr
         thread.join(10)
     after = pg_store.transact_sync(lambda tx: lease(tx, "w2", F_ONLY, 2, NOW + 1, NOW + 61))
     assert [lr.run.id for lr in after] == ["b"]  # due at once, not at the next re-check
+
+
+def test_a_lease_cannot_change_hands_inside_a_checkpoint(pg_url: str, pg_store: PostgresStore) -> None:
+    """A worker that passed its fence check and has not committed yet still
+    owns the run: a lease pass after the lease expired skips it rather than
+    hand the run to a second worker that would not see this checkpoint."""
+    from stepstone.scheduler.leasing import lease
+    from stepstone.store.base import Fence
+    from tests.integration.test_store_contract import F_ONLY, NOW, step
+
+    pg_store.transact_sync(_new_run("a"))
+    [held] = pg_store.transact_sync(lambda tx: lease(tx, "w1", F_ONLY, 1, NOW, NOW + 10))
+    writer = PostgresStore.from_url(pg_url)
+    request_close(writer)
+    checked, go_on = threading.Event(), threading.Event()
+
+    def slow_checkpoint(tx: Tx) -> None:
+        tx.checkpoint(Fence("a", "w1", held.epoch), [step("a", "charge")], [])
+        checked.set()
+        assert go_on.wait(10)
+
+    thread = threading.Thread(target=writer.transact_sync, args=(slow_checkpoint,))
+    thread.start()
+    try:
+        assert checked.wait(10)
+        assert pg_store.transact_sync(lambda tx: lease(tx, "w2", F_ONLY, 1, NOW + 20, NOW + 80)) == []
+    finally:
+        go_on.set()
+        thread.join(10)
+    # The skipped item is looked at again a moment later (not forgotten):
+    [taken] = pg_store.transact_sync(lambda tx: lease(tx, "w2", F_ONLY, 1, NOW + 21, NOW + 80))
+    assert taken.epoch == held.epoch + 1
+    assert [s.step_id for s in taken.steps] == ["charge"]  # the new owner sees the checkpoint

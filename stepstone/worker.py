@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import socket
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -70,6 +71,9 @@ class Worker:
         self.app_version = app_version
         self.concurrency = concurrency
         self.id = instance_id or default_instance_id()
+        # Leases are held under a name no other process has, even one started
+        # with the same instance id: each fences and releases only its own.
+        self.lease_owner = f"{self.id}/{secrets.token_hex(4)}"
         self.lease_ttl = lease_ttl
         self.idle_poll = idle_poll
         self.max_idle_sleep = max_idle_sleep
@@ -145,11 +149,11 @@ class Worker:
             for task in still:
                 task.cancel()
             await asyncio.gather(*still, return_exceptions=True)
-        owner, now = self.id, self.clock.now()
+        owner, now = self.lease_owner, self.clock.now()
 
         def release(tx: Tx) -> None:
             tx.release_leases(owner, now)
-            tx.remove_worker(owner)
+            tx.remove_worker(self.id)
 
         try:
             await self.store.transact(release)
@@ -185,7 +189,7 @@ class Worker:
             token = await self._idle(token)
 
     async def _lease(self, free: int) -> tuple[list[LeasedRun], float | None, float | None]:
-        owner, ids, now = self.id, self._function_ids, self.clock.now()
+        owner, ids, now = self.lease_owner, self._function_ids, self.clock.now()
         until, version = now + self.lease_ttl, self.app_version
         duty = next_duty_op(self._cron_ids())
 
@@ -269,7 +273,7 @@ class Worker:
             await asyncio.gather(*(execute(item, env) for item in leased))
 
     def _env(self) -> ExecEnv:
-        return ExecEnv(self.store, self.registry, self.clock, self.id, self.lease_ttl, self.threads,
+        return ExecEnv(self.store, self.registry, self.clock, self.lease_owner, self.lease_ttl, self.threads,
                        self.matcher, self.middleware)
 
     def _spawn(self, item: LeasedRun) -> None:
@@ -302,13 +306,19 @@ class Worker:
 
     # -- heartbeats ----------------------------------------------------------------------
     async def _register(self) -> None:
+        now = self.clock.now()
         row = WorkerRow(self.id, self.app_name, self.app_version, self.concurrency,
-                        self.started_at, self.clock.now(), self._function_ids)
+                        self.started_at, now, self._function_ids)
 
-        def op(tx: Tx) -> None:
+        def op(tx: Tx) -> bool:
+            twin = any(w.id == self.id for w in tx.list_workers(now - self.lease_ttl))
             tx.upsert_worker(row)
+            return twin
 
-        await self.store.transact(op)
+        if await self.store.transact(op):
+            log.warning("worker %s: another live worker has this instance id; both will work, "
+                        "but app.workers.list() shows them as one: give each its own --instance-id",
+                        self.id)
 
     async def _heartbeat_loop(self) -> None:
         interval = self.lease_ttl / 3
@@ -316,7 +326,7 @@ class Worker:
         while not self._stopping:
             await asyncio.sleep(interval)
             held = list(self.inflight)
-            owner, until = self.id, self.clock.now() + self.lease_ttl
+            owner, until = self.lease_owner, self.clock.now() + self.lease_ttl
             row = WorkerRow(self.id, self.app_name, self.app_version, self.concurrency,
                             self.started_at, self.clock.now(), self._function_ids)
 

@@ -112,7 +112,7 @@ class RunJournal:
                     self.lease_lost = True
                 elif isinstance(result, BaseException):
                     self.failure = result
-                elif result:
+                elif result():  # the checkpoint's cancel flag
                     self.cancel_requested = True
         if self.failure is not None:
             raise self.failure

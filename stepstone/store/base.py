@@ -187,6 +187,9 @@ class TimedOut:
     kind: str  # 'start' or 'finish'
 
 
+CancelFlag = Callable[[], bool]  # read after the commit: was the run's cancellation requested?
+
+
 @dataclass(frozen=True)
 class Fence:
     """Proof of ownership: a write commits only while (owner, epoch) hold the run."""
@@ -418,10 +421,12 @@ class Tx(Protocol):
         ...
 
     # --- checkpoints (fenced) -----------------------------------------------------
-    def checkpoint(self, fence: Fence, steps: Sequence[StepRow], spans: Sequence[SpanRow]) -> bool:
+    def checkpoint(self, fence: Fence, steps: Sequence[StepRow], spans: Sequence[SpanRow]) -> CancelFlag:
         """Save step memos and trace spans. Raises ``LeaseLostError`` if the
-        fence no longer holds (heartbeats extend leases, not checkpoints).
-        Returns whether a cancellation was requested for the run."""
+        fence no longer holds (heartbeats extend leases, not checkpoints; on
+        PostgreSQL the error may come when the transaction commits). Returns
+        a function telling, once committed, whether the run's cancellation
+        was requested."""
         ...
 
     def save_steps(self, steps: Sequence[StepRow], spans: Sequence[SpanRow]) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import psycopg
 import psycopg.errors
 
-from stepstone.errors import StoreError, StoreUnavailableError
+from stepstone.errors import LeaseLostError, StoreError, StoreUnavailableError
+
+LEASE_LOST = "SS001"  # raised by stepstone_fence (migration 0006)
 
 
 def translate(exc: BaseException) -> BaseException:
@@ -13,6 +15,10 @@ def translate(exc: BaseException) -> BaseException:
     pool time-outs (psycopg's ``OperationalError`` family) are transient:
     ``StoreUnavailableError``. Other driver errors are ``StoreError``; anything
     else (an operation's own exception) passes through unchanged."""
+    if isinstance(exc, psycopg.Error) and exc.sqlstate == LEASE_LOST:
+        lost = LeaseLostError(exc.diag.message_primary or "lease lost")
+        lost.__cause__ = exc
+        return lost
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
         err: StoreError = StoreUnavailableError(f"postgresql: {exc}".strip())
     elif isinstance(exc, psycopg.Error):

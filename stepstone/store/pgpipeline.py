@@ -3,9 +3,9 @@
 When a writer has a single operation to commit (the common case for a
 sequential run: one checkpoint per step), its statements go out pipelined:
 each is only *sent*; the writer waits for the server when a result is read (a
-row, a row count) and once at the end. ``BEGIN`` travels with the first query
-and the last writes with ``COMMIT``: a checkpoint costs two round trips instead
-of four. Several operations share a plain transaction with a savepoint each
+row, a row count) and once at the end. A checkpoint reads nothing before its
+``COMMIT`` (its fence check raises on the server), so it costs one round trip
+instead of four. Several operations share a plain transaction with a savepoint each
 (``batching.run_batch``), where a failing statement must be pinned on its own
 operation.
 """
@@ -90,6 +90,7 @@ def run_alone(conn: Any, op: Callable[[Any], Any], make_tx: Callable[[Any], Any]
             else:
                 before_commit(tx)
                 piped.execute("COMMIT")
+        piped.unsynced = False  # leaving the pipeline waited for every result
     except psycopg.Error as exc:  # surfaced by the final flush: a write never read back, the COMMIT
         failure = failure or exc
     if failure is None:

@@ -43,7 +43,7 @@ from stepstone.store.sqltx import Dialect, SqlTx
 T = TypeVar("T")
 
 DIALECT = Dialect(
-    "postgres", lock="FOR UPDATE SKIP LOCKED", share="FOR SHARE", pyformat=True,
+    "postgres", lock="FOR UPDATE SKIP LOCKED", share="FOR SHARE", fence_raises=True, pyformat=True,
     key_lock="SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))",
     key_try_lock="SELECT pg_try_advisory_xact_lock(hashtextextended(%(key)s, 0)) AS ok",
 )

@@ -106,6 +106,10 @@ WHERE key IN (SELECT partition_key FROM queue WHERE owner = :owner)
 -- makes this wait, then find the epoch moved.)
 SELECT cancel_requested FROM queue WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch {share};
 
+-- name: fence_or_raise
+-- (PostgreSQL: raises SQLSTATE SS001 when the fence does not hold; see migration 0006.)
+SELECT stepstone_fence(:run_id, :owner, :epoch) AS cancel_requested;
+
 -- name: upsert_step
 INSERT INTO steps (run_id, step_id, position, kind, status, attempts, output, error, wake_at,
                    started_at, ended_at)

@@ -20,6 +20,7 @@ from stepstone.errors import LeaseLostError
 from stepstone.store.base import (
     ACTIVE_STATUSES,
     BacklogRow,
+    CancelFlag,
     EventRow,
     EventRunRow,
     Fence,
@@ -61,6 +62,7 @@ class Dialect:
     key_lock: str | None = None  # SQL taking a transaction-scoped lock on :key (None: writers are serial)
     key_try_lock: str | None = None  # the same without waiting; returns one row, column "ok"
     share: str = ""  # locks a row read as a fence until commit (nothing: writers are serial)
+    fence_raises: bool = False  # fence checks fail on the server (no need to read them back)
     _cache: dict[tuple[str, tuple[tuple[str, int], ...]], str] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -387,12 +389,19 @@ class SqlTx:
                                     "epoch": fence.epoch, **params})
         return cursor
 
-    def checkpoint(self, fence: Fence, steps: Sequence[StepRow], spans: Sequence[SpanRow]) -> bool:
+    def checkpoint(self, fence: Fence, steps: Sequence[StepRow], spans: Sequence[SpanRow]) -> CancelFlag:
+        if self.dialect.fence_raises:
+            # Not read here: a pipelined transaction sends the writes after it
+            # without waiting, and the flag is read once the commit is back.
+            cursor = self._fence("fence_or_raise", fence)
+            self.save_steps(steps, spans)
+            return lambda: bool(cursor.fetchone()["cancel_requested"])
         row = self._fence("fence_check", fence).fetchone()
         if row is None:
             raise LeaseLostError(f"run {fence.run_id}: lease lost by {fence.owner}")
         self.save_steps(steps, spans)
-        return bool(row["cancel_requested"])
+        cancel = bool(row["cancel_requested"])
+        return lambda: cancel
 
     def save_steps(self, steps: Sequence[StepRow], spans: Sequence[SpanRow]) -> None:
         for step in steps:

@@ -363,6 +363,7 @@ def test_a_lease_cannot_change_hands_inside_a_checkpoint(pg_url: str, pg_store: 
 
     def slow_checkpoint(tx: Tx) -> None:
         tx.checkpoint(Fence("a", "w1", held.epoch), [step("a", "charge")], [])
+        tx.next_due(["f"])  # a read: the fence check has run (and holds its lock)
         checked.set()
         assert go_on.wait(10)
 

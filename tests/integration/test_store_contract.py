@@ -152,7 +152,7 @@ def test_checkpoints_are_fenced_by_owner_and_epoch(store: Store) -> None:
     assert store.read_sync(lambda tx: tx.get_steps("r")) == []  # nothing of the stale owner landed
     fence = Fence("r", "w2", new.epoch)
     span = SpanRow("r", "step", "s", NOW, NOW, "failed", 0, '{"type": "E", "message": "m"}')
-    assert store.transact_sync(lambda tx: tx.checkpoint(fence, [step("r", "s", '"new"')], [span])) is False
+    assert store.transact_sync(lambda tx: tx.checkpoint(fence, [step("r", "s", '"new"')], [span]))() is False
     assert [s.output for s in store.read_sync(lambda tx: tx.get_steps("r"))] == ['"new"']
     assert [s.status for s in store.read_sync(lambda tx: tx.get_spans("r"))] == ["failed"]
     assert store.transact_sync(lambda tx: tx.finish_run(fence, "r", COMPLETED, "3", None, NOW + 3))
@@ -183,9 +183,9 @@ def test_a_cancel_flag_reaches_the_worker_holding_the_run(store: Store) -> None:
     assert store.read_sync(lambda tx: tx.is_leased("idle", NOW + 1)) is False
     assert store.read_sync(lambda tx: tx.is_leased("held", NOW + 31)) is False  # expired
     fence = Fence("held", "w", leased.epoch)
-    assert store.transact_sync(lambda tx: tx.checkpoint(fence, [], [])) is False
+    assert store.transact_sync(lambda tx: tx.checkpoint(fence, [], []))() is False
     store.transact_sync(lambda tx: tx.flag_cancel("held"))
-    assert store.transact_sync(lambda tx: tx.checkpoint(fence, [], [])) is True  # the flag reaches the owner
+    assert store.transact_sync(lambda tx: tx.checkpoint(fence, [], []))() is True  # the flag reaches the owner
 
 
 def test_requeue_forgets_the_given_steps(store: Store) -> None:
@@ -234,6 +234,29 @@ def test_group_commit_rolls_back_a_failing_operation_alone(store: Store) -> None
     assert isinstance(failed, ValueError)  # not translated: it is not a driver error
     assert store.read_sync(lambda tx: tx.get_run("doomed")) is None
     assert {r for r in ("one", "two") if store.read_sync(lambda tx, r=r: tx.get_run(r))} == {"one", "two"}
+
+
+def test_a_stale_checkpoint_fails_alone_among_others(store: Store) -> None:
+    """Checkpoints committed together (one transaction, a savepoint each, or
+    alone): the one whose lease moved on gets ``LeaseLostError``; the others land."""
+    ids = ["a", "b", "c", "d", "e"]
+    add_runs(store, ids)
+    leased = store.transact_sync(lambda tx: lease(tx, "w1", 5, NOW, NOW + 1))
+    fences = {lr.run.id: Fence(lr.run.id, "w1", lr.epoch) for lr in leased}
+    store.transact_sync(lambda tx: lease_pass(tx, "w2", F_ONLY, 5, NOW + 2, NOW + 60))  # all taken over...
+    fences.update({lr.run.id: Fence(lr.run.id, "w2", lr.epoch)
+                   for lr in store.transact_sync(lambda tx: [tx.take("w2", "c", NOW + 2, NOW + 60)])
+                   if lr is not None})
+
+    async def together() -> list[Any]:
+        futures = [store.submit(lambda tx, r=r: tx.checkpoint(fences[r], [step(r, "s")], [])) for r in ids]
+        return await asyncio.gather(*futures, return_exceptions=True)
+
+    outcomes = dict(zip(ids, asyncio.run(together()), strict=True))
+    assert outcomes.pop("c")() is False  # ...and only c's checkpoint comes from its new owner
+    assert all(isinstance(o, LeaseLostError) for o in outcomes.values()), outcomes
+    landed = {r for r in ids if store.read_sync(lambda tx, r=r: tx.get_steps(r))}
+    assert landed == {"c"}
 
 
 def test_driver_errors_become_store_errors_with_their_cause(store: Store) -> None:

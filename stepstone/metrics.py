@@ -10,8 +10,11 @@ without it recording does nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import json
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from stepstone.store.base import BacklogRow, RunCountRow
@@ -108,11 +111,39 @@ def render(snapshot: StoreSnapshot) -> bytes:
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def serve(host: str, port: int) -> None:
-    """Expose this process's counters and histograms over HTTP (a worker's
-    ``--metrics-port``); the database gauges come from the server's ``/metrics``."""
+def serve(host: str, port: int, health: Callable[[], dict[str, Any]]) -> None:
+    """A worker's ``--metrics-port``, on a daemon thread: ``/metrics`` (this
+    process's counters and histograms; the database gauges come from the
+    server's ``/metrics``), ``/healthz`` (the process answers) and ``/readyz``
+    (``health()``: 200 when it says ready, else 503; JSON either way)."""
     if _metrics is None:
         raise RuntimeError("prometheus-client is not installed (pip install 'stepstone[server]')")
-    from prometheus_client import start_http_server
+    from prometheus_client import generate_latest
 
-    start_http_server(port, addr=host, registry=_metrics.registry)
+    registry = _metrics.registry
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # the name http.server calls
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._send(200, CONTENT_TYPE, generate_latest(registry))
+            elif path == "/healthz":
+                self._send(200, "application/json", b'{"status": "ok"}')
+            elif path == "/readyz":
+                state = health()
+                self._send(200 if state["ready"] else 503, "application/json", json.dumps(state).encode())
+            else:
+                self._send(404, "text/plain", b"not found: /metrics, /healthz or /readyz\n")
+
+        def _send(self, status: int, content_type: str, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # probes are not news
+            return
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    threading.Thread(target=server.serve_forever, name="stepstone-metrics", daemon=True).start()

@@ -20,6 +20,7 @@ import logging
 import os
 import secrets
 import socket
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -94,6 +95,7 @@ class Worker:
         self._pruned_at = 0.0
         self._tasks: list[asyncio.Task[Any]] = []
         self._unsubscribe: Callable[[], None] | None = None
+        self._store_ok_at: float | None = None  # time.monotonic() of the last registration or heartbeat
         self.invocations = 0
 
     @property
@@ -114,6 +116,16 @@ class Worker:
             asyncio.create_task(self._lease_loop(), name=f"stepstone-worker-{self.id}"),
             asyncio.create_task(self._heartbeat_loop(), name=f"stepstone-heartbeat-{self.id}"),
         ]
+
+    def health(self) -> dict[str, Any]:
+        """Readiness for a probe (thread-safe): registered, not draining, and its
+        last heartbeat reached the database within one lease TTL."""
+        ok_at = self._store_ok_at
+        since = None if ok_at is None else round(time.monotonic() - ok_at, 3)
+        ready = since is not None and since < self.lease_ttl and not self._stopping
+        return {"ready": ready, "worker": self.id, "draining": self._stopping,
+                "in_flight": len(self.inflight), "concurrency": self.concurrency,
+                "seconds_since_heartbeat": since}
 
     def notify(self) -> None:
         """Wake the worker (thread-safe): new work may be due."""
@@ -315,7 +327,9 @@ class Worker:
             tx.upsert_worker(row)
             return twin
 
-        if await self.store.transact(op):
+        twin = await self.store.transact(op)
+        self._store_ok_at = time.monotonic()
+        if twin:
             log.warning("worker %s: another live worker has this instance id; both will work, "
                         "but app.workers.list() shows them as one: give each its own --instance-id",
                         self.id)
@@ -340,6 +354,7 @@ class Worker:
             except StoreError as exc:
                 log.warning("worker %s: heartbeat failed (%s)", self.id, exc)
                 continue
+            self._store_ok_at = time.monotonic()
             # A lease the heartbeat skipped because the run is being parked or
             # finished right now looks lost once; one still missing at the next
             # beat while the run is in flight is (its next commit will be refused).

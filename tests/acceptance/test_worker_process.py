@@ -3,8 +3,12 @@ drain, two workers racing for one queue, a worker paused past its lease."""
 
 from __future__ import annotations
 
+import json
 import signal
+import socket
 import subprocess
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -130,13 +134,56 @@ def test_a_paused_worker_is_fenced_out_when_it_resumes(env: dict[str, str], spaw
     app.close()
 
 
-def test_worker_exposes_its_metrics(env: dict[str, str], spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
-    import socket
-    import urllib.request
-
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def get(url: str) -> tuple[int, str]:
+    """Status and body of a GET, error statuses included."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_worker_probes_say_ready_then_draining(env: dict[str, str], spawn: Spawn) -> None:
+    """``/readyz`` answers 200 once the worker registered and 503 while a SIGTERM
+    drains it; ``/healthz`` answers while the process runs."""
+    env["STEP_SECONDS"] = "2"
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    app = client(env)
+    worker = spawn("--concurrency", "2", "--metrics-port", str(port), "--instance-id", "probe-me")
+
+    def ready() -> bool:
+        try:
+            return get(f"{base}/readyz")[0] == 200
+        except OSError:
+            return False  # not listening yet
+
+    wait_for(ready, 30, "the worker to be ready")
+    status, body = get(f"{base}/readyz")
+    state = json.loads(body)
+    assert (status, state["ready"], state["worker"], state["draining"], state["concurrency"]) == (
+        200, True, "probe-me", False, 2)
+    assert get(f"{base}/healthz") == (200, '{"status": "ok"}')
+    assert get(f"{base}/nope")[0] == 404
+    app.send(ss.Event("work"))
+    wait_for(lambda: any(r[2] == "start" for r in ledger(env)), 30, "a step to start")
+    worker.send_signal(signal.SIGTERM)
+    wait_for(lambda: get(f"{base}/readyz")[0] == 503, 10, "readiness to drop while draining")
+    state = json.loads(get(f"{base}/readyz")[1])
+    assert (state["ready"], state["draining"]) == (False, True)
+    assert worker.wait(timeout=30) == 0
+    app.close()
+
+
+def test_worker_exposes_its_metrics(env: dict[str, str], spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
+    port = free_port()
     env["STEP_SECONDS"] = "0.001"
     app = client(env)
     spawn("--concurrency", "2", "--metrics-port", str(port))

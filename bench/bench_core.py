@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import cProfile
 import io
-import itertools
 import os
 import pstats
 import sqlite3
@@ -22,13 +21,10 @@ import tempfile
 import time
 from typing import Any
 
+from workloads import add_three_steps, pct, step_gaps, three_step_latencies
+
 import stepstone as ss
 from stepstone.store.sqlite import SqliteStore
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def raw_commit(path: str, sync: str, n: int = 3000) -> list[float]:
@@ -56,58 +52,11 @@ def make_app(folder: str, sync: str, middleware: tuple[ss.Middleware, ...] = ())
 async def per_step(folder: str, sync: str, steps: int = 900,
                    middleware: tuple[ss.Middleware, ...] = ()) -> list[float]:
     """Gaps between consecutive trivial steps of one run: interpreter + checkpoint."""
-    app = make_app(folder, sync, middleware)
-    stamps: list[float] = []
-
-    async def trivial() -> int:
-        stamps.append(time.perf_counter())
-        return 1
-
-    @app.function(id="many-steps", trigger=ss.on_event("many"))
-    async def many(ctx: ss.Context) -> int:
-        for _ in range(steps):
-            await ctx.step.run("s", trivial)
-        return steps
-
-    await app.start_async(concurrency=1)
-    [eid] = await app.send_async(ss.Event("many"))
-    [run] = await app.runs.list_async(event_id=eid)
-    await app.runs.wait_async(run.id, timeout="120s")
-    await app.stop_async()
-    app.close()
-    return [b - a for a, b in itertools.pairwise(stamps)]
-
-
-def add_three_steps(app: ss.App) -> None:
-    """The benchmark's three-step function (``three``), triggered by ``three``."""
-    async def trivial() -> int:
-        return 1
-
-    @app.function(id="three", trigger=ss.on_event("three"))
-    async def three(ctx: ss.Context) -> int:
-        for name in ("a", "b", "c"):
-            await ctx.step.run(name, trivial)
-        return 3
+    return await step_gaps(make_app(folder, sync, middleware), steps, timeout="120s")
 
 
 async def three_step_latency(folder: str, sync: str, runs: int = 300) -> list[float]:
-    """send -> ``runs.wait`` returns it completed, one three-step run at a time
-    (in-process worker; ``wait`` is woken by the worker when the run ends)."""
-    app = make_app(folder, sync)
-
-    add_three_steps(app)
-    await app.start_async(concurrency=10)
-    latencies = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        [eid] = await app.send_async(ss.Event("three"))
-        [run] = await app.runs.list_async(event_id=eid)
-        done = await app.runs.wait_async(run.id, timeout="30s")
-        latencies.append(time.perf_counter() - t)
-        assert done.status == "completed"
-    await app.stop_async()
-    app.close()
-    return latencies[10:]  # skip warm-up
+    return await three_step_latencies(make_app(folder, sync), runs)
 
 
 async def throughput(folder: str, sync: str, runs: int = 2000, concurrency: int = 10) -> dict[str, Any]:

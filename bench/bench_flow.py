@@ -22,12 +22,9 @@ import tempfile
 import time
 from typing import Any
 
+from workloads import pct
+
 import stepstone as ss
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def neighbours(folder: str, keyed: bool, noisy: int, quiet: int) -> dict[str, Any]:

@@ -36,16 +36,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
+from workloads import pct
 
 import stepstone as ss
 
 KEY = "bench-key"
 STEPSTONE = str(Path(sys.executable).parent / "stepstone")
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def report(label: str, events: int, elapsed: float, latencies: list[float]) -> None:

@@ -31,17 +31,13 @@ from typing import Any
 
 import psycopg
 import psycopg.rows
+from workloads import pct, step_gaps, three_step_latencies
 
 import stepstone as ss
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 STEPSTONE = str(Path(sys.executable).parent / "stepstone")
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 @contextlib.contextmanager
@@ -138,53 +134,11 @@ def checkpoint_breakdown(url: str, n: int = 2000) -> dict[str, list[float]]:
 
 async def per_step(url: str, steps: int = 900) -> list[float]:
     """Gaps between consecutive trivial steps of one run: interpreter + checkpoint."""
-    app = ss.App("bench", database_url=url)
-    stamps: list[float] = []
-
-    async def trivial() -> int:
-        stamps.append(time.perf_counter())
-        return 1
-
-    @app.function(id="many-steps", trigger=ss.on_event("many"))
-    async def many(ctx: ss.Context) -> int:
-        for _ in range(steps):
-            await ctx.step.run("s", trivial)
-        return steps
-
-    await app.start_async(concurrency=1)
-    [eid] = await app.send_async(ss.Event("many"))
-    [run] = await app.runs.list_async(event_id=eid)
-    await app.runs.wait_async(run.id, timeout="300s")
-    await app.stop_async()
-    app.close()
-    return [b - a for a, b in itertools.pairwise(stamps)]
+    return await step_gaps(ss.App("bench", database_url=url), steps)
 
 
 async def three_step_latency(url: str, runs: int = 300) -> list[float]:
-    """send -> ``runs.wait`` returns it completed, one run at a time, in-process worker."""
-    app = ss.App("bench", database_url=url)
-
-    async def trivial() -> int:
-        return 1
-
-    @app.function(id="three", trigger=ss.on_event("three"))
-    async def three(ctx: ss.Context) -> int:
-        for name in ("a", "b", "c"):
-            await ctx.step.run(name, trivial)
-        return 3
-
-    await app.start_async(concurrency=10)
-    latencies = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        [eid] = await app.send_async(ss.Event("three"))
-        [run] = await app.runs.list_async(event_id=eid)
-        done = await app.runs.wait_async(run.id, timeout="30s")
-        latencies.append(time.perf_counter() - t)
-        assert done.status == "completed"
-    await app.stop_async()
-    app.close()
-    return latencies[10:]  # skip warm-up
+    return await three_step_latencies(ss.App("bench", database_url=url), runs)
 
 
 def throughput(url: str, runs: int, processes: int, concurrency: int) -> dict[str, float]:

@@ -4,17 +4,9 @@ from __future__ import annotations
 
 import os
 
+from workloads import add_three_steps
+
 import stepstone as ss
 
 app = ss.App("bench", database_url=os.environ["STEPSTONE_DATABASE_URL"])
-
-
-async def trivial() -> int:
-    return 1
-
-
-@app.function(id="three", trigger=ss.on_event("three"))
-async def three(ctx: ss.Context) -> int:
-    for name in ("a", "b", "c"):
-        await ctx.step.run(name, trivial)
-    return 3
+add_three_steps(app)

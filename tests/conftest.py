@@ -29,21 +29,17 @@ _databases = itertools.count()
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[Any]:
     """A private PostgreSQL cluster for the session, with a migrated template database."""
-    from tests.pgcluster import PgCluster, pg_missing
+    from tests.pgcluster import pg_missing, running_cluster
 
     try:
         from stepstone.store.postgres import PostgresStore
-
-        cluster = PgCluster.start_new()
-    except Exception as exc:  # noqa: BLE001 - any reason PostgreSQL cannot run here
+    except ImportError as exc:  # the postgres extra is not installed
         pg_missing(str(exc))
-    try:
+    with running_cluster() as cluster:
         store = PostgresStore.from_url(cluster.create_database(TEMPLATE))
         store.migrate()
         store.close()
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture

@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import sqlite3
-import time
-from collections.abc import Callable
 
 import stepstone as ss
 from stepstone.store.base import make_store
+
+from ..polling import wait_for
+
+__all__ = ["client", "completed", "leased_count", "ledger", "migrated", "wait_for"]
 
 
 def ledger(env: dict[str, str]) -> list[tuple[str, str, str, int]]:
     """``(run_id, step, phase, pid)`` rows in the order the side effects happened."""
     with sqlite3.connect(env["LEDGER_PATH"], timeout=30) as conn:
         return conn.execute("SELECT run_id, step, phase, pid FROM ledger ORDER BY rowid").fetchall()
-
-
-def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> None:
-    """Poll ``predicate`` until it holds; fail when the deadline passes."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def client(env: dict[str, str]) -> ss.App:

@@ -16,7 +16,7 @@ import pytest
 import stepstone as ss
 from stepstone.errors import StoreUnavailableError
 
-from ..pgcluster import PgCluster, pg_missing
+from ..pgcluster import PgCluster, running_cluster
 from .procs import client, completed, ledger, migrated, wait_for
 
 Spawn = Callable[..., subprocess.Popen[bytes]]
@@ -26,12 +26,8 @@ _names = itertools.count()
 @pytest.fixture(scope="module")
 def own_cluster() -> Iterator[PgCluster]:
     """A cluster of this module's own: restarting it disturbs no other test."""
-    try:
-        cluster = PgCluster.start_new()
-    except Exception as exc:  # noqa: BLE001 - any reason PostgreSQL cannot run here
-        pg_missing(str(exc))
-    yield cluster
-    cluster.stop()
+    with running_cluster() as cluster:
+        yield cluster
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ migrate, error translation on outages, LISTEN/NOTIFY wake-ups."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
 import threading
@@ -20,6 +21,8 @@ from stepstone.errors import StoreError, StoreUnavailableError
 from stepstone.store.base import NewRun, QueueSpec, Tx, WorkerRow
 from stepstone.store.postgres import CHANNEL, PostgresStore, parse_url
 from stepstone.worker import Worker
+
+from ..polling import wait_for
 
 SCHEMA_SNAPSHOT = Path(__file__).parent.parent / "schema" / "postgres.txt"
 STEPSTONE = str(Path(sys.executable).parent / "stepstone")
@@ -71,14 +74,6 @@ def _close_stores() -> Iterator[None]:
     yield
     while _to_close:
         _to_close.pop().close()
-
-
-def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def test_migrations_produce_the_canonical_schema(empty_url: str) -> None:
@@ -303,6 +298,41 @@ def test_a_deadlock_victim_is_run_again(pg_url: str, pg_store: PostgresStore) ->
     assert sorted(attempts) in (["x", "x", "y"], ["x", "y", "y"])  # the victim ran twice
 
 
+@contextlib.contextmanager
+def uncommitted(url: str, op: Callable[[Tx], object]) -> Iterator[None]:
+    """Run ``op`` in a transaction of another store (another worker) and hold it
+    open, its statements executed but not committed, for the block; it commits
+    as the block ends, and its failure, if any, is raised here."""
+    other = PostgresStore.from_url(url)
+    request_close(other)
+    inside, go_on = threading.Event(), threading.Event()
+    failures: list[BaseException] = []
+
+    def held(tx: Tx) -> None:
+        op(tx)
+        tx.get_run("-")  # a read: every statement sent before it has run (pipelined or not)
+        inside.set()
+        go_on.wait(10)
+
+    def run() -> None:
+        try:
+            other.transact_sync(held)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            failures.append(exc)
+            inside.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        assert inside.wait(10) and not failures, failures
+        yield
+    finally:
+        go_on.set()
+        thread.join(10)
+    if failures:
+        raise failures[0]
+
+
 def test_a_release_racing_a_lease_pass_is_not_lost(pg_url: str, pg_store: PostgresStore) -> None:
     """A run that frees its key's only slot commits while another worker's lease
     pass is deciding whether that key's partition is full. The pass cannot see
@@ -324,25 +354,9 @@ def test_a_release_racing_a_lease_pass_is_not_lost(pg_url: str, pg_store: Postgr
     assert [lr.run.id for lr in first] == ["a"]  # b waits for a's slot
     pg_store.transact_sync(lambda tx: tx.lower_partition("f:k", "f", "k", NOW))  # due again (any wake)
 
-    releaser = PostgresStore.from_url(pg_url)
-    request_close(releaser)
-    released, go_on = threading.Event(), threading.Event()
-
-    def finish_a(tx: Tx) -> None:
-        tx.finish_run(None, "a", "completed", "null", None, NOW + 1)
-        tx.next_due(["f"])  # a read: every statement before it has run
-        released.set()
-        assert go_on.wait(10)
-
-    thread = threading.Thread(target=releaser.transact_sync, args=(finish_a,))
-    thread.start()
-    try:
-        assert released.wait(10)
+    with uncommitted(pg_url, lambda tx: tx.finish_run(None, "a", "completed", "null", None, NOW + 1)):
         racing = pg_store.transact_sync(lambda tx: lease(tx, "w2", F_ONLY, 2, NOW + 1, NOW + 61))
         assert racing == []  # a's slot is not free until the release commits
-    finally:
-        go_on.set()
-        thread.join(10)
     after = pg_store.transact_sync(lambda tx: lease(tx, "w2", F_ONLY, 2, NOW + 1, NOW + 61))
     assert [lr.run.id for lr in after] == ["b"]  # due at once, not at the next re-check
 
@@ -357,24 +371,8 @@ def test_a_lease_cannot_change_hands_inside_a_checkpoint(pg_url: str, pg_store: 
 
     pg_store.transact_sync(_new_run("a"))
     [held] = pg_store.transact_sync(lambda tx: lease(tx, "w1", F_ONLY, 1, NOW, NOW + 10))
-    writer = PostgresStore.from_url(pg_url)
-    request_close(writer)
-    checked, go_on = threading.Event(), threading.Event()
-
-    def slow_checkpoint(tx: Tx) -> None:
-        tx.checkpoint(Fence("a", "w1", held.epoch), [step("a", "charge")], [])
-        tx.next_due(["f"])  # a read: the fence check has run (and holds its lock)
-        checked.set()
-        assert go_on.wait(10)
-
-    thread = threading.Thread(target=writer.transact_sync, args=(slow_checkpoint,))
-    thread.start()
-    try:
-        assert checked.wait(10)
+    with uncommitted(pg_url, lambda tx: tx.checkpoint(Fence("a", "w1", held.epoch), [step("a", "charge")], [])):
         assert pg_store.transact_sync(lambda tx: lease(tx, "w2", F_ONLY, 1, NOW + 20, NOW + 80)) == []
-    finally:
-        go_on.set()
-        thread.join(10)
     # The skipped item is looked at again a moment later (not forgotten):
     [taken] = pg_store.transact_sync(lambda tx: lease(tx, "w2", F_ONLY, 1, NOW + 21, NOW + 80))
     assert taken.epoch == held.epoch + 1

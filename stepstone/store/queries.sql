@@ -101,10 +101,9 @@ WHERE key IN (SELECT partition_key FROM queue WHERE owner = :owner)
   AND (next_at IS NULL OR next_at > :now);
 
 -- name: fence_check
--- ({share}: the lease cannot pass to another worker between this check and the
--- commit; a lease pass skips the locked item, a takeover already under way
--- makes this wait, then find the epoch moved.)
-SELECT cancel_requested FROM queue WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch {share};
+-- (Writers are serial where this is used: SQLite. PostgreSQL calls
+-- stepstone_fence, which also holds the row until commit: fence_or_raise.)
+SELECT cancel_requested FROM queue WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch;
 
 -- name: fence_or_raise
 -- (PostgreSQL: raises SQLSTATE SS001 when the fence does not hold; see migration 0006.)

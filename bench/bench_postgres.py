@@ -87,10 +87,10 @@ def checkpoint_breakdown(url: str, n: int = 2000) -> dict[str, list[float]]:
     """Where a step's commit goes: the checkpoint transaction's four statements
     on one connection, plain then pipelined as the store sends a lone operation,
     then the same operation through the store's writer thread."""
-    from stepstone.store.base import Fence, NewRun, StepRow
     from stepstone.store.pgerrors import translate
     from stepstone.store.pgpipeline import run_alone
     from stepstone.store.postgres import DIALECT, PgTx, PostgresStore, _notify_if_woken
+    from stepstone.store.rows import Fence, NewRun, StepRow
 
     store = PostgresStore.from_url(url)
     store.migrate()

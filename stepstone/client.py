@@ -22,7 +22,7 @@ from stepstone.durations import Duration, parse_duration
 from stepstone.events import Event, validate_event
 from stepstone.inventory import FunctionInfo
 from stepstone.runs import Run, Span
-from stepstone.store.base import WorkerRow
+from stepstone.store.rows import WorkerRow
 
 if TYPE_CHECKING:
     import httpx

@@ -42,7 +42,8 @@ from stepstone.lifecycle import end_run
 from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
 from stepstone.steps import AsyncStep, SyncStep
-from stepstone.store.base import (
+from stepstone.store.base import Store, Tx
+from stepstone.store.rows import (
     CANCELLED,
     COMPLETED,
     FAILED,
@@ -52,8 +53,6 @@ from stepstone.store.base import (
     Fence,
     LeasedRun,
     SpanRow,
-    Store,
-    Tx,
 )
 
 log = logging.getLogger("stepstone.executor")

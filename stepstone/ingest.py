@@ -19,7 +19,8 @@ from stepstone.events import Event, InvalidEventError, encode_event_data, now_ms
 from stepstone.ids import new_id
 from stepstone.registry import Registry
 from stepstone.scheduler.admission import start_run
-from stepstone.store.base import COMPLETED, Tx, WaitRow
+from stepstone.store.base import Tx
+from stepstone.store.rows import COMPLETED, WaitRow
 from stepstone.tracing import current_context
 from stepstone.waits import match_event
 

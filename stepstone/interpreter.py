@@ -39,7 +39,8 @@ from stepstone.events import Event
 from stepstone.function import FunctionDef, ResolvedBackoff
 from stepstone.middleware import NO_HOOKS, Hooks
 from stepstone.registry import INVOKE_EVENT, Registry
-from stepstone.store.base import RUNNING, SLEEPING, WAITING, SpanRow, StepRow, Tx, WaitRow
+from stepstone.store.base import Tx
+from stepstone.store.rows import RUNNING, SLEEPING, WAITING, SpanRow, StepRow, WaitRow
 
 T = TypeVar("T")
 

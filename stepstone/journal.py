@@ -20,7 +20,8 @@ from stepstone import metrics
 from stepstone.clock import Clock
 from stepstone.errors import LeaseLostError, StoreUnavailableError
 from stepstone.interpreter import CancelSignal, Effect, LeaseLostSignal
-from stepstone.store.base import Fence, SpanRow, StepRow, Store, Tx
+from stepstone.store.base import Store, Tx
+from stepstone.store.rows import Fence, SpanRow, StepRow
 
 
 class RunJournal:

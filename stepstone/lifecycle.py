@@ -10,15 +10,8 @@ from stepstone.errors import ErrorInfo
 from stepstone.events import Event
 from stepstone.ingest import ingest, prepare
 from stepstone.registry import CANCELLED_EVENT, FAILED_EVENT, FINISHED_EVENT, Registry
-from stepstone.store.base import (
-    CANCELLED,
-    COMPLETED,
-    ENDED_STATUSES,
-    FAILED,
-    Fence,
-    RunRow,
-    Tx,
-)
+from stepstone.store.base import Tx
+from stepstone.store.rows import CANCELLED, COMPLETED, ENDED_STATUSES, FAILED, Fence, RunRow
 
 
 def end_run(

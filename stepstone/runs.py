@@ -29,7 +29,8 @@ from stepstone.expressions import Expression, compile_expression
 from stepstone.ids import new_id
 from stepstone.lifecycle import cancel_run
 from stepstone.registry import Registry
-from stepstone.store.base import (
+from stepstone.store.base import Tx
+from stepstone.store.rows import (
     ACTIVE_STATUSES,
     CANCELLED,
     ENDED_STATUSES,
@@ -40,7 +41,6 @@ from stepstone.store.base import (
     RunRow,
     SpanRow,
     StepRow,
-    Tx,
 )
 
 if TYPE_CHECKING:

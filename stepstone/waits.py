@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from stepstone.expressions import compile_expression, equality_shape, lookup_path
-from stepstone.store.base import Tx, WaitRow
+from stepstone.store.base import Tx
+from stepstone.store.rows import WaitRow
 
 MATCH_VARS = frozenset({"event", "async"})
 

@@ -34,7 +34,8 @@ from stepstone.middleware import Middleware
 from stepstone.registry import Registry
 from stepstone.scheduler.leasing import lease
 from stepstone.scheduler.maintenance import cron_op, next_duty_op, register_crons_op, timeouts_op
-from stepstone.store.base import ENDED_STATUSES, LeasedRun, Store, Tx, WorkerRow
+from stepstone.store.base import Store, Tx
+from stepstone.store.rows import ENDED_STATUSES, LeasedRun, WorkerRow
 
 log = logging.getLogger("stepstone.worker")
 PRUNE_EVERY = 600.0  # seconds between deletions of expired dedupe keys

@@ -17,7 +17,7 @@ from stepstone.cli.common import console, errors
 from stepstone.errors import ErrorInfo
 from stepstone.inventory import FunctionInfo
 from stepstone.runs import Run, Span
-from stepstone.store.base import WorkerRow
+from stepstone.store.rows import WorkerRow
 
 
 def _iso(moment: datetime | None) -> str | None:

@@ -18,7 +18,8 @@ from stepstone.errors import ErrorInfo
 from stepstone.function import FunctionDef
 from stepstone.ids import new_id
 from stepstone.scheduler import gcra
-from stepstone.store.base import ENDED_STATUSES, SKIPPED, NewRun, QueueSpec, Tx
+from stepstone.store.base import Tx
+from stepstone.store.rows import ENDED_STATUSES, SKIPPED, NewRun, QueueSpec
 from stepstone.waits import build_wait, canonical
 
 if TYPE_CHECKING:

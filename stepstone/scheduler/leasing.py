@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from stepstone.registry import Registry
 from stepstone.scheduler import gcra
-from stepstone.store.base import LeasedRun, QueueItem, Tx
+from stepstone.store.base import Tx
+from stepstone.store.rows import LeasedRun, QueueItem
 
 SCAN_SLACK = 16  # extra items read per partition, to step over ones a second key blocks
 RECHECK = 0.25  # seconds before re-reading a partition whose scan window was all blocked, or

@@ -20,7 +20,8 @@ from stepstone.lifecycle import end_run
 from stepstone.registry import Registry
 from stepstone.scheduler.admission import start_run
 from stepstone.scheduler.cron import latest_tick, next_tick
-from stepstone.store.base import CANCELLED, Tx
+from stepstone.store.base import Tx
+from stepstone.store.rows import CANCELLED
 
 CRON_EVENT = "stepstone/cron"
 

@@ -15,14 +15,8 @@ from dataclasses import dataclass, field
 from stepstone.expressions import Expression
 from stepstone.inventory import FunctionInfo, list_functions
 from stepstone.server.search import event_variables
-from stepstone.store.base import (
-    ACTIVE_STATUSES,
-    ENDED_STATUSES,
-    FAILED,
-    KeyBacklogRow,
-    RunFilter,
-    Tx,
-)
+from stepstone.store.base import Tx
+from stepstone.store.rows import ACTIVE_STATUSES, ENDED_STATUSES, FAILED, KeyBacklogRow, RunFilter
 
 HOUR = 3600.0
 PREVIEW_SCAN = 5000

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from stepstone.errors import NotFoundError, StepstoneError
 from stepstone.ids import new_id
-from stepstone.store.base import JOB_ACTIVE_STATUSES, JobRow, Tx
+from stepstone.store.base import Tx
+from stepstone.store.rows import JOB_ACTIVE_STATUSES, JobRow
 from stepstone.worker import default_instance_id
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from stepstone.errors import ErrorInfo
 from stepstone.events import Event
 from stepstone.inventory import FunctionInfo
 from stepstone.runs import Run, Span, StepRecord
-from stepstone.store.base import JobRow, WorkerRow
+from stepstone.store.rows import JobRow, WorkerRow
 
 RunStatus = Literal["queued", "running", "sleeping", "waiting", "completed", "failed", "cancelled",
                     "skipped"]

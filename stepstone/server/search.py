@@ -20,7 +20,8 @@ from typing import Any
 from stepstone import serde
 from stepstone.expressions import Expression
 from stepstone.runs import Run, to_run
-from stepstone.store.base import EventRow, RunFilter, RunRow, Tx
+from stepstone.store.base import Tx
+from stepstone.store.rows import EventRow, RunFilter, RunRow
 
 SCAN_LIMIT = 2000
 _BATCH = 200

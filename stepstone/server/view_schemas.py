@@ -12,7 +12,7 @@ from stepstone.encryption import mask
 from stepstone.serde import loads
 from stepstone.server.insights import Bucket, FunctionLoad, Preview, Timeline
 from stepstone.server.schemas import FunctionOut
-from stepstone.store.base import EventRow, EventRunRow, KeyBacklogRow
+from stepstone.store.rows import EventRow, EventRunRow, KeyBacklogRow
 
 BulkAction = Literal["cancel", "replay"]
 

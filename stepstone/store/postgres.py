@@ -38,12 +38,13 @@ from stepstone.store.pgerrors import is_conflict, translate
 from stepstone.store.pglisten import Listener
 from stepstone.store.pgpipeline import Result, run_alone
 from stepstone.store.pgwriter import Backoff, Writers, async_resolver, sync_resolver
-from stepstone.store.sqltx import Dialect, SqlTx
+from stepstone.store.sqlbase import Dialect
+from stepstone.store.sqltx import SqlTx
 
 T = TypeVar("T")
 
 DIALECT = Dialect(
-    "postgres", lock="FOR UPDATE SKIP LOCKED", share="FOR SHARE", fence_raises=True, pyformat=True,
+    "postgres", lock="FOR UPDATE SKIP LOCKED", fence_raises=True, pyformat=True,
     key_lock="SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))",
     key_try_lock="SELECT pg_try_advisory_xact_lock(hashtextextended(%(key)s, 0)) AS ok",
 )

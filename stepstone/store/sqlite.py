@@ -28,7 +28,8 @@ from stepstone.errors import ConfigError, StoreError, StoreUnavailableError
 from stepstone.store.base import Tx
 from stepstone.store.batching import Outcome, run_batch
 from stepstone.store.migrate import CREATE_LEDGER, migration_files
-from stepstone.store.sqltx import Dialect, SqlTx
+from stepstone.store.sqlbase import Dialect
+from stepstone.store.sqltx import SqlTx
 
 T = TypeVar("T")
 

@@ -1,86 +1,37 @@
 """The domain operations of ``Tx``, written once over SQL for every dialect.
 
-Queries live in ``queries.sql``; a ``Dialect`` adapts parameter style, lists
-and row locking. Both stores hand this class a DB-API connection already
-inside a transaction.
+Queries live in ``queries.sql`` and run through ``sqlbase`` (a ``Dialect``
+adapts parameter style, lists and row locking); the worker registry, operator
+views and jobs are in ``sqlviews``. Both stores hand this class a DB-API
+connection already inside a transaction.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from functools import cache
-from importlib import resources
 from typing import Any
 
 from stepstone.errors import LeaseLostError
-from stepstone.store.base import (
+from stepstone.store.rows import (
     ACTIVE_STATUSES,
-    BacklogRow,
     CancelFlag,
     EventRow,
-    EventRunRow,
     Fence,
-    JobRow,
-    KeyBacklogRow,
     LeasedRun,
     NewRun,
     QueueItem,
     QueueSpec,
-    RunCountRow,
     RunFilter,
     RunRow,
     SpanRow,
     StepRow,
     TimedOut,
-    TimelineRow,
     WaitRow,
-    WorkerRow,
 )
-
-_NAME = re.compile(r"^-- name: (\w+)\s*$", re.M)
-_PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
-
-
-@cache
-def _raw_queries() -> dict[str, str]:
-    text = resources.files("stepstone.store").joinpath("queries.sql").read_text()
-    parts = _NAME.split(text)
-    return {parts[i]: parts[i + 1].strip().rstrip(";") for i in range(1, len(parts), 2)}
-
-
-@dataclass(frozen=True)
-class Dialect:
-    """What differs between databases, kept small."""
-
-    name: str
-    lock: str = ""
-    pyformat: bool = False
-    key_lock: str | None = None  # SQL taking a transaction-scoped lock on :key (None: writers are serial)
-    key_try_lock: str | None = None  # the same without waiting; returns one row, column "ok"
-    share: str = ""  # locks a row read as a fence until commit (nothing: writers are serial)
-    fence_raises: bool = False  # fence checks fail on the server (no need to read them back)
-    _cache: dict[tuple[str, tuple[tuple[str, int], ...]], str] = field(
-        default_factory=dict, compare=False, repr=False
-    )
-
-    def sql(self, name: str, lists: Mapping[str, int] = {}) -> str:
-        key = (name, tuple(sorted(lists.items())))
-        cached = self._cache.get(key)
-        if cached is not None:
-            return cached
-        text = _raw_queries()[name]
-        expansions = {k: ", ".join(f":{k}_{i}" for i in range(n)) or "NULL" for k, n in lists.items()}
-        text = text.replace("{lock}", self.lock).replace("{share}", self.share)
-        for k, v in expansions.items():
-            text = text.replace("{" + k + "}", v)
-        if self.pyformat:
-            text = _PARAM.sub(r"%(\1)s", text.replace("%", "%%"))
-        self._cache[key] = text
-        return text
+from stepstone.store.sqlbase import event_row
+from stepstone.store.sqlviews import SqlViews
 
 
 def _run_row(row: Mapping[str, Any]) -> RunRow:
@@ -120,44 +71,8 @@ def _step_row(row: Mapping[str, Any]) -> StepRow:
     )
 
 
-def _job_row(row: Mapping[str, Any]) -> JobRow:
-    return JobRow(
-        id=row["id"], kind=row["kind"], status=row["status"], params=row["params"],
-        created_at=row["created_at"], updated_at=row["updated_at"], done=row["done"],
-        examined=row["examined"], error=row["error"], owner=row["owner"],
-        finished_at=row["finished_at"],
-    )
-
-
-def _event_row(row: Mapping[str, Any]) -> EventRow:
-    return EventRow(row["seq"], row["id"], row["name"], row["data"], row["ts"], row["received_at"],
-                    row["trace"])
-
-
-class SqlTx:
+class SqlTx(SqlViews):
     """Implements ``stepstone.store.base.Tx`` on one open transaction."""
-
-    def __init__(self, conn: Any, dialect: Dialect) -> None:
-        self.conn = conn
-        self.dialect = dialect
-
-    # -- plumbing ---------------------------------------------------------------
-    def _exec(self, name: str, params: Mapping[str, Any] | None = None,
-              lists: Mapping[str, Sequence[Any]] | None = None) -> Any:
-        args = dict(params or {})
-        sizes: dict[str, int] = {}
-        for key, values in (lists or {}).items():
-            sizes[key] = len(values)
-            for i, value in enumerate(values):
-                args[f"{key}_{i}"] = value
-        return self.conn.execute(self.dialect.sql(name, sizes), args)
-
-    def _all(self, name: str, params: Mapping[str, Any] | None = None,
-             lists: Mapping[str, Sequence[Any]] | None = None) -> list[Any]:
-        return list(self._exec(name, params, lists).fetchall())
-
-    def _one(self, name: str, params: Mapping[str, Any] | None = None) -> Any:
-        return self._exec(name, params).fetchone()
 
     # -- functions ----------------------------------------------------------------
     def register_functions(self, app: str, configs: dict[str, str], now: float) -> None:
@@ -242,7 +157,7 @@ class SqlTx:
         return [_step_row(r) for r in self._all("get_steps", {"run_id": run_id})]
 
     def get_events(self, run_id: str) -> list[EventRow]:
-        return [_event_row(r) for r in self._all("get_events", {"run_id": run_id})]
+        return [event_row(r) for r in self._all("get_events", {"run_id": run_id})]
 
     def get_spans(self, run_id: str) -> list[SpanRow]:
         return [
@@ -544,87 +459,3 @@ class SqlTx:
 
     def set_singleton(self, run_id: str, key: str | None) -> None:
         self._exec("set_singleton", {"id": run_id, "key": key})
-
-    # -- workers ------------------------------------------------------------------------------
-    def upsert_worker(self, worker: WorkerRow) -> None:
-        self._exec("upsert_worker", {
-            "id": worker.id, "app": worker.app, "app_version": worker.app_version,
-            "concurrency": worker.concurrency, "started_at": worker.started_at,
-            "heartbeat_at": worker.heartbeat_at, "functions": json.dumps(worker.functions),
-        })
-
-    def remove_worker(self, worker_id: str) -> None:
-        self._exec("remove_worker", {"id": worker_id})
-
-    def list_workers(self, alive_since: float) -> list[WorkerRow]:
-        return [
-            WorkerRow(r["id"], r["app"], r["app_version"], r["concurrency"], r["started_at"],
-                      r["heartbeat_at"], json.loads(r["functions"]))
-            for r in self._all("list_workers", {"alive_since": alive_since})
-        ]
-
-    # -- operator views ----------------------------------------------------------------------
-    def run_backlog(self, now: float) -> list[BacklogRow]:
-        return [BacklogRow(r["function_id"], int(r["due"]), float(r["oldest"]))
-                for r in self._all("run_backlog", {"now": now})]
-
-    def count_active_runs(self) -> list[RunCountRow]:
-        return [RunCountRow(r["function_id"], r["status"], int(r["n"]))
-                for r in self._all("count_active_runs")]
-
-    # -- operator views (dashboard) ----------------------------------------------------------
-    def count_runs(self, function_id: str | None, since: float | None,
-                   until: float | None) -> list[RunCountRow]:
-        params = {"function_id": function_id, "since": since, "until": until}
-        return [RunCountRow(r["function_id"], r["status"], int(r["n"]))
-                for r in self._all("count_runs", params)]
-
-    def key_backlog(self, now: float, limit: int) -> list[KeyBacklogRow]:
-        return [KeyBacklogRow(r["function_id"], r["ckey1"], r["ckey2"], r["limit1"], r["limit2"],
-                              int(r["due"]), int(r["leased"]), int(r["total"]))
-                for r in self._all("key_backlog", {"now": now, "limit": limit})]
-
-    def run_timeline(self, function_id: str | None, origin: int, until: float,
-                     width: int) -> list[TimelineRow]:
-        params = {"function_id": function_id, "origin": origin, "until": until, "width": width}
-        return [TimelineRow(int(r["bucket"]), r["status"], int(r["n"]), int(r["started"]),
-                            float(r["delay_sum"] or 0.0),
-                            None if r["delay_max"] is None else float(r["delay_max"]))
-                for r in self._all("run_timeline", params)]
-
-    def list_events(self, name: str | None, event_id: str | None, before_seq: int | None,
-                    limit: int) -> list[EventRow]:
-        params = {"name": name, "event_id": event_id, "before_seq": before_seq, "limit": limit}
-        return [_event_row(r) for r in self._all("list_events", params)]
-
-    def event_runs(self, seqs: Sequence[int]) -> list[EventRunRow]:
-        if not seqs:
-            return []
-        return [EventRunRow(int(r["event_seq"]), r["id"], r["function_id"], r["status"])
-                for r in self._all("event_runs", {}, {"seqs": seqs})]
-
-    # -- background jobs ----------------------------------------------------------------------
-    def create_job(self, job: JobRow) -> None:
-        self._exec("insert_job", {
-            "id": job.id, "kind": job.kind, "status": job.status, "params": job.params,
-            "done": job.done, "examined": job.examined, "error": job.error, "owner": job.owner,
-            "created_at": job.created_at, "updated_at": job.updated_at,
-            "finished_at": job.finished_at,
-        })
-
-    def get_job(self, job_id: str) -> JobRow | None:
-        row = self._one("get_job", {"id": job_id})
-        return None if row is None else _job_row(row)
-
-    def list_jobs(self, limit: int) -> list[JobRow]:
-        return [_job_row(r) for r in self._all("list_jobs", {"limit": limit})]
-
-    def update_job(self, job_id: str, *, status: str, done: int, examined: int, error: str | None,
-                   now: float, finished_at: float | None) -> bool:
-        params = {"id": job_id, "status": status, "done": done, "examined": examined,
-                  "error": error, "now": now, "finished_at": finished_at}
-        return int(self._exec("update_job", params).rowcount) == 1
-
-    def interrupt_stale_jobs(self, stale_before: float, now: float, reason: str) -> int:
-        params = {"stale_before": stale_before, "now": now, "error": reason}
-        return int(self._exec("interrupt_stale_jobs", params).rowcount)

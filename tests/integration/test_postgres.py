@@ -18,8 +18,9 @@ import pytest
 
 import stepstone as ss
 from stepstone.errors import StoreError, StoreUnavailableError
-from stepstone.store.base import NewRun, QueueSpec, Tx, WorkerRow
+from stepstone.store.base import Tx
 from stepstone.store.postgres import CHANNEL, PostgresStore, parse_url
+from stepstone.store.rows import NewRun, QueueSpec, WorkerRow
 from stepstone.worker import Worker
 
 from ..polling import wait_for
@@ -366,7 +367,7 @@ def test_a_lease_cannot_change_hands_inside_a_checkpoint(pg_url: str, pg_store: 
     owns the run: a lease pass after the lease expired skips it rather than
     hand the run to a second worker that would not see this checkpoint."""
     from stepstone.scheduler.leasing import lease
-    from stepstone.store.base import Fence
+    from stepstone.store.rows import Fence
     from tests.integration.test_store_contract import F_ONLY, NOW, step
 
     pg_store.transact_sync(_new_run("a"))

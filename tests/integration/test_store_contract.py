@@ -14,7 +14,8 @@ import stepstone as ss
 from stepstone.errors import LeaseLostError, StoreError, StoreUnavailableError
 from stepstone.registry import Registry
 from stepstone.scheduler.leasing import lease as lease_pass
-from stepstone.store.base import (
+from stepstone.store.base import Store, Tx, make_store
+from stepstone.store.rows import (
     CANCELLED,
     COMPLETED,
     QUEUED,
@@ -25,10 +26,7 @@ from stepstone.store.base import (
     NewRun,
     SpanRow,
     StepRow,
-    Store,
-    Tx,
     WorkerRow,
-    make_store,
 )
 
 NOW = 1_000_000.0

@@ -10,15 +10,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-
-from integration.test_postgres import SCHEMA_SNAPSHOT as PG_SNAPSHOT
-from integration.test_postgres import dump_schema as dump_pg_schema
-from integration.test_storage import SCHEMA_SNAPSHOT, dump_schema
-from pgcluster import PgCluster, PgUnavailable
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))  # the repository: tests is a package
 
 from stepstone.store.postgres import PostgresStore
 from stepstone.store.sqlite import SqliteStore
+from tests.integration.test_postgres import SCHEMA_SNAPSHOT as PG_SNAPSHOT
+from tests.integration.test_postgres import dump_schema as dump_pg_schema
+from tests.integration.test_storage import SCHEMA_SNAPSHOT, dump_schema
+from tests.pgcluster import PgCluster, PgUnavailable
 
 
 def sqlite_snapshot() -> None:

@@ -10,7 +10,8 @@ import pytest
 
 import stepstone as ss
 from stepstone.server.jobs import CANCEL_MANY, BulkRequest, JobRunner
-from stepstone.store.base import JobRow, Tx
+from stepstone.store.base import Tx
+from stepstone.store.rows import JobRow
 from tests.server.conftest import Live, Shop, poll
 
 

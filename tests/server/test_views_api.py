@@ -7,7 +7,7 @@ from __future__ import annotations
 import stepstone as ss
 from stepstone.expressions import compile_expression
 from stepstone.server.search import Matcher, search_op
-from stepstone.store.base import RunFilter
+from stepstone.store.rows import RunFilter
 from tests.server.conftest import Live, Shop, poll
 
 

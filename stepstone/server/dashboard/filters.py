@@ -12,7 +12,7 @@ from fastapi import Request
 from stepstone.errors import ConfigError, ExpressionError
 from stepstone.expressions import Expression, compile_expression
 from stepstone.server.params import check_range, decode_cursor, parse_moment
-from stepstone.store.base import RUN_STATUSES
+from stepstone.store.rows import RUN_STATUSES
 
 RANGES = (("15m", "Last 15 minutes", 900.0), ("1h", "Last hour", 3600.0),
           ("24h", "Last 24 hours", 86400.0), ("7d", "Last 7 days", 7 * 86400.0),

@@ -17,7 +17,8 @@ from stepstone.server.params import encode_cursor
 from stepstone.server.routes.event_log import event_seq, with_runs
 from stepstone.server.state import ServerState
 from stepstone.server.view_schemas import EventOut
-from stepstone.store.base import ACTIVE_STATUSES, Tx
+from stepstone.store.base import Tx
+from stepstone.store.rows import ACTIVE_STATUSES
 
 EVENTS_PAGE = 50
 WORKERS_WITHIN = 86400.0

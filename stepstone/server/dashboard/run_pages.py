@@ -23,7 +23,8 @@ from stepstone.server.params import encode_cursor
 from stepstone.server.routes.stats import check_window
 from stepstone.server.search import Matcher, search_op
 from stepstone.server.state import ServerState
-from stepstone.store.base import ACTIVE_STATUSES, RUN_STATUSES, EventRow, RunFilter, Tx
+from stepstone.store.base import Tx
+from stepstone.store.rows import ACTIVE_STATUSES, RUN_STATUSES, EventRow, RunFilter
 
 PAGE = 50
 

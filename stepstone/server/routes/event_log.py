@@ -13,7 +13,8 @@ from stepstone.server.params import decode_cursor, encode_cursor
 from stepstone.server.routes.runs import RunId
 from stepstone.server.state import ServerState
 from stepstone.server.view_schemas import EventOut, EventPage
-from stepstone.store.base import EventRow, Tx
+from stepstone.store.base import Tx
+from stepstone.store.rows import EventRow
 
 
 def event_seq(cursor: str | None) -> int | None:

@@ -12,7 +12,7 @@ from stepstone.server.params import check_range, decode_cursor, encode_cursor, p
 from stepstone.server.schemas import RunOut, RunPage, RunStatus, SpanOut, TraceOut
 from stepstone.server.search import Matcher, search_op
 from stepstone.server.state import ServerState
-from stepstone.store.base import RunFilter
+from stepstone.store.rows import RunFilter
 
 RunId = Annotated[str, Path(description="A run id")]
 TIME_HELP = "RFC 3339 date-time or epoch seconds"

@@ -21,7 +21,7 @@ from stepstone.server.view_schemas import (
     StatusCounts,
     TimelineOut,
 )
-from stepstone.store.base import ACTIVE_STATUSES
+from stepstone.store.rows import ACTIVE_STATUSES
 
 TIME_HELP = "RFC 3339 date-time or epoch seconds"
 FunctionQ = Annotated[str | None, Query(description="Only this function's runs")]

@@ -1,0 +1,283 @@
+"""What the store reads and writes: run statuses and the rows that cross the
+``Tx`` interface (plain frozen dataclasses; values are JSON text, times epoch
+seconds)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+# Run statuses (DESIGN §1).
+QUEUED, RUNNING, SLEEPING, WAITING = "queued", "running", "sleeping", "waiting"
+COMPLETED, FAILED, CANCELLED, SKIPPED = "completed", "failed", "cancelled", "skipped"
+ACTIVE_STATUSES = (QUEUED, RUNNING, SLEEPING, WAITING)
+ENDED_STATUSES = (COMPLETED, FAILED, CANCELLED, SKIPPED)
+RUN_STATUSES = ACTIVE_STATUSES + ENDED_STATUSES
+
+
+@dataclass(frozen=True)
+class EventRow:
+    seq: int
+    id: str
+    name: str
+    data: str
+    ts: int
+    received_at: float
+    trace: str | None = None
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A run to create with its queue item."""
+
+    id: str
+    function_id: str
+    event_seqs: Sequence[int]
+    event_ids: Sequence[str]
+    available_at: float
+    created_at: float
+    partition: str = ""
+    sort_at: float | None = None
+    status: str = QUEUED
+    error: str | None = None
+    parent_run_id: str | None = None
+    parent_step_id: str | None = None
+    idempotency_key: str | None = None
+    start_deadline: float | None = None
+    finish_timeout: float | None = None
+    singleton_key: str | None = None
+    meta: str | None = None
+    spec: QueueSpec | None = None
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """Where a run queues: its partition (function + first concurrency key), its
+    concurrency keys with their limits, and its throttle key."""
+
+    partition_key: str
+    ckey1: str | None = None
+    limit1: int | None = None
+    ckey2: str | None = None
+    limit2: int | None = None
+    throttle_key: str | None = None
+
+    @property
+    def partition_ckey(self) -> str | None:
+        return self.ckey1
+
+
+@dataclass(frozen=True)
+class QueueItem:
+    """A due queue item as leasing sees it."""
+
+    run_id: str
+    function_id: str
+    ckey1: str | None
+    limit1: int | None
+    ckey2: str | None
+    limit2: int | None
+    throttle_key: str | None
+    fresh: bool
+
+
+@dataclass
+class StepRow:
+    """One step's memo: its latest state, not its history (see ``SpanRow``)."""
+
+    run_id: str
+    step_id: str
+    position: int
+    kind: str
+    status: str
+    attempts: int = 0
+    output: str | None = None
+    error: str | None = None
+    wake_at: float | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+
+
+@dataclass(frozen=True)
+class SpanRow:
+    """One entry of a run's trace: a step attempt, a sleep, a wait, a warning."""
+
+    run_id: str
+    kind: str
+    name: str
+    started_at: float
+    ended_at: float | None
+    status: str
+    attempt: int = 0
+    error: str | None = None
+    detail: str | None = None
+
+
+@dataclass
+class RunRow:
+    id: str
+    function_id: str
+    status: str
+    event_ids: list[str]
+    output: str | None
+    error: str | None
+    created_at: float
+    started_at: float | None
+    ended_at: float | None
+    attempt: int
+    app_version: str | None
+    parent_run_id: str | None
+    parent_step_id: str | None
+    meta: str | None = None
+    singleton_key: str | None = None
+
+
+@dataclass
+class LeasedRun:
+    """What a worker needs to run an invocation, read in the leasing transaction."""
+
+    run: RunRow
+    epoch: int
+    events: list[EventRow]
+    steps: list[StepRow]
+    cancel_requested: bool = False
+    start_deadline: float | None = None
+
+
+@dataclass(frozen=True)
+class WaitRow:
+    """A run waiting for an event (``kind`` 'event'), for a cancelling event
+    ('cancel') or for a child run ('invoke', ``match_value`` = the child's id).
+    Indexed waits match ``async.data.<match_key>`` equal to ``match_value``
+    (canonical JSON); others have ``match_key`` '' and are tested by expression."""
+
+    run_id: str
+    step_id: str
+    kind: str
+    event_name: str
+    match_key: str = ""
+    match_value: str = ""
+    expression: str | None = None
+    event_json: str | None = None
+    created_at: float = 0.0
+    expires_at: float | None = None
+    id: int | None = None
+
+
+@dataclass(frozen=True)
+class TimedOut:
+    run_id: str
+    function_id: str
+    leased: bool
+    kind: str  # 'start' or 'finish'
+
+
+CancelFlag = Callable[[], bool]  # read after the commit: was the run's cancellation requested?
+
+
+@dataclass(frozen=True)
+class Fence:
+    """Proof of ownership: a write commits only while (owner, epoch) hold the run."""
+
+    run_id: str
+    owner: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    function_id: str | None = None
+    statuses: tuple[str, ...] = ()
+    event_id: str | None = None
+    since: float | None = None
+    until: float | None = None
+    limit: int = 100
+    before_id: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    id: str
+    app: str
+    app_version: str | None
+    concurrency: int
+    started_at: float
+    heartbeat_at: float
+    functions: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BacklogRow:
+    """Queue items of one function that are due and not leased."""
+
+    function_id: str
+    due: int
+    oldest_due_at: float
+
+
+@dataclass(frozen=True)
+class RunCountRow:
+    function_id: str
+    status: str
+    count: int
+
+
+@dataclass(frozen=True)
+class KeyBacklogRow:
+    """Queue items of one function under one pair of concurrency key values
+    (``None``: no such key): due now, held by a live lease, and in all (the rest
+    are parked: sleeping, waiting, backing off or scheduled later)."""
+
+    function_id: str
+    ckey1: str | None
+    ckey2: str | None
+    limit1: int | None
+    limit2: int | None
+    due: int
+    leased: int
+    total: int
+
+
+@dataclass(frozen=True)
+class TimelineRow:
+    """Runs created in one time bucket with one status: how many, how many have
+    started, and their queue delays (first start minus creation) in seconds."""
+
+    bucket: int
+    status: str
+    count: int
+    started: int
+    delay_sum: float
+    delay_max: float | None
+
+
+@dataclass(frozen=True)
+class EventRunRow:
+    """A run an event started (or joined, for batches and debounces)."""
+
+    event_seq: int
+    run_id: str
+    function_id: str
+    status: str
+
+
+# Job statuses: a job is active while queued or running.
+JOB_ACTIVE_STATUSES = ("queued", "running")
+JOB_STATUSES = (*JOB_ACTIVE_STATUSES, "completed", "failed", "interrupted")
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A background operator job (bulk cancel / replay); ``params`` is JSON."""
+
+    id: str
+    kind: str
+    status: str
+    params: str
+    created_at: float
+    updated_at: float
+    done: int = 0
+    examined: int = 0
+    error: str | None = None
+    owner: str | None = None
+    finished_at: float | None = None

@@ -1,0 +1,85 @@
+"""The SQL layer's plumbing: named statements from ``queries.sql``, the small
+``Dialect`` that adapts them to a database, and ``SqlPlumbing``, which runs
+them on a DB-API connection already inside a transaction."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from stepstone.store.rows import EventRow
+
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.M)
+_PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+@cache
+def _raw_queries() -> dict[str, str]:
+    text = resources.files("stepstone.store").joinpath("queries.sql").read_text()
+    parts = _NAME.split(text)
+    return {parts[i]: parts[i + 1].strip().rstrip(";") for i in range(1, len(parts), 2)}
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What differs between databases, kept small."""
+
+    name: str
+    lock: str = ""
+    pyformat: bool = False
+    key_lock: str | None = None  # SQL taking a transaction-scoped lock on :key (None: writers are serial)
+    key_try_lock: str | None = None  # the same without waiting; returns one row, column "ok"
+    fence_raises: bool = False  # fence checks fail on the server (no need to read them back)
+    _cache: dict[tuple[str, tuple[tuple[str, int], ...]], str] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def sql(self, name: str, lists: Mapping[str, int] = {}) -> str:
+        key = (name, tuple(sorted(lists.items())))
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        text = _raw_queries()[name]
+        expansions = {k: ", ".join(f":{k}_{i}" for i in range(n)) or "NULL" for k, n in lists.items()}
+        text = text.replace("{lock}", self.lock)
+        for k, v in expansions.items():
+            text = text.replace("{" + k + "}", v)
+        if self.pyformat:
+            text = _PARAM.sub(r"%(\1)s", text.replace("%", "%%"))
+        self._cache[key] = text
+        return text
+
+
+def event_row(row: Mapping[str, Any]) -> EventRow:
+    return EventRow(row["seq"], row["id"], row["name"], row["data"], row["ts"], row["received_at"],
+                    row["trace"])
+
+
+class SqlPlumbing:
+    """A transaction's connection and dialect, and the three ways to run a statement."""
+
+    def __init__(self, conn: Any, dialect: Dialect) -> None:
+        self.conn = conn
+        self.dialect = dialect
+
+    # -- plumbing ---------------------------------------------------------------
+    def _exec(self, name: str, params: Mapping[str, Any] | None = None,
+              lists: Mapping[str, Sequence[Any]] | None = None) -> Any:
+        args = dict(params or {})
+        sizes: dict[str, int] = {}
+        for key, values in (lists or {}).items():
+            sizes[key] = len(values)
+            for i, value in enumerate(values):
+                args[f"{key}_{i}"] = value
+        return self.conn.execute(self.dialect.sql(name, sizes), args)
+
+    def _all(self, name: str, params: Mapping[str, Any] | None = None,
+             lists: Mapping[str, Sequence[Any]] | None = None) -> list[Any]:
+        return list(self._exec(name, params, lists).fetchall())
+
+    def _one(self, name: str, params: Mapping[str, Any] | None = None) -> Any:
+        return self._exec(name, params).fetchone()

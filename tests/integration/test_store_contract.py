@@ -143,11 +143,20 @@ def test_checkpoints_are_fenced_by_owner_and_epoch(store: Store) -> None:
     stale = Fence("r", "w1", old.epoch)
     with pytest.raises(LeaseLostError):
         store.transact_sync(lambda tx: tx.checkpoint(stale, [step("r", "s", '"old"')], []))
+
+    def checkpoint_then_effect(tx: Tx) -> Any:  # an effect reading back after the fence
+        tx.checkpoint(stale, [step("r", "s", '"old"')], [])
+        tx.insert_event("sent-by-stale", "x", "{}", 2, NOW)
+        return tx.get_run("r")
+
+    with pytest.raises(LeaseLostError):  # on PostgreSQL the fence fails on the server: still this error
+        store.transact_sync(checkpoint_then_effect)
     with pytest.raises(LeaseLostError):
         store.transact_sync(lambda tx: tx.reschedule(stale, SLEEPING, NOW + 60, None, NOW))
     with pytest.raises(LeaseLostError):
         store.transact_sync(lambda tx: tx.finish_run(stale, "r", COMPLETED, '"old"', None, NOW))
     assert store.read_sync(lambda tx: tx.get_steps("r")) == []  # nothing of the stale owner landed
+    assert store.read_sync(lambda tx: tx.list_events("x", None, None, 10)) == []
     fence = Fence("r", "w2", new.epoch)
     span = SpanRow("r", "step", "s", NOW, NOW, "failed", 0, '{"type": "E", "message": "m"}')
     assert store.transact_sync(lambda tx: tx.checkpoint(fence, [step("r", "s", '"new"')], [span]))() is False

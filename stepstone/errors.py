@@ -55,6 +55,12 @@ class StepError(StepstoneError):
         self.message = message
 
 
+class NondeterminismError(NonRetriableError):
+    """A replay reached a step id whose recorded memo belongs to a different call
+    (another kind of step, or another function at a repeated id): the run fails
+    rather than hand that call another step's value."""
+
+
 class SerializationError(NonRetriableError):
     """A value that must be stored is not JSON-serialisable."""
 

@@ -30,6 +30,7 @@ from stepstone.errors import (
     ErrorInfo,
     Interrupt,
     LimitExceededError,
+    NondeterminismError,
     NonRetriableError,
     RetryAfterError,
     StepError,
@@ -37,10 +38,11 @@ from stepstone.errors import (
 )
 from stepstone.events import Event
 from stepstone.function import FunctionDef, ResolvedBackoff
+from stepstone.memos import callable_fingerprint, mismatch
 from stepstone.middleware import NO_HOOKS, Hooks
 from stepstone.registry import INVOKE_EVENT, Registry
 from stepstone.store.base import Tx
-from stepstone.store.rows import RUNNING, SLEEPING, WAITING, SpanRow, StepRow, WaitRow
+from stepstone.store.rows import RUNNING, SLEEPING, WAITING, SpanRow, StepKind, StepRow, WaitRow
 
 T = TypeVar("T")
 
@@ -170,6 +172,7 @@ class Interpreter:
         self.backoff = backoff
         self.threads = threads
         self._counters: dict[str, int] = {}
+        self._calls: dict[str, tuple[int, str | None]] = {}  # new steps: (position, fingerprint)
         self._unreached = {s.step_id: s.position for s in steps}  # recorded, not yet reached
         self._warned = False
         self._last_recorded = max((s.position for s in steps), default=-1)
@@ -191,11 +194,21 @@ class Interpreter:
         self._counters[base] = count + 1
         return base if count == 0 else f"{base}:{count}"
 
-    def _reach(self, step_id: str) -> StepRow | None:
+    def _reach(self, step_id: str, kind: StepKind, fingerprint: str | None = None) -> StepRow | None:
+        """Note that the handler reached ``step_id`` with a call of ``kind``; returns
+        its memo, if one was recorded for a call like this one."""
         task = asyncio.current_task()
         if task is not None and task is not self.main_task:
             self.children.add(task)
         memo = self.memo.get(step_id)
+        if memo is not None:
+            reason = mismatch(memo, kind, fingerprint)
+            if reason is not None:
+                self.journal.warn("nondeterminism", reason)
+                raise NondeterminismError(reason)
+        elif step_id not in self._calls:
+            self._calls[step_id] = (self._next_position, fingerprint)
+            self._next_position += 1
         if memo is None or memo.position >= self._last_recorded:
             self.replaying = False
         if memo is None:
@@ -214,12 +227,10 @@ class Interpreter:
         self._unreached.pop(step_id, None)
         return memo
 
-    def _position(self, memo: StepRow | None) -> int:
-        if memo is not None:
-            return memo.position
-        position = self._next_position
-        self._next_position += 1
-        return position
+    def _position(self, step_id: str) -> int:
+        """Where the step stands in the order the run first reached its steps."""
+        memo = self.memo.get(step_id)
+        return memo.position if memo is not None else self._calls[step_id][0]
 
     def _pause(self, wake_at: float | None, status: str) -> PauseSignal:
         signal = PauseSignal(wake_at, status)
@@ -227,14 +238,18 @@ class Interpreter:
         return signal
 
     def _save(self, row: StepRow, span: SpanRow | None, effect: Effect | None = None) -> None:
+        if row.step_id in self._calls:
+            row.fingerprint = self._calls[row.step_id][1]
+        elif (recorded := self.memo.get(row.step_id)) is not None:
+            row.fingerprint = recorded.fingerprint
         self.memo[row.step_id] = row
         self.journal.stage(row, span, effect)
 
     # -- step.run ----------------------------------------------------------------------
-    async def begin_run(self, step_id: str) -> tuple[bool, Any]:
-        """Decide a ``step.run``: ``(True, value)`` from memo, or ``(False, attempt)``
-        meaning execute now (earlier writes are committed first)."""
-        memo = self._reach(step_id)
+    async def begin_run(self, step_id: str, fn: Callable[..., Any]) -> tuple[bool, Any]:
+        """Decide a ``step.run`` of ``fn``: ``(True, value)`` from memo, or
+        ``(False, attempt)`` meaning execute now (earlier writes are committed first)."""
+        memo = self._reach(step_id, StepKind.RUN, callable_fingerprint(fn))
         if memo is not None:
             if memo.status == COMPLETED:
                 return True, self.memo_value(memo)
@@ -262,8 +277,7 @@ class Interpreter:
         if self.hooks.active:
             await self.hooks.after_step(self.ctx, step_id, result, failure)
         now = self.clock.now()
-        memo = self.memo.get(step_id)
-        position = self._position(memo)
+        position = self._position(step_id)
         encoded = stored = None
         if failure is None:
             try:
@@ -301,7 +315,7 @@ class Interpreter:
     async def run(self, step_id: str, fn: Callable[..., Any], args: tuple[Any, ...],
                   retries: int | None) -> Any:
         """``step.run`` for async handlers."""
-        done, value = await self.begin_run(step_id)
+        done, value = await self.begin_run(step_id, fn)
         if done:
             return value
         attempt = int(value)
@@ -328,7 +342,7 @@ class Interpreter:
     # -- step.sleep --------------------------------------------------------------------
     def sleep_until(self, step_id: str, wake_at: float) -> None:
         """Pause until ``wake_at`` unless that time has come; no I/O."""
-        memo = self._reach(step_id)
+        memo = self._reach(step_id, StepKind.SLEEP)
         now = self.clock.now()
         if memo is not None and memo.status == COMPLETED:
             return
@@ -340,7 +354,7 @@ class Interpreter:
         else:
             wake_at = memo.wake_at if memo.wake_at is not None else now
         started = memo.started_at if memo and memo.started_at else now
-        position = self._position(memo)
+        position = self._position(step_id)
         if wake_at <= now:
             row = StepRow(self.run_id, step_id, position, "sleep", COMPLETED, 1, None, None,
                           wake_at, started, now)
@@ -390,7 +404,7 @@ class Interpreter:
                              timeout: float | None) -> Event | None:
         from stepstone.waits import build_wait
 
-        memo = self._reach(step_id)
+        memo = self._reach(step_id, StepKind.WAIT, event)
         if memo is not None:
             resolved = await self._resolved(memo)
             value = self._outcome(resolved) if resolved else None
@@ -403,7 +417,7 @@ class Interpreter:
                               expires_at=expires, field="if_")
         except StepstoneError as exc:
             raise NonRetriableError(f"step {step_id!r}: {exc}") from exc
-        row = StepRow(self.run_id, step_id, self._position(None), "wait", WAITING_STEP, 0,
+        row = StepRow(self.run_id, step_id, self._position(step_id), "wait", WAITING_STEP, 0,
                       wake_at=expires, started_at=now)
         self._save(row, None, lambda tx: tx.insert_wait(wait))
         raise self._pause(expires, WAITING)
@@ -420,7 +434,8 @@ class Interpreter:
         from stepstone.ingest import prepare
         from stepstone.scheduler.admission import start_run
 
-        memo = self._reach(step_id)
+        target_id = function if isinstance(function, str) else getattr(function, "__stepstone_id__", None)
+        memo = self._reach(step_id, StepKind.INVOKE, target_id)
         if memo is not None:
             resolved = await self._resolved(memo)
             return self._outcome(resolved) if resolved else None
@@ -447,7 +462,7 @@ class Interpreter:
                 tx.complete_waiting_step(run_id, step_id, FAILED, None, reason, now)
                 tx.wake_run(run_id, now)
 
-        row = StepRow(self.run_id, step_id, self._position(None), "invoke", WAITING_STEP, 0,
+        row = StepRow(self.run_id, step_id, self._position(step_id), "invoke", WAITING_STEP, 0,
                       wake_at=expires, started_at=now)
         self._save(row, None, start_child)
         raise self._pause(expires, WAITING)
@@ -457,7 +472,7 @@ class Interpreter:
         """Ingest ``events`` in the same transaction as the step's memo: exactly once."""
         from stepstone.ingest import ingest, prepare
 
-        memo = self._reach(step_id)
+        memo = self._reach(step_id, StepKind.SEND)
         if memo is not None and memo.status in (COMPLETED, FAILED):
             return list(self._outcome(memo))
         now = self.clock.now()
@@ -470,13 +485,13 @@ class Interpreter:
             prepared = prepare(events, now)
         except StepstoneError as exc:
             info = error_info(exc)
-            row = StepRow(self.run_id, step_id, self._position(memo), "send", FAILED, 1, None,
+            row = StepRow(self.run_id, step_id, self._position(step_id), "send", FAILED, 1, None,
                           serde.dumps(info.to_json(), what="error"), None, now, now)
             self._save(row, None)
             raise StepError(step_id, info.type, info.message) from exc
         ids = [event.id for event in prepared]
         matcher = self.services.matcher()
-        row = StepRow(self.run_id, step_id, self._position(memo), "send", COMPLETED, 1,
+        row = StepRow(self.run_id, step_id, self._position(step_id), "send", COMPLETED, 1,
                       serde.dumps(ids, what="event ids"), None, None, now, now)
         self._save(row, None, lambda tx: ingest(tx, prepared, matcher, now))
         await self.journal.flush()

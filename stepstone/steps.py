@@ -116,7 +116,7 @@ class SyncStep:
             retries: int | None = None) -> Any:
         step_id = self._i.claim_id(id)
         retries = _check_retries(retries)
-        done, value = self._on_loop(self._i.begin_run(step_id))
+        done, value = self._on_loop(self._i.begin_run(step_id, fn))
         if done:
             return value
         attempt = int(value)

@@ -111,13 +111,14 @@ SELECT stepstone_fence(:run_id, :owner, :epoch) AS cancel_requested;
 
 -- name: upsert_step
 INSERT INTO steps (run_id, step_id, position, kind, status, attempts, output, error, wake_at,
-                   started_at, ended_at)
+                   started_at, ended_at, fingerprint)
 VALUES (:run_id, :step_id, :position, :kind, :status, :attempts, :output, :error, :wake_at,
-        :started_at, :ended_at)
+        :started_at, :ended_at, :fingerprint)
 ON CONFLICT (run_id, step_id) DO UPDATE SET
     kind = excluded.kind, status = excluded.status, attempts = excluded.attempts,
     output = excluded.output, error = excluded.error, wake_at = excluded.wake_at,
-    started_at = excluded.started_at, ended_at = excluded.ended_at;
+    started_at = excluded.started_at, ended_at = excluded.ended_at,
+    fingerprint = excluded.fingerprint;
 
 -- name: insert_span
 INSERT INTO spans (run_id, kind, name, attempt, started_at, ended_at, status, error, detail)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 # Run statuses (DESIGN §1).
 QUEUED, RUNNING, SLEEPING, WAITING = "queued", "running", "sleeping", "waiting"
@@ -81,9 +82,24 @@ class QueueItem:
     fresh: bool
 
 
+class StepKind(StrEnum):
+    """What a step call was: a memo is only returned to a call of its own kind."""
+
+    RUN = "run"  #: step.run
+    SLEEP = "sleep"  #: step.sleep / sleep_until
+    WAIT = "wait"  #: step.wait_for_event
+    INVOKE = "invoke"  #: step.invoke
+    SEND = "send"  #: step.send_event
+
+
 @dataclass
 class StepRow:
-    """One step's memo: its latest state, not its history (see ``SpanRow``)."""
+    """One step's memo: its latest state, not its history (see ``SpanRow``).
+
+    ``position`` is the order the run first reached its steps; ``fingerprint``
+    names what the call did (the function a ``step.run`` called, the event a
+    wait waited for, the function invoked), so a replay can tell when an id
+    now points at a different call."""
 
     run_id: str
     step_id: str
@@ -96,6 +112,7 @@ class StepRow:
     wake_at: float | None = None
     started_at: float | None = None
     ended_at: float | None = None
+    fingerprint: str | None = None
 
 
 @dataclass(frozen=True)

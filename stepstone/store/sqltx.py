@@ -68,6 +68,7 @@ def _step_row(row: Mapping[str, Any]) -> StepRow:
         run_id=row["run_id"], step_id=row["step_id"], position=row["position"], kind=row["kind"],
         status=row["status"], attempts=row["attempts"], output=row["output"], error=row["error"],
         wake_at=row["wake_at"], started_at=row["started_at"], ended_at=row["ended_at"],
+        fingerprint=row["fingerprint"],
     )
 
 
@@ -325,6 +326,7 @@ class SqlTx(SqlViews):
                 "kind": step.kind, "status": step.status, "attempts": step.attempts,
                 "output": step.output, "error": step.error, "wake_at": step.wake_at,
                 "started_at": step.started_at, "ended_at": step.ended_at,
+                "fingerprint": step.fingerprint,
             })
         for span in spans:
             self._exec("insert_span", {

@@ -212,7 +212,7 @@ CREATE TABLE steps (
     error       TEXT,
     wake_at     REAL,
     started_at  REAL,
-    ended_at    REAL,
+    ended_at    REAL, fingerprint TEXT,
     PRIMARY KEY (run_id, step_id)
 );
 

@@ -54,7 +54,7 @@ class DatabaseClock:
         self._lock = threading.Lock()
         self._offset = 0.0
         self._error: float | None = None  # half the round trip of the measurement in use
-        self._measured_at = 0.0  # local time of that measurement
+        self._measured_at = 0.0  # local time that measurement began
 
     def now(self) -> float:
         return self.local.now() + self._offset
@@ -89,5 +89,5 @@ class DatabaseClock:
             if current is not None and error > current:
                 return False
             self._offset = server - (sent + error)
-            self._error, self._measured_at = error, received
+            self._error, self._measured_at = error, sent  # the server read its clock after ``sent``
             return True

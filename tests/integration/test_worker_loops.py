@@ -146,6 +146,73 @@ def test_a_loop_that_raises_once_keeps_working(make_app: Callable[..., ss.App], 
     assert "Traceback" in caplog.text
 
 
+class NthFaultStore(FaultyStore):
+    """Once armed, the ``position``-th operation (of any kind) raises; records
+    the qualified names of the operations it sees."""
+
+    def __init__(self, inner: Store, position: int) -> None:
+        super().__init__(inner, "", Injected(f"injected into operation {position}"))
+        self.position = position
+        self.armed = False
+        self.seen: list[str] = []
+
+    def _wrap(self, op: Callable[[Tx], T]) -> Callable[[Tx], T]:
+        if not self.armed:
+            return op
+        self.seen.append(op.__qualname__)
+        if len(self.seen) != self.position:
+            return op
+        fault, self.fault = self.fault, None
+        assert isinstance(fault, Exception)
+
+        def failing(tx: Tx) -> T:
+            raise fault
+
+        return failing
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("position", range(1, 13))
+def test_any_one_operation_raising_stops_nothing(make_app: Callable[..., ss.App], position: int,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """The class, not three instances: whichever store operation the worker
+    issues after it started raises an unexpected error (a duty, a lease pass, a
+    heartbeat or its clock reading, a checkpoint), every run still completes, no
+    loop dies, and the worker stays ready."""
+    app = make_app("loops")
+
+    @app.function(id="f", trigger=ss.on_event("go"))
+    def f(ctx: ss.Context) -> str:
+        return str(ctx.step.run("one", lambda: "a") + ctx.step.run("two", lambda: "b"))
+
+    @app.function(id="tick", trigger=ss.on_cron("0 0 1 1 *"))  # its duties run; it never fires
+    def tick(ctx: ss.Context) -> None:
+        return None
+
+    store = NthFaultStore(app.store, position)
+
+    async def scenario() -> list[ss.Run]:
+        worker = _worker(app, store)
+        await worker.start()  # its registration is not a loop: a fault there fails start()
+        store.armed = True
+        try:
+            ids = await app.send_async([ss.Event("go"), ss.Event("go")])
+            worker.notify()
+            runs = [r for i in ids for r in await app.runs.list_async(event_id=i)]
+            done = [await app.runs.wait_async(r.id, timeout="15s") for r in runs]
+            await _until(lambda: len(store.seen) > position + 2, 10, "more operations after the fault")
+            await _until(lambda: bool(worker.health()["ready"]), 5, "the worker to be ready")
+            assert worker.dead_loops() == []
+            return done
+        finally:
+            await worker.stop(5)
+
+    with caplog.at_level(logging.WARNING, logger="stepstone"):
+        done = asyncio.run(scenario())
+    assert [(r.status, r.output) for r in done] == [("completed", "ab")] * 2, store.seen
+    assert store.fault is None and f"injected into operation {position}" in caplog.text, store.seen
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 
 from stepstone import serde
 from stepstone.catalog import Catalog
-from stepstone.clock import SYSTEM_CLOCK, Clock
+from stepstone.clock import SYSTEM_CLOCK, Clock, DatabaseClock, SystemClock
+from stepstone.clocksync import sync_at_start
 from stepstone.errors import ConfigError
 from stepstone.events import Event
 from stepstone.function import (
@@ -80,7 +81,9 @@ class App:
     """A Stepstone application: its functions and the database they run on.
 
     ``database_url`` defaults to ``$STEPSTONE_DATABASE_URL`` or, without it,
-    ``sqlite:///.stepstone/stepstone.db``.
+    ``sqlite:///.stepstone/stepstone.db``. A real-time ``clock`` (the default,
+    or any ``SystemClock``) is corrected to the database server's clock; any
+    other clock is used as given.
     """
 
     def __init__(
@@ -100,7 +103,8 @@ class App:
         )
         self.app_version = app_version
         self.middleware = tuple(middleware)
-        self.clock: Clock = clock or SYSTEM_CLOCK
+        given = clock or SYSTEM_CLOCK
+        self._clock: Clock = DatabaseClock(given) if isinstance(given, SystemClock) else given
         self.registry = Registry()
         self.catalog = Catalog(self.registry)
         self.runs = Runs(self)
@@ -165,7 +169,17 @@ class App:
     def get_function(self, function_id: str) -> FunctionDef | None:
         return self.registry.get(function_id)
 
-    # -- store -------------------------------------------------------------------------------
+    # -- clock and store -----------------------------------------------------------------------
+    @property
+    def clock(self) -> Clock:
+        """The time every decision of this app is made on. A real-time clock is
+        the database server's: reading it first opens the store, which measures
+        the offset, so no time is ever taken from the uncorrected clock."""
+        clock = self._clock
+        if isinstance(clock, DatabaseClock) and not clock.synced:
+            self._store_ready()
+        return clock
+
     def _store_ready(self) -> Store:
         store = self._store
         if store is not None:
@@ -174,6 +188,7 @@ class App:
             if self._store is None:
                 store = make_store(self.database_url)
                 store.migrate()
+                sync_at_start(store, self._clock)
                 self._register(store)
                 self._store = store
             return self._store
@@ -191,11 +206,11 @@ class App:
         """Point the app at another database and clock (``stepstone.testing``);
         returns the previous pair."""
         with self._lock:
-            previous = (self.database_url, self.clock)
+            previous = (self.database_url, self._clock)
             if self._store is not None:
                 self._store.close()
                 self._store = None
-            self.database_url, self.clock = database_url, clock
+            self.database_url, self._clock = database_url, clock
             self.catalog.invalidate()
             return previous
 

@@ -6,6 +6,15 @@ extends the leases it holds and keeps its row in the worker registry. A worker
 that dies loses its leases after ``lease_ttl``; other workers then resume its
 runs from their last checkpoint.
 
+The background loops outlive any exception: an iteration that raises is
+logged and retried after a growing pause (a database outage, a bug in one
+duty). A loop whose task still ends (a ``BaseException``) makes the worker
+report not ready (``health``), so a supervisor can restart the process.
+
+Lease expiries are written and compared on ``clock``, which for a real-time
+app follows the database server's clock (``stepstone.clocksync``); the
+heartbeat measures it again each time.
+
 Wake-ups: sends in this process notify the worker directly; commits by other
 processes are pushed by the store when it can (PostgreSQL LISTEN/NOTIFY,
 ``Store.subscribe``) and otherwise noticed through its change token (SQLite's
@@ -21,12 +30,13 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from stepstone import metrics
 from stepstone.clock import Clock
+from stepstone.clocksync import resync
 from stepstone.errors import StoreError
 from stepstone.executor import ExecEnv, execute
 from stepstone.function import FunctionDef
@@ -39,6 +49,9 @@ from stepstone.store.rows import ENDED_STATUSES, LeasedRun, WorkerRow
 
 log = logging.getLogger("stepstone.worker")
 PRUNE_EVERY = 600.0  # seconds between deletions of expired dedupe keys
+DUTY_RETRY = 1.0  # seconds before failed duties are tried again
+BACKOFF_FIRST, BACKOFF_MAX = 0.5, 5.0  # seconds a loop pauses after unexpected failures
+STORE_RETRY = 0.5  # seconds the lease loop pauses while the database fails
 
 
 def default_instance_id() -> str:
@@ -95,6 +108,8 @@ class Worker:
         self._duty_due: float | None = clock.now()  # run duties (cron, timeouts) at start
         self._pruned_at = 0.0
         self._tasks: list[asyncio.Task[Any]] = []
+        self._token: Any = None  # the store's change token as the lease loop last saw it
+        self._suspects: set[str] = set()  # runs whose lease the last heartbeat did not extend
         self._unsubscribe: Callable[[], None] | None = None
         self._store_ok_at: float | None = None  # time.monotonic() of the last registration or heartbeat
         self.invocations = 0
@@ -113,20 +128,63 @@ class Worker:
         self._wake = asyncio.Event()
         self._unsubscribe = self.store.subscribe(self.notify)
         await self._register()
+        self._token = self.store.change_token()
         self._tasks = [
-            asyncio.create_task(self._lease_loop(), name=f"stepstone-worker-{self.id}"),
-            asyncio.create_task(self._heartbeat_loop(), name=f"stepstone-heartbeat-{self.id}"),
+            asyncio.create_task(self._forever("lease loop", self._lease_once, STORE_RETRY),
+                                name=f"stepstone-worker-{self.id}"),
+            # the heartbeat's own interval paces its retries during an outage
+            asyncio.create_task(self._forever("heartbeat", self._heartbeat_once, 0.0),
+                                name=f"stepstone-heartbeat-{self.id}"),
         ]
+        for task in self._tasks:
+            task.add_done_callback(self._loop_ended)
 
     def health(self) -> dict[str, Any]:
-        """Readiness for a probe (thread-safe): registered, not draining, and its
-        last heartbeat reached the database within one lease TTL."""
+        """Readiness for a probe (thread-safe): registered, not draining, every
+        background loop alive, and its last heartbeat reached the database
+        within one lease TTL."""
         ok_at = self._store_ok_at
         since = None if ok_at is None else round(time.monotonic() - ok_at, 3)
-        ready = since is not None and since < self.lease_ttl and not self._stopping
+        dead = self.dead_loops()
+        ready = since is not None and since < self.lease_ttl and not self._stopping and not dead
         return {"ready": ready, "worker": self.id, "draining": self._stopping,
                 "in_flight": len(self.inflight), "concurrency": self.concurrency,
-                "seconds_since_heartbeat": since}
+                "seconds_since_heartbeat": since, "dead_loops": dead}
+
+    def dead_loops(self) -> list[str]:
+        """Names of the background loops whose task has ended."""
+        return [task.get_name() for task in list(self._tasks) if task.done()]
+
+    # -- keeping the background loops alive ----------------------------------------------------
+    async def _forever(self, what: str, once: Callable[[], Awaitable[None]], store_pause: float) -> None:
+        """Run ``once`` until the worker stops. A ``StoreError`` (the database
+        is failing) is logged and retried after ``store_pause``; any other
+        exception is logged with its traceback and retried after a pause that
+        doubles while failures repeat."""
+        failures = 0
+        while not self._stopping:
+            try:
+                await once()
+            except asyncio.CancelledError:
+                raise
+            except StoreError as exc:
+                log.warning("worker %s: %s failed (%s); retrying", self.id, what, exc)
+                await asyncio.sleep(store_pause)
+            except Exception:
+                failures += 1
+                pause = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (failures - 1))
+                log.exception("worker %s: %s failed unexpectedly; retrying in %.1fs", self.id, what, pause)
+                await asyncio.sleep(pause)
+            else:
+                failures = 0
+
+    def _loop_ended(self, task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()  # retrieved here, so asyncio does not complain later
+        if not self._stopping:
+            log.error("worker %s: %s ended (%r); the worker reports not ready", self.id,
+                      task.get_name(), exc, exc_info=exc)
 
     def notify(self) -> None:
         """Wake the worker (thread-safe): new work may be due."""
@@ -179,27 +237,25 @@ class Worker:
     # next due time came, another process committed, or a slot freed after a
     # lease that filled every slot. It never leases on a fixed timer except the
     # ``max_idle_sleep`` safety net.
-    async def _lease_loop(self) -> None:
-        token = self.store.change_token()
-        while not self._stopping:
-            if self._duty_due is not None and self._duty_due <= self.clock.now():
-                await self._duties()
-                continue
-            free = self.concurrency - len(self.inflight)
-            if free > 0 and self._want_lease:
-                self._want_lease = False
-                try:
-                    leased, self._due, self._duty_due = await self._lease(free)
-                except StoreError as exc:
-                    log.warning("worker %s: lease failed (%s); retrying", self.id, exc)
-                    self._want_lease = True
-                    await asyncio.sleep(0.5)
-                    continue
-                self._more = len(leased) == free
-                for item in leased:
-                    self._spawn(item)
-                continue
-            token = await self._idle(token)
+    async def _lease_once(self) -> None:
+        """One turn of the lease loop: duties if due, else a lease pass if
+        warranted, else wait until one is."""
+        if self._duty_due is not None and self._duty_due <= self.clock.now():
+            await self._duties()
+            return
+        free = self.concurrency - len(self.inflight)
+        if free > 0 and self._want_lease:
+            self._want_lease = False
+            try:
+                leased, self._due, self._duty_due = await self._lease(free)
+            except BaseException:
+                self._want_lease = True  # the retry leases again
+                raise
+            self._more = len(leased) == free
+            for item in leased:
+                self._spawn(item)
+            return
+        self._token = await self._idle(self._token)
 
     async def _lease(self, free: int) -> tuple[list[LeasedRun], float | None, float | None]:
         owner, ids, now = self.lease_owner, self._function_ids, self.clock.now()
@@ -226,8 +282,12 @@ class Worker:
         return [fn.id for fn in self._cron_functions()]
 
     async def _duties(self) -> None:
-        now, matcher = self.clock.now(), self.matcher()
+        """Run the periodic duties. A failure postpones them by ``DUTY_RETRY`` so
+        leasing goes on meanwhile; a ``StoreError`` is logged here, anything
+        else raised to the caller."""
+        now = self.clock.now()
         try:
+            matcher = self.matcher()
             crons = self._cron_functions()
             if crons:
                 await self.store.transact(register_crons_op(crons, now))
@@ -239,8 +299,12 @@ class Worker:
             self._duty_due = await self.store.read(next_duty_op(self._cron_ids()))
         except StoreError as exc:
             log.warning("worker %s: periodic duties failed (%s); retrying", self.id, exc)
-            self._duty_due = now + 1.0
-        self._want_lease = True
+            self._duty_due = now + DUTY_RETRY
+        except Exception:
+            self._duty_due = now + DUTY_RETRY
+            raise
+        finally:
+            self._want_lease = True
 
     async def _idle(self, token: Any) -> Any:
         """Wait until a lease is warranted; returns the latest change token."""
@@ -319,6 +383,7 @@ class Worker:
 
     # -- heartbeats ----------------------------------------------------------------------
     async def _register(self) -> None:
+        await resync(self.store, self.clock)
         now = self.clock.now()
         row = WorkerRow(self.id, self.app_name, self.app_version, self.concurrency,
                         self.started_at, now, self._function_ids)
@@ -335,32 +400,28 @@ class Worker:
                         "but app.workers.list() shows them as one: give each its own --instance-id",
                         self.id)
 
-    async def _heartbeat_loop(self) -> None:
-        interval = self.lease_ttl / 3
-        suspects: set[str] = set()
-        while not self._stopping:
-            await asyncio.sleep(interval)
-            held = list(self.inflight)
-            owner, until = self.lease_owner, self.clock.now() + self.lease_ttl
-            row = WorkerRow(self.id, self.app_name, self.app_version, self.concurrency,
-                            self.started_at, self.clock.now(), self._function_ids)
+    async def _heartbeat_once(self) -> None:
+        """Every third of the lease TTL: measure the database's clock again,
+        extend the leases held and refresh this worker's row."""
+        await asyncio.sleep(self.lease_ttl / 3)
+        await resync(self.store, self.clock)
+        held = list(self.inflight)
+        now = self.clock.now()
+        owner, until = self.lease_owner, now + self.lease_ttl
+        row = WorkerRow(self.id, self.app_name, self.app_version, self.concurrency,
+                        self.started_at, now, self._function_ids)
 
-            def op(tx: Tx, held: list[str] = held, row: WorkerRow = row, owner: str = owner,
-                   until: float = until) -> list[str]:
-                tx.upsert_worker(row)
-                return tx.extend_leases(owner, held, until)
+        def op(tx: Tx) -> list[str]:
+            tx.upsert_worker(row)
+            return tx.extend_leases(owner, held, until)
 
-            try:
-                kept = await self.store.transact(op)
-            except StoreError as exc:
-                log.warning("worker %s: heartbeat failed (%s)", self.id, exc)
-                continue
-            self._store_ok_at = time.monotonic()
-            # A lease the heartbeat skipped because the run is being parked or
-            # finished right now looks lost once; one still missing at the next
-            # beat while the run is in flight is (its next commit will be refused).
-            missing = set(held) - set(kept)
-            for run_id in missing & suspects:
-                if run_id in self.inflight:
-                    log.warning("worker %s: lease on run %s lost", self.id, run_id)
-            suspects = missing
+        kept = await self.store.transact(op)
+        self._store_ok_at = time.monotonic()
+        # A lease the heartbeat skipped because the run is being parked or
+        # finished right now looks lost once; one still missing at the next
+        # beat while the run is in flight is (its next commit will be refused).
+        missing = set(held) - set(kept)
+        for run_id in missing & self._suspects:
+            if run_id in self.inflight:
+                log.warning("worker %s: lease on run %s lost", self.id, run_id)
+        self._suspects = missing

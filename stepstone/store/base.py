@@ -8,8 +8,10 @@ that raises is rolled back alone. ``transact_sync`` runs one operation in its
 own transaction from any thread.
 
 Serialisation lives above this layer: values arrive and leave as JSON text.
-All times are epoch seconds supplied by the caller (never the database clock),
-so the testing harness can run on a virtual clock.
+All times are epoch seconds supplied by the caller, so the testing harness can
+run on a virtual clock. Real-time callers read a clock corrected to the
+database server's (``Tx.server_time``, ``stepstone.clocksync``), so every
+process compares and writes times on one clock.
 """
 
 from __future__ import annotations
@@ -126,6 +128,11 @@ class Tx(Protocol):
         """Hold a lock on ``key`` until the transaction ends, so concurrent
         read-then-write of its state (GCRA, accumulators, slot counts) cannot
         interleave (a no-op where writers are already serial, as in SQLite)."""
+        ...
+
+    def server_time(self) -> float | None:
+        """The database server's clock now, in epoch seconds; ``None`` when the
+        database runs on this machine's clock (SQLite)."""
         ...
 
     def try_lock(self, key: str) -> bool:

@@ -33,6 +33,7 @@ class Dialect:
     pyformat: bool = False
     key_lock: str | None = None  # SQL taking a transaction-scoped lock on :key (None: writers are serial)
     key_try_lock: str | None = None  # the same without waiting; returns one row, column "ok"
+    server_clock: str | None = None  # SQL reading the server's clock (epoch seconds, column "now")
     fence_raises: bool = False  # fence checks fail on the server (no need to read them back)
     _cache: dict[tuple[str, tuple[tuple[str, int], ...]], str] = field(
         default_factory=dict, compare=False, repr=False

@@ -229,6 +229,12 @@ class SqlTx(SqlViews):
         if self.dialect.key_lock is not None:
             self.conn.execute(self.dialect.key_lock, {"key": key})
 
+    def server_time(self) -> float | None:
+        if self.dialect.server_clock is None:
+            return None
+        row = self.conn.execute(self.dialect.server_clock).fetchone()
+        return float(row["now"])
+
     def try_lock(self, key: str) -> bool:
         if self.dialect.key_try_lock is None:
             return True

@@ -27,7 +27,7 @@ from stepstone.ingest import ingest, prepare
 from stepstone.interpreter import WAITING_STEP
 from stepstone.registry import Registry
 from stepstone.store.base import Store, Tx, make_store
-from stepstone.store.rows import CANCELLED, COMPLETED, NewRun, StepRow
+from stepstone.store.rows import CANCELLED, COMPLETED, NewRun, StepRow, WaitRow
 from stepstone.waits import build_wait
 
 NOW = 1_000_000.0
@@ -199,3 +199,39 @@ def test_the_engine_resolves_a_wait_iff_cel_says_the_condition_holds(
     waiting, incoming = pair
     expected = cel_says(condition, data_of("y", waiting), data_of("x", incoming))
     assert engine_says(sqlite_store, kind, condition, waiting, incoming) == expected, (waiting, incoming)
+
+
+# -- waits parked by earlier versions --------------------------------------------------------------
+
+def park_legacy(store: Store, reply: str, match_value: str) -> str:
+    """A wait as versions before 0012_cel wrote it for ``async.data.x ==
+    event.data.y``: the plain JSON of ``y`` as the index value, no expression."""
+    run_id = park(store, "event", f"unused-{next(_ids)}", EQUALITY, {})
+    legacy = WaitRow(run_id=run_id, step_id="w", kind="event", event_name=reply, match_key="x",
+                     match_value=match_value, created_at=NOW)
+    store.transact_sync(lambda tx: tx.insert_wait(legacy))
+    return run_id
+
+
+def test_waits_parked_before_the_upgrade_still_match(store: Store, db_url: str) -> None:
+    floats = {value: park_legacy(store, f"legacy-{i}", value)
+              for i, value in enumerate(["1.0", "-3.0", "-0.0", "2.5", '"1.0"', "[1.0]"])}
+    rerun_migration(db_url, "0012_cel")
+    store.migrate()
+    for i, (value, run_id) in enumerate(floats.items()):
+        deliver(store, f"legacy-{i}", {"x": json.loads(value)})
+        assert resolved(store, "event", run_id) == (value != "[1.0]"), value  # scalars are rewritten
+
+
+def rerun_migration(db_url: str, name: str) -> None:
+    """Forget that ``name`` was applied, so that ``migrate`` applies it again."""
+    if db_url.startswith("sqlite:"):
+        import sqlite3
+
+        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
+            conn.execute("DELETE FROM schema_migrations WHERE name = ?", (name,))
+        return
+    import psycopg
+
+    with psycopg.connect(db_url) as pg:
+        pg.execute("DELETE FROM schema_migrations WHERE name = %s", (name,))

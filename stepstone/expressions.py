@@ -108,6 +108,17 @@ def compile_expression(
     return Expression(source, program)
 
 
+def compile_stored(source: str, *, field: str, variables: frozenset[str]) -> Expression | None:
+    """Compile an expression read back from the store (a wait's condition); ``None``,
+    logged, if this version cannot compile it: one stored row must not fail the
+    ingestion of every event that reaches it."""
+    try:
+        return compile_expression(source, field=field, variables=variables)
+    except ConfigError as exc:
+        _log_failure(source, "condition", exc)
+        return None
+
+
 _EQUALITY = re.compile(
     r"^\s*(async|event)\.data\.([A-Za-z_][\w.]*)\s*==\s*(async|event)\.data\.([A-Za-z_][\w.]*)\s*$"
 )

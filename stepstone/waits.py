@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from stepstone.expressions import compile_expression, equality_shape
+from stepstone.expressions import compile_expression, compile_stored, equality_shape
 from stepstone.store.base import Tx
 from stepstone.store.rows import WaitRow
 
@@ -128,8 +128,8 @@ def match_event(tx: Tx, name: str, data: dict[str, Any], variables: dict[str, An
             if wait.expression is not None:
                 scope = {"event": json.loads(wait.event_json or "null") or {},
                          "async": variables["event"]}
-                condition = compile_expression(wait.expression, field="if_", variables=MATCH_VARS)
-                if not condition.test(scope):
+                condition = compile_stored(wait.expression, field="if_", variables=MATCH_VARS)
+                if condition is None or not condition.test(scope):
                     continue
             if wait.id is not None and tx.claim_wait(wait.id):
                 on_match(wait)

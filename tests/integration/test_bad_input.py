@@ -20,7 +20,7 @@ from stepstone.events import InvalidEventError
 from stepstone.ingest import ingest, prepare
 from stepstone.interpreter import WAITING_STEP
 from stepstone.store.base import Store, Tx, make_store
-from stepstone.store.rows import COMPLETED, NewRun, RunFilter, StepRow
+from stepstone.store.rows import COMPLETED, NewRun, RunFilter, StepRow, WaitRow
 from stepstone.waits import build_wait
 
 from ..conftest import query
@@ -140,6 +140,9 @@ def test_a_failing_wait_condition_blocks_no_other_event_of_its_name(store: Store
     for i, condition in enumerate(CONDITIONS):
         park(store, f"bad-{i}", prefix + condition.replace("event.data", "async.data"))
     park(store, "good", prefix + "async.data.ok == true")
+    broken = WaitRow(run_id="bad-0", step_id="w", kind="event", event_name="reply",
+                     expression="async.data.n ==", event_json="{}", created_at=NOW)
+    store.transact_sync(lambda tx: tx.insert_wait(broken))  # a condition this version cannot compile
     event = ss.Event("reply", {**DATA, "ok": True})
     store.transact_sync(lambda tx: ingest(tx, prepare(event, NOW), app.registry, NOW))
 

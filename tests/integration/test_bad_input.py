@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import stepstone as ss
 from stepstone.events import InvalidEventError
@@ -175,3 +178,56 @@ def test_event_data_nests_at_most_64_levels(app: ss.App, db_url: str) -> None:
         with pytest.raises(InvalidEventError, match="nested more than 64 levels"):
             app.send([ss.Event("deep", {"fine": 1}), ss.Event("deep", nested(depth))])
     assert query(db_url, "SELECT COUNT(*) FROM events")[0][0] == 1  # the lists were rejected whole
+
+
+# -- the class: any data, through every slot -----------------------------------------------------
+
+# Over arbitrary data these fail in every way CEL can (missing keys, type errors,
+# division by zero, indexes out of range, overflow, bad conversions) or succeed.
+DATA_DEPENDENT = [
+    "event.data.a / event.data.b", "event.data.a % event.data.b", "event.data.a[event.data.b]",
+    "event.data.a + event.data.b", "event.data.a * event.data.a * event.data.a", "int(event.data.a)",
+    "event.data.a.b.c", "string(event.data.a) + event.data.b", "double(event.data.a) / 0.0",
+]
+COMMON = st.sampled_from([0, 1, -1, 2, 0.0, 1.5, "", "x", "7", None, True, 2**62, 9223372036854775807,
+                          [], [0], {"b": 0}, {"b": {"c": 1}}])
+JSON = st.recursive(
+    st.one_of(COMMON, st.none(), st.booleans(), st.integers(-(2**70), 2**70),
+              st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=4)),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from("abc"), inner, max_size=3),
+    max_leaves=8,
+)
+EVENT_DATA = st.one_of(st.fixed_dictionaries({"a": COMMON, "b": COMMON}),
+                       st.dictionaries(st.sampled_from("ab"), JSON, max_size=2))
+
+
+def data_dependent_app(url: str) -> ss.App:
+    app = ss.App("any-data", database_url=url)
+    app.function(id="plain", trigger=ss.on_event("go"))(lambda ctx: None)
+    app.function(id="good", trigger=ss.on_event("good"))(lambda ctx: None)
+    for i, expression in enumerate(DATA_DEPENDENT):
+        condition = f"({expression}) == 1"
+        app.function(id=f"trigger-{i}", trigger=ss.on_event("go", if_=condition))(lambda ctx: None)
+        app.function(id=f"cancel-{i}", trigger=ss.on_event("go"),
+                     cancel_on=[ss.CancelOn(event="go", if_=condition.replace("event.", "async."))])(
+            lambda ctx: None)
+        for slot, options in key_slots(expression).items():
+            app.function(id=f"{slot}-{i}", trigger=ss.on_event("go"), **options)(lambda ctx: None)
+    return app
+
+
+@pytest.fixture
+def any_data_app(tmp_path: Path) -> Iterator[ss.App]:
+    app = data_dependent_app(f"sqlite:///{tmp_path}/any.db")
+    yield app
+    app.close()
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(first=EVENT_DATA, second=EVENT_DATA)
+def test_no_event_data_fails_a_send_or_blocks_its_batch(
+        any_data_app: ss.App, first: dict[str, Any], second: dict[str, Any]) -> None:
+    ids = any_data_app.send([ss.Event("go", first), ss.Event("good", {"ok": 1}), ss.Event("go", second)])
+    for event_id in (ids[0], ids[2]):
+        assert [r.function_id for r in any_data_app.runs.list(event_id=event_id, function_id="plain")] == ["plain"]
+    assert len(any_data_app.runs.list(event_id=ids[1], function_id="good")) == 1

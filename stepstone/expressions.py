@@ -108,10 +108,11 @@ def compile_expression(
     return Expression(source, program)
 
 
+@lru_cache(maxsize=4096)
 def compile_stored(source: str, *, field: str, variables: frozenset[str]) -> Expression | None:
-    """Compile an expression read back from the store (a wait's condition); ``None``,
-    logged, if this version cannot compile it: one stored row must not fail the
-    ingestion of every event that reaches it."""
+    """Compile an expression read back from the store (a wait's condition), once per
+    source; ``None``, logged, if this version cannot compile it: one stored row must
+    not fail the ingestion of every event that reaches it."""
     try:
         return compile_expression(source, field=field, variables=variables)
     except ConfigError as exc:

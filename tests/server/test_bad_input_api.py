@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 
@@ -16,7 +17,7 @@ from stepstone.server.auth import AuthConfig
 from stepstone.store.base import Tx
 from stepstone.store.rows import NewRun
 from tests.integration.test_bad_input import CONDITIONS, DATA, nested, register_failing_slots
-from tests.server.conftest import Live
+from tests.server.conftest import Live, poll
 
 
 def open_server(make_app: Callable[..., ss.App], serve: Callable[..., Live]) -> tuple[Live, list[str]]:
@@ -47,6 +48,15 @@ def test_events_with_failing_expressions_are_ingested_with_their_batch(
                                                                  "if": condition})
         assert preview.status_code == 200, (condition, preview.text)
         assert preview.json()["count"] == 0 and preview.json()["examined"] == 1, preview.text
+    job = live.http.post("/api/v1/runs/cancel-many", json={"function_id": "plain", "if": CONDITIONS[0]})
+    assert job.status_code == 202, job.text
+
+    def finished() -> Any:
+        found = live.http.get(f"/api/v1/jobs/{job.json()['id']}").json()
+        return found if found["status"] not in ("queued", "running") else None
+
+    done = poll(finished, what="the cancel-many job")
+    assert (done["status"], done["done"], done["examined"], done["error"]) == ("completed", 0, 1, None)
 
 
 def test_deeply_nested_events_are_refused_with_422(

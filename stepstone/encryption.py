@@ -25,6 +25,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from stepstone import serde
 from stepstone.errors import NonRetriableError
 from stepstone.events import Event
 from stepstone.middleware import Middleware
@@ -45,16 +46,33 @@ def is_encrypted(value: Any) -> bool:
     return isinstance(value, dict) and value.get(MARKER) == 1
 
 
-def mask(value: Any) -> Any:
+MAX_SHOWN_DEPTH = 100  # deeper than events may nest (64); outputs are cut here
+TOO_DEEP = "(nested too deeply to show)"
+
+
+def mask(value: Any, depth: int = 0) -> Any:
     """``value`` with every envelope replaced by the string ``"encrypted"`` (how the
-    API and the dashboard show ciphertext)."""
+    API and the dashboard show ciphertext), and whatever nests deeper than
+    ``MAX_SHOWN_DEPTH`` replaced by ``TOO_DEEP``, so that no stored value (an
+    event accepted before nesting was bounded, a deep output) makes a page fail
+    with ``RecursionError`` here or in the serializers after it."""
     if is_encrypted(value):
         return "encrypted"
+    if isinstance(value, dict | list) and depth >= MAX_SHOWN_DEPTH:
+        return TOO_DEEP
     if isinstance(value, dict):
-        return {k: mask(v) for k, v in value.items()}
+        return {k: mask(v, depth + 1) for k, v in value.items()}
     if isinstance(value, list):
-        return [mask(v) for v in value]
+        return [mask(v, depth + 1) for v in value]
     return value
+
+
+def shown(text: str | None) -> Any:
+    """Stored JSON as the API and the dashboard show it (see ``mask``)."""
+    try:
+        return mask(serde.loads(text))
+    except RecursionError:  # nested beyond what the JSON decoder can follow
+        return TOO_DEEP
 
 
 def _key_bytes(key: KeyInput) -> bytes:

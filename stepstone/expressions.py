@@ -4,13 +4,20 @@ Expressions see ``event`` (the triggering event) and, in waits and
 cancellations, ``async`` (the incoming event), each as
 ``{"name", "data", "id", "ts"}``.
 
-Semantics chosen for robustness: a condition that fails to evaluate (a missing
-field, a type mismatch) is false; a key that fails to evaluate is ``None``.
+Semantics chosen for robustness: user data must never break ingestion, so a
+condition that fails to evaluate (a missing field, a type mismatch, a division by
+zero, an index out of range, an overflow) is false and a key that fails (or whose
+value is not JSON: bytes, a timestamp) is ``None``. ``Expression.test`` and
+``Expression.key`` are the only ways the engine evaluates user expressions over
+user data; each failure is logged, at most once a minute per expression.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import re
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -18,6 +25,29 @@ from typing import Any
 import cel
 
 from stepstone.errors import ConfigError, ExpressionError
+
+log = logging.getLogger("stepstone.expressions")
+LOG_EVERY_SECONDS = 60.0
+_last_logged: dict[str, float] = {}
+
+
+def _log_failure(source: str, what: str, exc: BaseException) -> None:
+    """Log a failed evaluation, at most once per ``LOG_EVERY_SECONDS`` per expression."""
+    now = time.monotonic()
+    last = _last_logged.get(source)
+    if last is not None and now - last < LOG_EVERY_SECONDS:
+        return
+    if len(_last_logged) >= 1024:
+        _last_logged.clear()
+    _last_logged[source] = now
+    log.warning("CEL %s %r failed (treated as %s): %s", what, source,
+                "false" if what == "condition" else "null", exc)
+
+
+def _is_evaluation_error(exc: BaseException) -> bool:
+    """Whatever the CEL runtime raises over bad data (a Rust panic surfaces as
+    pyo3's ``PanicException``, a ``BaseException``); not interrupts or exits."""
+    return isinstance(exc, Exception) or type(exc).__name__ == "PanicException"
 
 
 @dataclass(frozen=True)
@@ -29,22 +59,28 @@ class Expression:
         """Evaluate; raise ``ExpressionError`` if evaluation fails."""
         try:
             return self.program.execute(variables)
-        except (KeyError, TypeError, RuntimeError, ValueError, OverflowError) as exc:
+        except BaseException as exc:
+            if not _is_evaluation_error(exc):
+                raise
             raise ExpressionError(f"{self.source!r}: {exc}") from exc
 
     def test(self, variables: dict[str, Any]) -> bool:
-        """A condition: true only if it evaluates to ``True``."""
+        """A condition: true only if it evaluates to ``True``; never raises over data."""
         try:
             return self.evaluate(variables) is True
-        except ExpressionError:
+        except ExpressionError as exc:
+            _log_failure(self.source, "condition", exc)
             return False
 
     def key(self, variables: dict[str, Any]) -> Any:
-        """A key: the value, or ``None`` if it cannot be evaluated."""
+        """A key: the value if it is JSON, else ``None``; never raises over data."""
         try:
-            return self.evaluate(variables)
-        except ExpressionError:
+            value = self.evaluate(variables)
+            json.dumps(value, sort_keys=True, allow_nan=True)
+        except (ExpressionError, TypeError, ValueError, RecursionError) as exc:
+            _log_failure(self.source, "key", exc)
             return None
+        return value
 
 
 @lru_cache(maxsize=4096)
@@ -72,6 +108,18 @@ def compile_expression(
     return Expression(source, program)
 
 
+@lru_cache(maxsize=4096)
+def compile_stored(source: str, *, field: str, variables: frozenset[str]) -> Expression | None:
+    """Compile an expression read back from the store (a wait's condition), once per
+    source; ``None``, logged, if this version cannot compile it: one stored row must
+    not fail the ingestion of every event that reaches it."""
+    try:
+        return compile_expression(source, field=field, variables=variables)
+    except ConfigError as exc:
+        _log_failure(source, "condition", exc)
+        return None
+
+
 _EQUALITY = re.compile(
     r"^\s*(async|event)\.data\.([A-Za-z_][\w.]*)\s*==\s*(async|event)\.data\.([A-Za-z_][\w.]*)\s*$"
 )
@@ -86,11 +134,3 @@ def equality_shape(source: str) -> tuple[str, str] | None:
         return match.group(2), match.group(4)
     return match.group(4), match.group(2)
 
-
-def lookup_path(data: Any, path: str) -> Any:
-    """Follow a dotted path through nested dicts; ``None`` when absent."""
-    for part in path.split("."):
-        if not isinstance(data, dict) or part not in data:
-            return None
-        data = data[part]
-    return data

@@ -53,7 +53,7 @@ def prepare(events: Event | Sequence[Event], now: float, *, system: bool = False
     trace = None if system else current_context()
     prepared = []
     for event in items:
-        validate_event(event)
+        validate_event(event, max_depth=None if system else limits.MAX_EVENT_DEPTH)
         if event.name.startswith("stepstone/") and not system:
             raise InvalidEventError(f"event names starting with 'stepstone/' are reserved: {event.name!r}")
         data_json = (serde.dumps(event.data, what=f"event {event.name!r} data") if system

@@ -1,28 +1,71 @@
 """Waiting for events: building wait rows and matching incoming events to them.
 
 A wait whose condition is (or contains, joined by ``&&``) the equality
-``async.data.X == event.data.Y`` is indexed: its row stores ``X`` and the
-canonical JSON of the waiting run's ``event.data.Y``, so an incoming event is
-matched with one indexed probe per distinct ``X`` in use for its name,
-whatever the number of waiting runs. Other conditions are evaluated on every
-wait for the event name.
+``async.data.X == event.data.Y`` is indexed: its row stores ``X`` and the index
+value of the waiting run's ``event.data.Y``, so an incoming event is matched
+with one indexed probe per distinct ``X`` in use for its name, whatever the
+number of waiting runs. Other conditions are evaluated on every wait for the
+event name.
+
+The index only narrows the candidates; the condition, evaluated with CEL,
+decides. So the index value must give CEL-equal values the same text
+(``index_value``: ``1`` and ``1.0`` alike), and may give unequal ones the same
+text too. A missing field fails the equality in CEL (an error, which no ``&&``
+can turn true), so a wait expecting a missing field matches nothing and an
+event lacking ``X`` probes nothing, where both used to index as ``null``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
-from stepstone.expressions import compile_expression, equality_shape, lookup_path
+from stepstone.expressions import compile_expression, compile_stored, equality_shape
 from stepstone.store.base import Tx
 from stepstone.store.rows import WaitRow
 
 MATCH_VARS = frozenset({"event", "async"})
+NEVER = "!missing"  # an index value no probe carries (canonical JSON never starts with '!')
+_MISSING = object()
 
 
 def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def index_value(value: Any) -> str:
+    """Canonical JSON with every number as CEL compares it, as a double: an
+    integral one written as an integer (``1.0`` and ``1`` give ``1``, ints up to
+    2**53 are unchanged); bools stay bools (CEL: ``true != 1``); keys as strings."""
+    return json.dumps(_numbers_as_doubles(value), sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False)
+
+
+def _numbers_as_doubles(value: Any) -> Any:
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        try:
+            number = float(value)
+        except OverflowError:  # beyond any double: CEL cannot hold it either
+            return "!number"
+        return int(number) if math.isfinite(number) and number.is_integer() else number
+    if isinstance(value, dict):
+        return {str(k): _numbers_as_doubles(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_numbers_as_doubles(v) for v in value]
+    return repr(value)
+
+
+def _lookup(data: Any, path: str) -> Any:
+    """``data`` at the dotted ``path``, or ``_MISSING`` (where CEL's select fails)."""
+    for part in path.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return _MISSING
+        data = data[part]
+    return data
 
 
 def split_conjuncts(source: str) -> list[str]:
@@ -63,10 +106,8 @@ def build_wait(
             shape = equality_shape(conjunct)
             if shape is not None:
                 key = shape[0]
-                expected = lookup_path((run_event or {}).get("data"), shape[1])
-                value = canonical(expected)
-                if len(conjuncts) == 1:
-                    expression = None  # the index lookup is the whole test
+                expected = _lookup((run_event or {}).get("data"), shape[1])
+                value = NEVER if expected is _MISSING else index_value(expected)
                 break
     return WaitRow(
         run_id=run_id, step_id=step_id, kind=kind, event_name=event_name, match_key=key,
@@ -80,13 +121,24 @@ def match_event(tx: Tx, name: str, data: dict[str, Any], variables: dict[str, An
                 on_match: Callable[[WaitRow], None]) -> None:
     """Resolve every wait the event satisfies (each exactly once)."""
     for key in tx.wait_keys(name):
-        value = canonical(lookup_path(data, key)) if key else ""
+        value = _probe(data, key)
+        if value is None:
+            continue
         for wait in tx.match_waits(name, key, value, now):
             if wait.expression is not None:
                 scope = {"event": json.loads(wait.event_json or "null") or {},
                          "async": variables["event"]}
-                condition = compile_expression(wait.expression, field="if_", variables=MATCH_VARS)
-                if not condition.test(scope):
+                condition = compile_stored(wait.expression, field="if_", variables=MATCH_VARS)
+                if condition is None or not condition.test(scope):
                     continue
             if wait.id is not None and tx.claim_wait(wait.id):
                 on_match(wait)
+
+
+def _probe(data: dict[str, Any], key: str) -> str | None:
+    """The index value to look up for ``key``; ``None`` when the event lacks the
+    field (the equality is then an error in CEL: no wait on ``key`` can match)."""
+    if not key:
+        return ""
+    found = _lookup(data, key)
+    return None if found is _MISSING else index_value(found)

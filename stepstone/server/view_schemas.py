@@ -8,8 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from stepstone.encryption import mask
-from stepstone.serde import loads
+from stepstone.encryption import shown
 from stepstone.server.insights import Bucket, FunctionLoad, Preview, Timeline
 from stepstone.server.schemas import FunctionOut
 from stepstone.store.rows import EventRow, EventRunRow, KeyBacklogRow
@@ -118,7 +117,7 @@ class EventOut(BaseModel):
 
     @classmethod
     def of(cls, row: EventRow, runs: list[EventRunRow] | None = None) -> EventOut:
-        return cls(seq=row.seq, id=row.id, name=row.name, data=mask(loads(row.data)), ts=row.ts,
+        return cls(seq=row.seq, id=row.id, name=row.name, data=shown(row.data), ts=row.ts,
                    received_at=_at(row.received_at),
                    runs=[EventRunOut(id=r.run_id, function_id=r.function_id, status=r.status)
                          for r in runs or []])

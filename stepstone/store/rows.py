@@ -166,7 +166,8 @@ class WaitRow:
     """A run waiting for an event (``kind`` 'event'), for a cancelling event
     ('cancel') or for a child run ('invoke', ``match_value`` = the child's id).
     Indexed waits match ``async.data.<match_key>`` equal to ``match_value``
-    (canonical JSON); others have ``match_key`` '' and are tested by expression."""
+    (``waits.index_value``; the condition still decides); others have
+    ``match_key`` '' and are tested by expression."""
 
     run_id: str
     step_id: str

@@ -8,7 +8,7 @@ import pytest
 
 from stepstone.durations import parse_duration
 from stepstone.errors import ConfigError
-from stepstone.expressions import compile_expression, equality_shape, lookup_path
+from stepstone.expressions import compile_expression, equality_shape
 from stepstone.ids import new_id
 
 
@@ -50,8 +50,16 @@ def test_equality_shape() -> None:
     assert equality_shape("event.data.id == async.data.user.id") == ("user.id", "id")
     assert equality_shape("async.data.a == async.data.b") is None
     assert equality_shape("async.data.a == event.data.b && true") is None
-    assert lookup_path({"a": {"b": 1}}, "a.b") == 1
-    assert lookup_path({"a": 1}, "a.b") is None
+
+
+def test_index_values_give_cel_equal_values_one_text() -> None:
+    from stepstone.waits import index_value
+
+    assert index_value(1) == index_value(1.0) == "1"
+    assert index_value({"b": [2.0], "a": -0.0}) == index_value({"a": 0, "b": [2]}) == '{"a":0,"b":[2]}'
+    assert index_value(2**53 + 1) == index_value(float(2**53))  # CEL compares them as doubles
+    assert index_value(True) != index_value(1) and index_value(None) == "null"
+    assert index_value(1.5) == "1.5" and index_value("1") == '"1"'
 
 
 def test_ids_sort_by_time_and_are_unique() -> None:

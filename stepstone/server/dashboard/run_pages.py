@@ -10,8 +10,7 @@ from datetime import UTC, datetime
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from stepstone import serde
-from stepstone.encryption import mask
+from stepstone.encryption import mask, shown
 from stepstone.errors import ConfigError, NotFoundError
 from stepstone.inventory import list_functions
 from stepstone.runs import Run, Span
@@ -91,7 +90,7 @@ def build(state: ServerState) -> APIRouter:
             return render(request, "missing.html", session, status_code=404,
                           what=f"There is no run {run_id!r}.")
         now = datetime.fromtimestamp(state.app.clock.now(), UTC)
-        events = [(e, mask(serde.loads(e.data))) for e in view.events]
+        events = [(e, shown(e.data)) for e in view.events]
         trace = waterfall.layout(view.run, view.spans, now, events[0][1] if events else None)
         return render(request, "run.html", session, active="runs", run=view.run, trace=trace,
                       events=events, live=view.run.status in ACTIVE_STATUSES,

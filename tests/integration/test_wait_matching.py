@@ -1,0 +1,237 @@
+"""Indexed wait matching agrees with CEL: the index on ``async.data.X ==
+event.data.Y`` only narrows the candidates, the condition decides.
+
+Waits are parked with the real ``build_wait`` and events go through the real
+``ingest`` (what ``app.send`` runs), on real SQLite and PostgreSQL stores, with
+explicit ``now`` values: no workers, no timing. The property test compares the
+engine with evaluating the condition with CEL directly, over generated pairs of
+JSON values (missing, null, ints, floats equal to ints, bools, strings, lists,
+maps) for the waiting run's ``event.data.y`` and the incoming ``async.data.x``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import cel
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import stepstone as ss
+from stepstone.ingest import ingest, prepare
+from stepstone.interpreter import WAITING_STEP
+from stepstone.registry import Registry
+from stepstone.store.base import Store, Tx, make_store
+from stepstone.store.rows import CANCELLED, COMPLETED, NewRun, StepRow, WaitRow
+from stepstone.waits import build_wait
+
+NOW = 1_000_000.0
+MISSING: Any = object()  # the field is absent from the event's data
+_ids = itertools.count()
+
+
+def registry() -> Registry:
+    app = ss.App("matching", database_url="sqlite:///never-opened.db")  # only its registry is used
+    app.function(id="f")(lambda ctx: None)
+    return app.registry
+
+
+REGISTRY = registry()
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    opened = make_store(db_url)
+    opened.migrate()
+    yield opened
+    opened.close()
+
+
+def data_of(field: str, value: Any) -> dict[str, Any]:
+    return {} if value is MISSING else {field: value}
+
+
+def run_event(run_id: str, data: dict[str, Any]) -> dict[str, Any]:
+    return {"name": "start", "data": data, "id": f"ev-{run_id}", "ts": 7}
+
+
+def park(store: Store, kind: str, reply: str, condition: str, data: dict[str, Any]) -> str:
+    """A queued run of ``f`` on ``data`` waiting (``kind`` 'event') for, or to be
+    cancelled (``kind`` 'cancel') by, an event named ``reply`` with ``condition``."""
+    run_id = f"r{next(_ids):06d}"
+
+    def op(tx: Tx) -> None:
+        seq = tx.insert_event(f"ev-{run_id}", "start", json.dumps(data), 7, NOW)
+        tx.create_run(NewRun(id=run_id, function_id="f", event_seqs=[seq], event_ids=[f"ev-{run_id}"],
+                             available_at=NOW, created_at=NOW))
+        if kind == "event":
+            tx.save_steps([StepRow(run_id, "w", 0, "wait", WAITING_STEP, started_at=NOW)], [])
+        tx.insert_wait(build_wait(run_id=run_id, step_id="w", kind=kind, event_name=reply,
+                                  condition=condition, run_event=run_event(run_id, data), now=NOW,
+                                  expires_at=None, field="if_"))
+
+    store.transact_sync(op)
+    return run_id
+
+
+def deliver(store: Store, reply: str, data: dict[str, Any]) -> None:
+    store.transact_sync(lambda tx: ingest(tx, prepare(ss.Event(reply, data), NOW), REGISTRY, NOW))
+
+
+def resolved(store: Store, kind: str, run_id: str) -> bool:
+    def op(tx: Tx) -> bool:
+        if kind == "event":
+            step = tx.get_step(run_id, "w")
+            return step is not None and step.status == COMPLETED
+        run = tx.get_run(run_id)
+        return run is not None and run.status == CANCELLED
+    return store.read_sync(op)
+
+
+def cel_says(condition: str, waiting: dict[str, Any], incoming: dict[str, Any]) -> bool:
+    """The oracle: the condition evaluated with CEL itself (an error is false)."""
+    scope = {"event": {"name": "start", "data": waiting, "id": "w", "ts": 7},
+             "async": {"name": "reply", "data": incoming, "id": "a", "ts": 8}}
+    try:
+        return cel.compile(condition).execute(scope) is True
+    except Exception:  # noqa: BLE001 - any evaluation error makes the condition false
+        return False
+
+
+def engine_says(store: Store, kind: str, condition: str, waiting: Any, incoming: Any) -> bool:
+    reply = f"reply-{next(_ids)}"  # a name of its own: no other example's waits
+    run_id = park(store, kind, reply, condition, data_of("y", waiting))
+    deliver(store, reply, data_of("x", incoming))
+    return resolved(store, kind, run_id)
+
+
+EQUALITY = "async.data.x == event.data.y"
+KINDS = ("event", "cancel")
+
+
+# -- the instances the review found ---------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_missing_field_matches_no_missing_field(store: Store, kind: str) -> None:
+    assert not engine_says(store, kind, EQUALITY, MISSING, MISSING)
+    assert not engine_says(store, kind, EQUALITY, None, MISSING)
+    assert not engine_says(store, kind, EQUALITY, MISSING, None)
+    assert engine_says(store, kind, EQUALITY, None, None)  # both present and null: CEL says equal
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_numbers_cel_calls_equal_match(store: Store, kind: str) -> None:
+    assert engine_says(store, kind, EQUALITY, 1, 1.0)
+    assert engine_says(store, kind, "event.data.y == async.data.x", 2.0, 2)
+    assert engine_says(store, kind, EQUALITY, {"a": [1, 2.0]}, {"a": [1.0, 2]})
+    assert engine_says(store, kind, EQUALITY, 2**53 + 1, float(2**53))  # CEL compares as doubles
+    assert not engine_says(store, kind, EQUALITY, True, 1)  # CEL: a bool is no number
+    assert not engine_says(store, kind, EQUALITY, 1, 2)
+
+
+def test_cancel_on_through_send_ignores_events_lacking_the_field(
+        make_app: Callable[..., ss.App]) -> None:
+    app = make_app()
+    app.function(id="trial", trigger=ss.on_event("trial.started"),
+                 cancel_on=[ss.CancelOn(event="user.deleted", if_="async.data.user == event.data.user")])(
+        lambda ctx: None)
+    [no_user] = app.send(ss.Event("trial.started", {}))
+    [numbered] = app.send(ss.Event("trial.started", {"user": 7}))
+    runs = {e: app.runs.list(event_id=e)[0].id for e in (no_user, numbered)}
+    app.send(ss.Event("user.deleted", {"reason": "unrelated"}))
+    assert app.runs.get(runs[no_user]).status == "queued"
+    app.send(ss.Event("user.deleted", {"user": 7.0}))
+    assert app.runs.get(runs[numbered]).status == "cancelled"
+    assert app.runs.get(runs[no_user]).status == "queued"
+
+
+# -- the class: the engine agrees with CEL on every pair of values ---------------------------------
+
+SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**64), 2**64),
+    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=3),
+    st.sampled_from([0, 1, -1, 2**53, 2**53 + 1, 2**63 - 1, 2**63, 2**64 + 1, 0.0, -0.0, 1.0,
+                     9007199254740992.0, 1e300, True, False, "1", "", "null"]),
+)
+VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
+                      | st.dictionaries(st.sampled_from(["a", "b", "1"]), inner, max_size=3),
+                      max_leaves=6)
+MAYBE = st.one_of(st.just(MISSING), VALUES)
+
+
+def twin(value: Any) -> Any:
+    """``value`` with ints and integral floats swapped (equal in CEL)."""
+    if isinstance(value, bool) or value is MISSING:
+        return value
+    if isinstance(value, int) and abs(value) <= 2**53:
+        return float(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [twin(v) for v in value]
+    if isinstance(value, dict):
+        return {k: twin(v) for k, v in value.items()}
+    return value
+
+
+PAIRS = st.one_of(st.tuples(MAYBE, MAYBE), MAYBE.map(lambda v: (v, v)), MAYBE.map(lambda v: (v, twin(v))))
+CONDITIONS = st.sampled_from([EQUALITY, "event.data.y == async.data.x",
+                              "async.data.x == event.data.y && true"])
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[Store]:
+    opened = make_store(f"sqlite:///{tmp_path}/matching.db")
+    opened.migrate()
+    yield opened
+    opened.close()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pair=PAIRS, condition=CONDITIONS, kind=st.sampled_from(KINDS))
+def test_the_engine_resolves_a_wait_iff_cel_says_the_condition_holds(
+        sqlite_store: Store, pair: tuple[Any, Any], condition: str, kind: str) -> None:
+    waiting, incoming = pair
+    expected = cel_says(condition, data_of("y", waiting), data_of("x", incoming))
+    assert engine_says(sqlite_store, kind, condition, waiting, incoming) == expected, (waiting, incoming)
+
+
+# -- waits parked by earlier versions --------------------------------------------------------------
+
+def park_legacy(store: Store, reply: str, match_value: str) -> str:
+    """A wait as versions before 0012_cel wrote it for ``async.data.x ==
+    event.data.y``: the plain JSON of ``y`` as the index value, no expression."""
+    run_id = park(store, "event", f"unused-{next(_ids)}", EQUALITY, {})
+    legacy = WaitRow(run_id=run_id, step_id="w", kind="event", event_name=reply, match_key="x",
+                     match_value=match_value, created_at=NOW)
+    store.transact_sync(lambda tx: tx.insert_wait(legacy))
+    return run_id
+
+
+def test_waits_parked_before_the_upgrade_still_match(store: Store, db_url: str) -> None:
+    floats = {value: park_legacy(store, f"legacy-{i}", value)
+              for i, value in enumerate(["1.0", "-3.0", "-0.0", "2.5", '"1.0"', "[1.0]"])}
+    rerun_migration(db_url, "0012_cel")
+    store.migrate()
+    for i, (value, run_id) in enumerate(floats.items()):
+        deliver(store, f"legacy-{i}", {"x": json.loads(value)})
+        assert resolved(store, "event", run_id) == (value != "[1.0]"), value  # scalars are rewritten
+
+
+def rerun_migration(db_url: str, name: str) -> None:
+    """Forget that ``name`` was applied, so that ``migrate`` applies it again."""
+    if db_url.startswith("sqlite:"):
+        import sqlite3
+
+        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
+            conn.execute("DELETE FROM schema_migrations WHERE name = ?", (name,))
+        return
+    import psycopg
+
+    with psycopg.connect(db_url) as pg:
+        pg.execute("DELETE FROM schema_migrations WHERE name = %s", (name,))

@@ -405,7 +405,11 @@ class Interpreter:
             raise NonRetriableError(f"step {step_id!r}: {exc}") from exc
         row = StepRow(self.run_id, step_id, self._position(None), "wait", WAITING_STEP, 0,
                       wake_at=expires, started_at=now)
-        self._save(row, None, lambda tx: tx.insert_wait(wait))
+
+        def insert_wait(tx: Tx) -> None:
+            tx.insert_wait(wait)
+
+        self._save(row, None, insert_wait)
         raise self._pause(expires, WAITING)
 
     def _expiry(self, step_id: str, now: float, timeout: float | None) -> float | None:
@@ -478,7 +482,11 @@ class Interpreter:
         matcher = self.services.matcher()
         row = StepRow(self.run_id, step_id, self._position(memo), "send", COMPLETED, 1,
                       serde.dumps(ids, what="event ids"), None, None, now, now)
-        self._save(row, None, lambda tx: ingest(tx, prepared, matcher, now))
+
+        def ingest_sent(tx: Tx) -> None:  # ids fixed above: a repeated commit is deduplicated
+            ingest(tx, prepared, matcher, now)
+
+        self._save(row, None, ingest_sent)
         await self.journal.flush()
         if self.hooks.active:
             await self.hooks.after_send_events(self.ctx, ids)

@@ -20,6 +20,7 @@ from stepstone import metrics
 from stepstone.clock import Clock
 from stepstone.errors import LeaseLostError, StoreUnavailableError
 from stepstone.interpreter import CancelSignal, Effect, LeaseLostSignal
+from stepstone.store import faults
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import Fence, SpanRow, StepRow
 
@@ -82,17 +83,9 @@ class RunJournal:
 
     # -- internals ------------------------------------------------------------------
     def _staged_op(self, then: Callable[[Tx], Any] | None) -> Callable[[Tx], Any]:
-        steps, spans, effects = self.steps, self.spans, self.effects
+        staged = _Staged(self.fence, self.steps, self.spans, self.effects, then)
         self.steps, self.spans, self.effects = [], [], []
-        fence = self.fence
-
-        def op(tx: Tx) -> Any:
-            cancel = tx.checkpoint(fence, steps, spans)
-            for effect in effects:
-                effect(tx)
-            return cancel if then is None else then(tx)
-
-        return op
+        return staged
 
     async def _settle_commits(self) -> None:
         # Several parallel steps may wait on the same commits: whoever sees a
@@ -127,6 +120,31 @@ class RunJournal:
             except StoreUnavailableError:
                 await asyncio.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 2.0)
+
+
+class _Staged:
+    """One fenced commit: the checkpoint of the staged memos and spans, their
+    effects, then the invocation's final write (if any)."""
+
+    __slots__ = ("effects", "fence", "spans", "steps", "then")
+
+    def __init__(self, fence: Fence, steps: list[StepRow], spans: list[SpanRow],
+                 effects: list[Effect], then: Callable[[Tx], Any] | None) -> None:
+        self.fence, self.steps, self.spans, self.effects, self.then = fence, steps, spans, effects, then
+
+    def __call__(self, tx: Tx) -> Any:
+        cancel = tx.checkpoint(self.fence, self.steps, self.spans)
+        for effect in self.effects:
+            effect(tx)
+        return cancel if self.then is None else self.then(tx)
+
+    @property
+    def site(self) -> str:
+        """The commit's name for fault injection (``store/faults.py``)."""
+        parts = ["checkpoint", *(faults.site(f) for f in self.effects)]
+        if self.then is not None:
+            parts.append(faults.site(self.then))
+        return f"journal({'+'.join(parts)})"
 
 
 async def _outcome(future: asyncio.Future[Any]) -> Any:

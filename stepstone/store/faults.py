@@ -1,0 +1,128 @@
+"""Fault injection at every commit site, for tests only.
+
+A durable-execution engine must survive a write that fails *before* its
+commit (nothing happened) and, harder, one that fails *after* it: the
+transaction committed but the client saw the connection die, so it cannot
+know and retries. This module lets a test fail any named write operation in
+either way, on both stores, to prove that every retry is harmless.
+
+Every write transaction goes through ``SqliteStore.write_batch`` or
+``PostgresStore._write_batch``; each checks ``faults.active`` (one module
+attribute read, ``None`` in production) and, only when a plan is installed,
+hands its batch to it. Nothing outside a test installs one: the only way is
+the ``inject`` and ``recording`` context managers below.
+
+Operations are named by ``site``: an explicit ``site`` attribute if the
+operation has one (the run journal names each commit after its parts, e.g.
+``journal(checkpoint+Interpreter.invoke.start_child)``), else its qualified
+name without ``<locals>`` (``App.send_async.op``). Names are stable across
+runs, so a test can record the sites of a workload, then fail each in turn::
+
+    with faults.recording() as seen:
+        workload()
+    for site in seen.sites:
+        for when in ("before", "after"):
+            with faults.inject(site, when) as plan:
+                workload()
+            assert plan.fired
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal
+
+from stepstone.errors import StoreUnavailableError
+from stepstone.store.batching import Outcome
+
+When = Literal["before", "after"]
+Op = Callable[[Any], Any]
+
+active: Plan | None = None  # read by the stores on every write transaction
+
+
+def site(op: Op) -> str:
+    """The stable name of a write operation."""
+    named = getattr(op, "site", None)
+    if isinstance(named, str):
+        return named
+    name = getattr(op, "__qualname__", type(op).__qualname__)
+    return str(name).replace(".<locals>", "")
+
+
+class Plan:
+    """Fail the ``nth`` occurrence of ``target`` ``when`` (``before``: the
+    operation raises and is rolled back alone; ``after``: its batch commits and
+    every operation in it then gets ``StoreUnavailableError``, as if the
+    connection died at ``COMMIT``). Records every site it sees."""
+
+    def __init__(self, target: str | None, when: When, nth: int = 1) -> None:
+        self.target, self.when, self.nth = target, when, nth
+        self.seen: Counter[str] = Counter()
+        self.fired = False
+        self._lock = threading.Lock()
+
+    @property
+    def sites(self) -> list[str]:
+        """Every site seen so far, in the order first seen."""
+        with self._lock:
+            return list(self.seen)
+
+    def run(self, ops: Sequence[Op], write: Callable[[list[Op]], list[Outcome]]) -> list[Outcome]:
+        """Run one batch through ``write`` with the fault applied if it is due."""
+        hit = self._hit(ops)
+        if hit is None:
+            return write(list(ops))
+        if self.when == "before":
+            wrapped = list(ops)
+            wrapped[hit] = _failing(ops[hit])
+            return write(wrapped)
+        outcomes = write(list(ops))
+        return [(False, _lost(ops[hit])) for _ in outcomes]
+
+    def _hit(self, ops: Sequence[Op]) -> int | None:
+        with self._lock:
+            hit = None
+            for index, op in enumerate(ops):
+                name = site(op)
+                self.seen[name] += 1
+                if (not self.fired and name == self.target and self.seen[name] == self.nth):
+                    self.fired, hit = True, index
+            return hit
+
+
+def _failing(op: Op) -> Op:
+    def before(tx: Any) -> Any:
+        raise StoreUnavailableError(f"injected fault before the commit of {site(op)}")
+
+    return before
+
+
+def _lost(op: Op) -> StoreUnavailableError:
+    return StoreUnavailableError(f"injected fault: connection lost at the COMMIT of {site(op)}")
+
+
+@contextmanager
+def inject(target: str, when: When, nth: int = 1) -> Iterator[Plan]:
+    """Install a plan failing the ``nth`` write named ``target``, for the block."""
+    yield from _installed(Plan(target, when, nth))
+
+
+@contextmanager
+def recording() -> Iterator[Plan]:
+    """Install a plan that fails nothing and records the sites written to."""
+    yield from _installed(Plan(None, "before"))
+
+
+def _installed(plan: Plan) -> Iterator[Plan]:
+    global active
+    if active is not None:
+        raise RuntimeError("a fault plan is already installed")
+    active = plan
+    try:
+        yield plan
+    finally:
+        active = None

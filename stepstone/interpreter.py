@@ -37,6 +37,7 @@ from stepstone.errors import (
 )
 from stepstone.events import Event
 from stepstone.function import FunctionDef, ResolvedBackoff
+from stepstone.ids import new_id
 from stepstone.middleware import NO_HOOKS, Hooks
 from stepstone.registry import INVOKE_EVENT, Registry
 from stepstone.store.base import Tx
@@ -436,13 +437,19 @@ class Interpreter:
         [event] = prepare(Event(INVOKE_EVENT, data), now, system=True)
         if len(event.data_json.encode()) > limits.MAX_EVENT_BYTES:
             raise LimitExceededError(f"step {step_id!r}: invoke data over {limits.MAX_EVENT_BYTES} bytes")
-        run_id, matcher = self.run_id, self.services.matcher()
+        run_id, matcher, child_id = self.run_id, self.services.matcher(), new_id(now)
 
         def start_child(tx: Tx) -> None:
+            # The wait, keyed by (run, step), comes first: a repeated commit of
+            # this step (an ambiguous COMMIT retried) finds it and starts nothing.
+            if not tx.start_wait(WaitRow(run_id, step_id, "invoke", "", match_value=child_id,
+                                         created_at=now, expires_at=expires)):
+                return
             seq = tx.insert_event(event.id, event.name, event.data_json, event.ts, now)
-            child = start_run(tx, target, [(seq, event)], now, matcher, parent=(run_id, step_id))
-            tx.insert_wait(WaitRow(run_id, step_id, "invoke", "", match_value=child or "",
-                                   created_at=now, expires_at=expires))
+            child = start_run(tx, target, [(seq, event)], now, matcher, parent=(run_id, step_id),
+                              run_id=child_id)
+            if child is not None and child != child_id:  # joined a pending debounce or batch run
+                tx.set_wait_match(run_id, step_id, child)
             child_run = tx.get_run(child) if child else None
             if child_run is None or child_run.status == "skipped":
                 reason = serde.dumps({"type": "InvokeSkipped", "message": "the invoked run was skipped"},

@@ -112,14 +112,41 @@ class RunJournal:
             raise self.failure
 
     async def commit(self, op: Callable[[Tx], Any]) -> Any:
-        """Run a fenced write, retrying while the database is unreachable."""
+        """Run a fenced write, retrying while the database is unreachable.
+
+        A failure may be ambiguous: the connection died at ``COMMIT``, which may
+        have succeeded. Repeating a checkpoint is harmless (upserts, effects
+        keyed by run and step); repeating a park or an end finds the lease
+        released by the first attempt. Such a retry asks the run whether the
+        first attempt was its own (``runs.written_by`` holds the fence's token):
+        then the write is done and returns ``None``."""
         delay = 0.05
+        uncertain = False
         while True:
             try:
                 return await self.store.transact(op)
             except StoreUnavailableError:
-                await asyncio.sleep(delay * (1 + random.random()))
-                delay = min(delay * 2, 2.0)
+                uncertain = True
+            except LeaseLostError:
+                if not uncertain or self.fence.token is None:
+                    raise
+                landed = await self._landed()
+                if landed is None:
+                    pass  # unreachable again: retry, then ask again
+                elif landed:
+                    return None
+                else:
+                    raise
+            await asyncio.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 2.0)
+
+    async def _landed(self) -> bool | None:
+        """Whether this invocation's park or end committed (``None``: cannot tell now)."""
+        run_id, token = self.fence.run_id, self.fence.token
+        try:
+            return bool(await self.store.read(lambda tx: tx.written_by(run_id) == token))
+        except StoreUnavailableError:
+            return None
 
 
 class _Staged:

@@ -185,14 +185,20 @@ class Tx(Protocol):
     ) -> None:
         """Release the lease and park the run until ``available_at`` (``None``: until
         something wakes it) with the given status; if a wake-up was requested
-        while the run was leased, it is due ``now`` instead."""
+        while the run was leased, it is due ``now`` instead. Records
+        ``fence.token`` as the run's ``written_by``."""
         ...
 
     def finish_run(
         self, fence: Fence | None, run_id: str, status: str, output: str | None,
         error: str | None, now: float,
     ) -> bool:
-        """End the run and drop its queue item; returns ``False`` if it had ended."""
+        """End the run and drop its queue item; returns ``False`` if it had ended.
+        Records ``fence.token`` as the run's ``written_by``."""
+        ...
+
+    def written_by(self, run_id: str) -> str | None:
+        """The token of the fence whose park or end last wrote the run."""
         ...
 
     # --- operator actions ---------------------------------------------------------
@@ -213,7 +219,18 @@ class Tx(Protocol):
 
     # --- waits (events, cancellations, invoked children) ----------------------------------
     def insert_wait(self, wait: WaitRow) -> None:
-        """Start waiting; events received after this commit can resolve it."""
+        """Start waiting; events received after this commit can resolve it. A
+        step has at most one wait: if it has one already (a repeated commit),
+        nothing changes."""
+        ...
+
+    def start_wait(self, wait: WaitRow) -> bool:
+        """``insert_wait`` that says whether it inserted (reads the result: on
+        PostgreSQL a round trip, where ``insert_wait`` costs none)."""
+        ...
+
+    def set_wait_match(self, run_id: str, step_id: str, match_value: str) -> None:
+        """Point a step's wait at another value (an invoke's actual child run)."""
         ...
 
     def wait_keys(self, event_name: str) -> list[str]:

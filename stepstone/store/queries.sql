@@ -124,7 +124,8 @@ INSERT INTO spans (run_id, kind, name, attempt, started_at, ended_at, status, er
 VALUES (:run_id, :kind, :name, :attempt, :started_at, :ended_at, :status, :error, :detail);
 
 -- name: park_run
-UPDATE runs SET status = :status, attempt = COALESCE(:attempt, attempt) WHERE id = :id;
+UPDATE runs SET status = :status, attempt = COALESCE(:attempt, attempt), written_by = :token
+WHERE id = :id;
 
 -- name: fence_delete
 DELETE FROM queue WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch
@@ -135,7 +136,8 @@ DELETE FROM queue WHERE run_id = :run_id
 RETURNING partition_key, function_id, ckey1, ckey2, available_at;
 
 -- name: finish_run
-UPDATE runs SET status = :status, output = :output, error = :error, ended_at = :now
+UPDATE runs SET status = :status, output = :output, error = :error, ended_at = :now,
+    written_by = :token
 WHERE id = :id AND status NOT IN ('completed', 'failed', 'cancelled', 'skipped');
 
 -- name: queue_item
@@ -171,7 +173,14 @@ SELECT * FROM workers WHERE heartbeat_at >= :alive_since ORDER BY id;
 INSERT INTO waits (run_id, step_id, kind, event_name, match_key, match_value, expression,
                    event_json, created_at, expires_at)
 VALUES (:run_id, :step_id, :kind, :event_name, :match_key, :match_value, :expression,
-        :event_json, :created_at, :expires_at);
+        :event_json, :created_at, :expires_at)
+ON CONFLICT (run_id, step_id) DO NOTHING;
+
+-- name: set_wait_match
+UPDATE waits SET match_value = :match_value WHERE run_id = :run_id AND step_id = :step_id;
+
+-- name: written_by
+SELECT written_by FROM runs WHERE id = :id;
 
 -- name: insert_wait_key
 INSERT INTO wait_keys (event_name, match_key) VALUES (:event_name, :match_key)

@@ -408,7 +408,7 @@ class Interpreter:
                       wake_at=expires, started_at=now)
 
         def insert_wait(tx: Tx) -> None:
-            tx.insert_wait(wait)
+            tx.start_wait(wait)  # nothing if this is a repeated commit
 
         self._save(row, None, insert_wait)
         raise self._pause(expires, WAITING)
@@ -440,10 +440,10 @@ class Interpreter:
         run_id, matcher, child_id = self.run_id, self.services.matcher(), new_id(now)
 
         def start_child(tx: Tx) -> None:
-            # The wait, keyed by (run, step), comes first: a repeated commit of
-            # this step (an ambiguous COMMIT retried) finds it and starts nothing.
+            # The wait comes first: a repeated commit of this step (an ambiguous
+            # COMMIT retried) inserts none, and then starts nothing.
             if not tx.start_wait(WaitRow(run_id, step_id, "invoke", "", match_value=child_id,
-                                         created_at=now, expires_at=expires)):
+                                         created_at=now, expires_at=expires))():
                 return
             seq = tx.insert_event(event.id, event.name, event.data_json, event.ts, now)
             child = start_run(tx, target, [(seq, event)], now, matcher, parent=(run_id, step_id),

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import stepstone as ss
-from stepstone.errors import StoreError
+from stepstone.errors import StoreUnavailableError
 from stepstone.store.base import Tx
 from stepstone.testing import VirtualClock
 from stepstone.worker import Worker
@@ -29,11 +29,11 @@ class Driver:
         self.worker: Worker = app.worker(concurrency=10, instance_id="faults")
 
     async def retried(self, call: Callable[[], Awaitable[T]]) -> T:
-        """``call()``, repeated while the store fails (at most a few times)."""
+        """``call()``, repeated while the store is unavailable (at most a few times)."""
         for _ in range(5):
             try:
                 return await call()
-            except StoreError:
+            except StoreUnavailableError:
                 continue
         return await call()
 

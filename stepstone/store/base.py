@@ -224,9 +224,12 @@ class Tx(Protocol):
         nothing changes."""
         ...
 
-    def start_wait(self, wait: WaitRow) -> bool:
-        """``insert_wait`` that says whether it inserted (reads the result: on
-        PostgreSQL a round trip, where ``insert_wait`` costs none)."""
+    def start_wait(self, wait: WaitRow) -> Callable[[], bool]:
+        """A step starts waiting: insert its wait only while the step (already
+        written in this transaction) is ``waiting`` and has no wait, so that a
+        repeated commit inserts nothing, even after the wait was resolved. The
+        returned function says whether it inserted (on PostgreSQL, reading it
+        costs a round trip; not reading costs none)."""
         ...
 
     def set_wait_match(self, run_id: str, step_id: str, match_value: str) -> None:

@@ -59,8 +59,9 @@ class Plan:
     every operation in it then gets ``StoreUnavailableError``, as if the
     connection died at ``COMMIT``). Records every site it sees."""
 
-    def __init__(self, target: str | None, when: When, nth: int = 1) -> None:
-        self.target, self.when, self.nth = target, when, nth
+    def __init__(self, target: str | None, when: When, nth: int = 1,
+                 during: Callable[[], Any] | None = None) -> None:
+        self.target, self.when, self.nth, self.during = target, when, nth, during
         self.seen: Counter[str] = Counter()
         self.fired = False
         self._lock = threading.Lock()
@@ -81,6 +82,8 @@ class Plan:
             wrapped[hit] = _failing(ops[hit])
             return write(wrapped)
         outcomes = write(list(ops))
+        if self.during is not None:
+            self.during()
         return [(False, _lost(ops[hit])) for _ in outcomes]
 
     def _hit(self, ops: Sequence[Op]) -> int | None:
@@ -106,9 +109,14 @@ def _lost(op: Op) -> StoreUnavailableError:
 
 
 @contextmanager
-def inject(target: str, when: When, nth: int = 1) -> Iterator[Plan]:
-    """Install a plan failing the ``nth`` write named ``target``, for the block."""
-    yield from _installed(Plan(target, when, nth))
+def inject(target: str, when: When, nth: int = 1,
+           during: Callable[[], Any] | None = None) -> Iterator[Plan]:
+    """Install a plan failing the ``nth`` write named ``target``, for the block.
+    ``during()``, if given, runs after an "after" fault's commit and before its
+    caller hears of the failure: what other clients do while this one cannot
+    know whether its write committed (it runs on the writing thread; it may
+    write through ``Store.transact_sync``)."""
+    yield from _installed(Plan(target, when, nth, during))
 
 
 @contextmanager

@@ -117,7 +117,10 @@ VALUES (:run_id, :step_id, :position, :kind, :status, :attempts, :output, :error
 ON CONFLICT (run_id, step_id) DO UPDATE SET
     kind = excluded.kind, status = excluded.status, attempts = excluded.attempts,
     output = excluded.output, error = excluded.error, wake_at = excluded.wake_at,
-    started_at = excluded.started_at, ended_at = excluded.ended_at;
+    started_at = excluded.started_at, ended_at = excluded.ended_at
+-- A step starts waiting only when it is new: a 'waiting' row over an existing
+-- one is a repeated commit, and the step may have been resolved meanwhile.
+WHERE excluded.status <> 'waiting';
 
 -- name: insert_span
 INSERT INTO spans (run_id, kind, name, attempt, started_at, ended_at, status, error, detail)
@@ -174,6 +177,19 @@ INSERT INTO waits (run_id, step_id, kind, event_name, match_key, match_value, ex
                    event_json, created_at, expires_at)
 VALUES (:run_id, :step_id, :kind, :event_name, :match_key, :match_value, :expression,
         :event_json, :created_at, :expires_at)
+ON CONFLICT (run_id, step_id) DO NOTHING;
+
+-- name: insert_step_wait
+-- A step's wait, inserted only while the step waits and has none yet: a
+-- repeated commit inserts nothing, even if the wait was resolved meanwhile.
+INSERT INTO waits (run_id, step_id, kind, event_name, match_key, match_value, expression,
+                   event_json, created_at, expires_at)
+SELECT CAST(:run_id AS TEXT), CAST(:step_id AS TEXT), CAST(:kind AS TEXT),
+       CAST(:event_name AS TEXT), CAST(:match_key AS TEXT), CAST(:match_value AS TEXT),
+       CAST(:expression AS TEXT), CAST(:event_json AS TEXT),
+       CAST(:created_at AS DOUBLE PRECISION), CAST(:expires_at AS DOUBLE PRECISION)
+WHERE EXISTS (SELECT 1 FROM steps WHERE run_id = :run_id AND step_id = :step_id
+              AND status = 'waiting')
 ON CONFLICT (run_id, step_id) DO NOTHING;
 
 -- name: set_wait_match

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from stepstone.errors import LeaseLostError
@@ -382,16 +382,17 @@ class SqlTx(SqlViews):
 
     # -- waits ---------------------------------------------------------------------------------
     def insert_wait(self, wait: WaitRow) -> None:
-        self._insert_wait(wait)
+        self._insert_wait("insert_wait", wait)
 
-    def start_wait(self, wait: WaitRow) -> bool:
-        return int(self._insert_wait(wait).rowcount) == 1
+    def start_wait(self, wait: WaitRow) -> Callable[[], bool]:
+        cursor = self._insert_wait("insert_step_wait", wait)
+        return lambda: int(cursor.rowcount) == 1  # read only if asked: no round trip otherwise
 
     def set_wait_match(self, run_id: str, step_id: str, match_value: str) -> None:
         self._exec("set_wait_match", {"run_id": run_id, "step_id": step_id, "match_value": match_value})
 
-    def _insert_wait(self, wait: WaitRow) -> Any:
-        cursor = self._exec("insert_wait", {
+    def _insert_wait(self, query: str, wait: WaitRow) -> Any:
+        cursor = self._exec(query, {
             "run_id": wait.run_id, "step_id": wait.step_id, "kind": wait.kind,
             "event_name": wait.event_name, "match_key": wait.match_key,
             "match_value": wait.match_value, "expression": wait.expression,

@@ -204,3 +204,83 @@ def test_an_ambiguous_commit_parking_a_run_is_recognised_as_done(
 
 def _raise() -> None:
     raise ss.NonRetriableError("boom")
+
+
+def test_a_wait_resolved_before_the_retry_of_its_ambiguous_commit_stays_resolved(
+        db_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The event arrives while the worker cannot know its commit succeeded: the
+    retry must neither reset the completed step to waiting nor wait again."""
+    caplog.set_level(logging.WARNING, "stepstone")
+    app = virtual_app(db_url)
+
+    @app.function(id="waiter", trigger=ss.on_event("go"), retries=0)
+    async def waiter(ctx: ss.Context) -> Any:
+        found, _ = await asyncio.gather(
+            ctx.step.wait_for_event("w", event="answer", timeout="1h"),
+            ctx.step.run("other", lambda: "x"))
+        return found.data if found else None
+
+    def answer() -> None:
+        app.send(ss.Event("answer", {"v": 1}, id="answer-1"))
+
+    async def main() -> None:
+        driver = Driver(app)
+        with faults.inject(WAIT_SITE, "after", during=answer) as plan:
+            [event_id] = await driver.send([ss.Event("go", {}, id="go-1")])
+            [run] = await app.runs.list_async(event_id=event_id)
+            await driver.drain()
+        assert plan.fired, plan.sites
+        assert count(db_url, f"SELECT COUNT(*) FROM waits WHERE run_id = '{run.id}'") == 0
+        await driver.settle(lambda: ended(app, run.id))
+        done = await app.runs.get_async(run.id)
+        assert (done.status, done.output) == ("completed", {"v": 1})
+
+    try:
+        asyncio.run(main())
+        assert not [r.getMessage() for r in caplog.records]
+    finally:
+        app.close()
+
+
+def test_a_child_ended_before_the_retry_of_its_ambiguous_invoke_is_not_started_again(
+        db_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The child ends (here: cancelled) while the parent's worker cannot know its
+    commit succeeded: the retry starts no second child and the invocation goes
+    on (no crash, no wait for the lease to expire)."""
+    caplog.set_level(logging.WARNING, "stepstone")
+    app = virtual_app(db_url)
+
+    @app.function(id="child", retries=0)
+    async def child(ctx: ss.Context) -> int:
+        return 1
+
+    @app.function(id="parent", trigger=ss.on_event("go"), retries=0)
+    async def parent(ctx: ss.Context) -> Any:
+        try:
+            await asyncio.gather(ctx.step.invoke("inv", function=child, data={}),
+                                 ctx.step.run("other", lambda: "x"))
+        except ss.StepError as exc:
+            return exc.error_type
+        return "child completed"
+
+    def cancel_child() -> None:
+        [(child_id,)] = query(db_url, "SELECT id FROM runs WHERE function_id = 'child'")
+        app.runs.cancel(child_id)
+
+    async def main() -> None:
+        driver = Driver(app)
+        with faults.inject(INVOKE_SITE, "after", during=cancel_child) as plan:
+            [event_id] = await driver.send([ss.Event("go", {}, id="go-1")])
+            [run] = await app.runs.list_async(event_id=event_id)
+            await driver.settle(lambda: ended(app, run.id))
+        assert plan.fired, plan.sites
+        done = await app.runs.get_async(run.id)
+        assert (done.status, done.output) == ("completed", "Cancelled")
+
+    try:
+        asyncio.run(main())
+        assert count(db_url, "SELECT COUNT(*) FROM runs WHERE function_id = 'child'") == 1
+        assert count(db_url, "SELECT COUNT(*) FROM waits") == 0
+        assert not [r.getMessage() for r in caplog.records]
+    finally:
+        app.close()

@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 
 import stepstone as ss
-from stepstone.errors import StoreError
+from stepstone.errors import StoreUnavailableError
 from stepstone.store import faults
 from tests.conftest import FAST, query
 from tests.faultrun import Driver, virtual_app
@@ -140,7 +140,7 @@ def _driver(app: ss.App) -> Driver:
     for _ in range(5):  # registering the functions is a commit site too
         try:
             return Driver(app)
-        except StoreError:
+        except StoreUnavailableError:
             continue
     return Driver(app)
 

@@ -6,7 +6,9 @@ final write, so a three-step run costs one commit per step, the last one also
 ending the run. A staged memo may carry an *effect* (insert a wait, start an
 invoked run, ingest sent events) that commits in the same transaction, which
 is what makes those effects happen exactly once. Every commit re-checks the
-fence.
+fence. A commit whose outcome is unknown (the connection died at ``COMMIT``) is
+retried, so every commit is safe to repeat: effects are keyed by run and step,
+and a park or end recognises its own earlier success (``commit``).
 """
 
 from __future__ import annotations
@@ -101,7 +103,8 @@ class RunJournal:
                     continue
                 self._commits.remove(item)
                 if isinstance(result, StoreUnavailableError):
-                    result = await _outcome(asyncio.ensure_future(self.commit(item[1])))
+                    retry = self.commit(item[1], uncertain=True)
+                    result = await _outcome(asyncio.ensure_future(retry))
                 if isinstance(result, LeaseLostError):
                     self.lease_lost = True
                 elif isinstance(result, BaseException):
@@ -111,7 +114,7 @@ class RunJournal:
         if self.failure is not None:
             raise self.failure
 
-    async def commit(self, op: Callable[[Tx], Any]) -> Any:
+    async def commit(self, op: Callable[[Tx], Any], *, uncertain: bool = False) -> Any:
         """Run a fenced write, retrying while the database is unreachable.
 
         A failure may be ambiguous: the connection died at ``COMMIT``, which may
@@ -119,9 +122,9 @@ class RunJournal:
         keyed by run and step); repeating a park or an end finds the lease
         released by the first attempt. Such a retry asks the run whether the
         first attempt was its own (``runs.written_by`` holds the fence's token):
-        then the write is done and returns ``None``."""
+        then the write is done and returns ``None``. ``uncertain``: an earlier
+        attempt already failed that way."""
         delay = 0.05
-        uncertain = False
         while True:
             try:
                 return await self.store.transact(op)
@@ -131,12 +134,11 @@ class RunJournal:
                 if not uncertain or self.fence.token is None:
                     raise
                 landed = await self._landed()
-                if landed is None:
-                    pass  # unreachable again: retry, then ask again
-                elif landed:
+                if landed:
                     return None
-                else:
+                if landed is not None:
                     raise
+                # unreachable again: cannot tell yet; retry, then ask again
             await asyncio.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 2.0)
 

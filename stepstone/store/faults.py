@@ -33,6 +33,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from stepstone.errors import StoreUnavailableError
@@ -53,18 +54,33 @@ def site(op: Op) -> str:
     return str(name).replace(".<locals>", "")
 
 
-class Plan:
-    """Fail the ``nth`` occurrence of ``target`` ``when`` (``before``: the
-    operation raises and is rolled back alone; ``after``: its batch commits and
-    every operation in it then gets ``StoreUnavailableError``, as if the
-    connection died at ``COMMIT``). Records every site it sees."""
+@dataclass(frozen=True)
+class Fault:
+    """Fail the ``nth`` write named ``site`` ``when`` (``before``: the operation
+    raises and is rolled back alone; ``after``: its batch commits and every
+    operation in it then gets ``StoreUnavailableError``, as if the connection
+    died at ``COMMIT``)."""
 
-    def __init__(self, target: str | None, when: When, nth: int = 1,
-                 during: Callable[[], Any] | None = None) -> None:
-        self.target, self.when, self.nth, self.during = target, when, nth, during
+    site: str
+    when: When
+    nth: int = 1
+
+
+class Plan:
+    """The faults still to inject; records every site written to."""
+
+    def __init__(self, faults: Sequence[Fault] = (), during: Callable[[], Any] | None = None) -> None:
+        self.pending = {(f.site, f.nth): f for f in faults}
+        self.during = during
+        self.injected: list[Fault] = []
         self.seen: Counter[str] = Counter()
-        self.fired = False
         self._lock = threading.Lock()
+
+    @property
+    def fired(self) -> bool:
+        """Whether every planned fault was injected."""
+        with self._lock:
+            return not self.pending
 
     @property
     def sites(self) -> list[str]:
@@ -73,28 +89,31 @@ class Plan:
             return list(self.seen)
 
     def run(self, ops: Sequence[Op], write: Callable[[list[Op]], list[Outcome]]) -> list[Outcome]:
-        """Run one batch through ``write`` with the fault applied if it is due."""
-        hit = self._hit(ops)
-        if hit is None:
+        """Run one batch through ``write`` with the faults that are due."""
+        hits = self._hits(ops)
+        if not hits:
             return write(list(ops))
-        if self.when == "before":
-            wrapped = list(ops)
-            wrapped[hit] = _failing(ops[hit])
-            return write(wrapped)
-        outcomes = write(list(ops))
+        wrapped = [_failing(op) if hits.get(i) == "before" else op for i, op in enumerate(ops)]
+        outcomes = write(wrapped)
+        after = [i for i, when in hits.items() if when == "after"]
+        if not after:
+            return outcomes
         if self.during is not None:
             self.during()
-        return [(False, _lost(ops[hit])) for _ in outcomes]
+        lost = _lost(ops[after[0]])
+        return [(False, lost) for _ in outcomes]
 
-    def _hit(self, ops: Sequence[Op]) -> int | None:
+    def _hits(self, ops: Sequence[Op]) -> dict[int, When]:
         with self._lock:
-            hit = None
+            hits: dict[int, When] = {}
             for index, op in enumerate(ops):
                 name = site(op)
                 self.seen[name] += 1
-                if (not self.fired and name == self.target and self.seen[name] == self.nth):
-                    self.fired, hit = True, index
-            return hit
+                fault = self.pending.pop((name, self.seen[name]), None)
+                if fault is not None:
+                    self.injected.append(fault)
+                    hits[index] = fault.when
+            return hits
 
 
 def _failing(op: Op) -> Op:
@@ -116,13 +135,19 @@ def inject(target: str, when: When, nth: int = 1,
     caller hears of the failure: what other clients do while this one cannot
     know whether its write committed (it runs on the writing thread; it may
     write through ``Store.transact_sync``)."""
-    yield from _installed(Plan(target, when, nth, during))
+    yield from _installed(Plan([Fault(target, when, nth)], during))
+
+
+@contextmanager
+def inject_all(planned: Sequence[Fault], during: Callable[[], Any] | None = None) -> Iterator[Plan]:
+    """Install a plan injecting every fault of ``planned`` (as ``inject``)."""
+    yield from _installed(Plan(planned, during))
 
 
 @contextmanager
 def recording() -> Iterator[Plan]:
     """Install a plan that fails nothing and records the sites written to."""
-    yield from _installed(Plan(None, "before"))
+    yield from _installed(Plan())
 
 
 def _installed(plan: Plan) -> Iterator[Plan]:

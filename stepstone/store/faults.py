@@ -10,12 +10,12 @@ Every write transaction goes through ``SqliteStore.write_batch`` or
 ``PostgresStore._write_batch``; each checks ``faults.active`` (one module
 attribute read, ``None`` in production) and, only when a plan is installed,
 hands its batch to it. Nothing outside a test installs one: the only way is
-the ``inject`` and ``recording`` context managers below.
+the ``inject``, ``inject_all`` and ``recording`` context managers below.
 
 Operations are named by ``site``: an explicit ``site`` attribute if the
 operation has one (the run journal names each commit after its parts, e.g.
 ``journal(checkpoint+Interpreter.invoke.start_child)``), else its qualified
-name without ``<locals>`` (``App.send_async.op``). Names are stable across
+name without ``<locals>`` (``Worker._lease.op``). Names are stable across
 runs, so a test can record the sites of a workload, then fail each in turn::
 
     with faults.recording() as seen:

@@ -11,6 +11,7 @@ import asyncio
 import contextvars
 import inspect
 import logging
+import secrets
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -95,7 +96,8 @@ async def execute(leased: LeasedRun, env: ExecEnv) -> Outcome | None:
     """Run one invocation; returns its outcome, or ``None`` if the lease was lost."""
     run = leased.run
     fn = env.registry.get(run.function_id)
-    journal = RunJournal(env.store, Fence(run.id, env.owner, leased.epoch), env.clock)
+    fence = Fence(run.id, env.owner, leased.epoch, token=secrets.token_hex(8))
+    journal = RunJournal(env.store, fence, env.clock)
     journal.function_id = run.function_id
     try:
         if fn is None:

@@ -38,6 +38,7 @@ from stepstone.errors import (
 )
 from stepstone.events import Event
 from stepstone.function import FunctionDef, ResolvedBackoff
+from stepstone.ids import new_id
 from stepstone.memos import callable_fingerprint, mismatch
 from stepstone.middleware import NO_HOOKS, Hooks
 from stepstone.registry import INVOKE_EVENT, Registry
@@ -419,7 +420,11 @@ class Interpreter:
             raise NonRetriableError(f"step {step_id!r}: {exc}") from exc
         row = StepRow(self.run_id, step_id, self._position(step_id), "wait", WAITING_STEP, 0,
                       wake_at=expires, started_at=now)
-        self._save(row, None, lambda tx: tx.insert_wait(wait))
+
+        def insert_wait(tx: Tx) -> None:
+            tx.start_wait(wait)  # nothing if this is a repeated commit
+
+        self._save(row, None, insert_wait)
         raise self._pause(expires, WAITING)
 
     def _expiry(self, step_id: str, now: float, timeout: float | None) -> float | None:
@@ -447,13 +452,19 @@ class Interpreter:
         [event] = prepare(Event(INVOKE_EVENT, data), now, system=True)
         if len(event.data_json.encode()) > limits.MAX_EVENT_BYTES:
             raise LimitExceededError(f"step {step_id!r}: invoke data over {limits.MAX_EVENT_BYTES} bytes")
-        run_id, matcher = self.run_id, self.services.matcher()
+        run_id, matcher, child_id = self.run_id, self.services.matcher(), new_id(now)
 
         def start_child(tx: Tx) -> None:
+            # The wait comes first: a repeated commit of this step (an ambiguous
+            # COMMIT retried) inserts none, and then starts nothing.
+            if not tx.start_wait(WaitRow(run_id, step_id, "invoke", "", match_value=child_id,
+                                         created_at=now, expires_at=expires))():
+                return
             seq = tx.insert_event(event.id, event.name, event.data_json, event.ts, now)
-            child = start_run(tx, target, [(seq, event)], now, matcher, parent=(run_id, step_id))
-            tx.insert_wait(WaitRow(run_id, step_id, "invoke", "", match_value=child or "",
-                                   created_at=now, expires_at=expires))
+            child = start_run(tx, target, [(seq, event)], now, matcher, parent=(run_id, step_id),
+                              run_id=child_id)
+            if child is not None and child != child_id:  # joined a pending debounce or batch run
+                tx.set_wait_match(run_id, step_id, child)
             child_run = tx.get_run(child) if child else None
             if child_run is None or child_run.status == "skipped":
                 reason = serde.dumps({"type": "InvokeSkipped", "message": "the invoked run was skipped"},
@@ -493,7 +504,11 @@ class Interpreter:
         matcher = self.services.matcher()
         row = StepRow(self.run_id, step_id, self._position(step_id), "send", COMPLETED, 1,
                       serde.dumps(ids, what="event ids"), None, None, now, now)
-        self._save(row, None, lambda tx: ingest(tx, prepared, matcher, now))
+
+        def ingest_sent(tx: Tx) -> None:  # ids fixed above: a repeated commit is deduplicated
+            ingest(tx, prepared, matcher, now)
+
+        self._save(row, None, ingest_sent)
         await self.journal.flush()
         if self.hooks.active:
             await self.hooks.after_send_events(self.ctx, ids)

@@ -6,7 +6,9 @@ final write, so a three-step run costs one commit per step, the last one also
 ending the run. A staged memo may carry an *effect* (insert a wait, start an
 invoked run, ingest sent events) that commits in the same transaction, which
 is what makes those effects happen exactly once. Every commit re-checks the
-fence.
+fence. A commit whose outcome is unknown (the connection died at ``COMMIT``) is
+retried, so every commit is safe to repeat: effects are keyed by run and step,
+and a park or end recognises its own earlier success (``commit``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from stepstone import metrics
 from stepstone.clock import Clock
 from stepstone.errors import LeaseLostError, StoreUnavailableError
 from stepstone.interpreter import CancelSignal, Effect, LeaseLostSignal
+from stepstone.store import faults
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import Fence, SpanRow, StepRow
 
@@ -82,17 +85,9 @@ class RunJournal:
 
     # -- internals ------------------------------------------------------------------
     def _staged_op(self, then: Callable[[Tx], Any] | None) -> Callable[[Tx], Any]:
-        steps, spans, effects = self.steps, self.spans, self.effects
+        staged = _Staged(self.fence, self.steps, self.spans, self.effects, then)
         self.steps, self.spans, self.effects = [], [], []
-        fence = self.fence
-
-        def op(tx: Tx) -> Any:
-            cancel = tx.checkpoint(fence, steps, spans)
-            for effect in effects:
-                effect(tx)
-            return cancel if then is None else then(tx)
-
-        return op
+        return staged
 
     async def _settle_commits(self) -> None:
         # Several parallel steps may wait on the same commits: whoever sees a
@@ -108,7 +103,8 @@ class RunJournal:
                     continue
                 self._commits.remove(item)
                 if isinstance(result, StoreUnavailableError):
-                    result = await _outcome(asyncio.ensure_future(self.commit(item[1])))
+                    retry = self.commit(item[1], uncertain=True)
+                    result = await _outcome(asyncio.ensure_future(retry))
                 if isinstance(result, LeaseLostError):
                     self.lease_lost = True
                 elif isinstance(result, BaseException):
@@ -118,15 +114,66 @@ class RunJournal:
         if self.failure is not None:
             raise self.failure
 
-    async def commit(self, op: Callable[[Tx], Any]) -> Any:
-        """Run a fenced write, retrying while the database is unreachable."""
+    async def commit(self, op: Callable[[Tx], Any], *, uncertain: bool = False) -> Any:
+        """Run a fenced write, retrying while the database is unreachable.
+
+        A failure may be ambiguous: the connection died at ``COMMIT``, which may
+        have succeeded. Repeating a checkpoint is harmless (upserts, effects
+        keyed by run and step); repeating a park or an end finds the lease
+        released by the first attempt. Such a retry asks the run whether the
+        first attempt was its own (``runs.written_by`` holds the fence's token):
+        then the write is done and returns ``None``. ``uncertain``: an earlier
+        attempt already failed that way."""
         delay = 0.05
         while True:
             try:
                 return await self.store.transact(op)
             except StoreUnavailableError:
-                await asyncio.sleep(delay * (1 + random.random()))
-                delay = min(delay * 2, 2.0)
+                uncertain = True
+            except LeaseLostError:
+                if not uncertain or self.fence.token is None:
+                    raise
+                landed = await self._landed()
+                if landed:
+                    return None
+                if landed is not None:
+                    raise
+                # unreachable again: cannot tell yet; retry, then ask again
+            await asyncio.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 2.0)
+
+    async def _landed(self) -> bool | None:
+        """Whether this invocation's park or end committed (``None``: cannot tell now)."""
+        run_id, token = self.fence.run_id, self.fence.token
+        try:
+            return bool(await self.store.read(lambda tx: tx.written_by(run_id) == token))
+        except StoreUnavailableError:
+            return None
+
+
+class _Staged:
+    """One fenced commit: the checkpoint of the staged memos and spans, their
+    effects, then the invocation's final write (if any)."""
+
+    __slots__ = ("effects", "fence", "spans", "steps", "then")
+
+    def __init__(self, fence: Fence, steps: list[StepRow], spans: list[SpanRow],
+                 effects: list[Effect], then: Callable[[Tx], Any] | None) -> None:
+        self.fence, self.steps, self.spans, self.effects, self.then = fence, steps, spans, effects, then
+
+    def __call__(self, tx: Tx) -> Any:
+        cancel = tx.checkpoint(self.fence, self.steps, self.spans)
+        for effect in self.effects:
+            effect(tx)
+        return cancel if self.then is None else self.then(tx)
+
+    @property
+    def site(self) -> str:
+        """The commit's name for fault injection (``store/faults.py``)."""
+        parts = ["checkpoint", *(faults.site(f) for f in self.effects)]
+        if self.then is not None:
+            parts.append(faults.site(self.then))
+        return f"journal({'+'.join(parts)})"
 
 
 async def _outcome(future: asyncio.Future[Any]) -> Any:

@@ -62,17 +62,18 @@ def priority_seconds(fn: FunctionDef, variables: dict[str, Any]) -> float:
 def start_run(
     tx: Tx, fn: FunctionDef, events: Sequence[tuple[int, PreparedEvent]], now: float,
     registry: Registry, *, parent: tuple[str, str] | None = None,
-    available_at: float | None = None,
+    available_at: float | None = None, run_id: str | None = None,
 ) -> str | None:
     """Admit ``events`` to ``fn``; returns the run id (new, skipped, or the pending
     debounce/batch run they joined), or ``None`` if an idempotency key already
-    started a run."""
+    started a run. A new run gets ``run_id`` if given (fixed by the caller
+    before its transaction, so that a repeated commit names the same run)."""
     flow, variables = fn.flow, events[0][1].variables
     if flow.batch is not None:
         joined = _join_batch(tx, fn, events, now, variables)
         if joined is not None:
             return joined
-    run_id = new_id(now)
+    run_id = run_id or new_id(now)
     if flow.idempotency is not None:
         key = flow.idempotency.key(variables)
         if key is not None and tx.claim_key(

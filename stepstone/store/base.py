@@ -192,14 +192,20 @@ class Tx(Protocol):
     ) -> None:
         """Release the lease and park the run until ``available_at`` (``None``: until
         something wakes it) with the given status; if a wake-up was requested
-        while the run was leased, it is due ``now`` instead."""
+        while the run was leased, it is due ``now`` instead. Records
+        ``fence.token`` as the run's ``written_by``."""
         ...
 
     def finish_run(
         self, fence: Fence | None, run_id: str, status: str, output: str | None,
         error: str | None, now: float,
     ) -> bool:
-        """End the run and drop its queue item; returns ``False`` if it had ended."""
+        """End the run and drop its queue item; returns ``False`` if it had ended.
+        Records ``fence.token`` as the run's ``written_by``."""
+        ...
+
+    def written_by(self, run_id: str) -> str | None:
+        """The token of the fence whose park or end last wrote the run."""
         ...
 
     # --- operator actions ---------------------------------------------------------
@@ -220,7 +226,21 @@ class Tx(Protocol):
 
     # --- waits (events, cancellations, invoked children) ----------------------------------
     def insert_wait(self, wait: WaitRow) -> None:
-        """Start waiting; events received after this commit can resolve it."""
+        """Start waiting; events received after this commit can resolve it. A
+        step has at most one wait: if it has one already (a repeated commit),
+        nothing changes."""
+        ...
+
+    def start_wait(self, wait: WaitRow) -> Callable[[], bool]:
+        """A step starts waiting: insert its wait only while the step (already
+        written in this transaction) is ``waiting`` and has no wait, so that a
+        repeated commit inserts nothing, even after the wait was resolved. The
+        returned function says whether it inserted (on PostgreSQL, reading it
+        costs a round trip; not reading costs none)."""
+        ...
+
+    def set_wait_match(self, run_id: str, step_id: str, match_value: str) -> None:
+        """Point a step's wait at another value (an invoke's actual child run)."""
         ...
 
     def wait_keys(self, event_name: str) -> list[str]:

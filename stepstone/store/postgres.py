@@ -31,6 +31,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from stepstone.errors import ConfigError, StoreError, StoreUnavailableError
+from stepstone.store import faults
 from stepstone.store.base import Tx
 from stepstone.store.batching import Outcome, run_batch
 from stepstone.store.migrate import migration_files
@@ -167,6 +168,11 @@ class PostgresStore:
     def _write_batch(self, conn: Any, ops: list[Callable[[Any], Any]]) -> list[Outcome]:
         """One transaction for ``ops``: pipelined when alone (``pgpipeline``), else
         with a savepoint per operation."""
+        if faults.active is not None:  # tests only (store/faults.py)
+            return faults.active.run(ops, lambda batch: self._write(conn, batch))
+        return self._write(conn, ops)
+
+    def _write(self, conn: Any, ops: list[Callable[[Any], Any]]) -> list[Outcome]:
         txs: list[PgTx] = []
 
         def make_tx(c: Any) -> PgTx:

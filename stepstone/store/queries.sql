@@ -118,14 +118,18 @@ ON CONFLICT (run_id, step_id) DO UPDATE SET
     kind = excluded.kind, status = excluded.status, attempts = excluded.attempts,
     output = excluded.output, error = excluded.error, wake_at = excluded.wake_at,
     started_at = excluded.started_at, ended_at = excluded.ended_at,
-    fingerprint = excluded.fingerprint;
+    fingerprint = excluded.fingerprint
+-- A step starts waiting only when it is new: a 'waiting' row over an existing
+-- one is a repeated commit, and the step may have been resolved meanwhile.
+WHERE excluded.status <> 'waiting';
 
 -- name: insert_span
 INSERT INTO spans (run_id, kind, name, attempt, started_at, ended_at, status, error, detail)
 VALUES (:run_id, :kind, :name, :attempt, :started_at, :ended_at, :status, :error, :detail);
 
 -- name: park_run
-UPDATE runs SET status = :status, attempt = COALESCE(:attempt, attempt) WHERE id = :id;
+UPDATE runs SET status = :status, attempt = COALESCE(:attempt, attempt), written_by = :token
+WHERE id = :id;
 
 -- name: fence_delete
 DELETE FROM queue WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch
@@ -136,7 +140,8 @@ DELETE FROM queue WHERE run_id = :run_id
 RETURNING partition_key, function_id, ckey1, ckey2, available_at;
 
 -- name: finish_run
-UPDATE runs SET status = :status, output = :output, error = :error, ended_at = :now
+UPDATE runs SET status = :status, output = :output, error = :error, ended_at = :now,
+    written_by = :token
 WHERE id = :id AND status NOT IN ('completed', 'failed', 'cancelled', 'skipped');
 
 -- name: queue_item
@@ -172,7 +177,27 @@ SELECT * FROM workers WHERE heartbeat_at >= :alive_since ORDER BY id;
 INSERT INTO waits (run_id, step_id, kind, event_name, match_key, match_value, expression,
                    event_json, created_at, expires_at)
 VALUES (:run_id, :step_id, :kind, :event_name, :match_key, :match_value, :expression,
-        :event_json, :created_at, :expires_at);
+        :event_json, :created_at, :expires_at)
+ON CONFLICT (run_id, step_id) DO NOTHING;
+
+-- name: insert_step_wait
+-- A step's wait, inserted only while the step waits and has none yet: a
+-- repeated commit inserts nothing, even if the wait was resolved meanwhile.
+INSERT INTO waits (run_id, step_id, kind, event_name, match_key, match_value, expression,
+                   event_json, created_at, expires_at)
+SELECT CAST(:run_id AS TEXT), CAST(:step_id AS TEXT), CAST(:kind AS TEXT),
+       CAST(:event_name AS TEXT), CAST(:match_key AS TEXT), CAST(:match_value AS TEXT),
+       CAST(:expression AS TEXT), CAST(:event_json AS TEXT),
+       CAST(:created_at AS DOUBLE PRECISION), CAST(:expires_at AS DOUBLE PRECISION)
+WHERE EXISTS (SELECT 1 FROM steps WHERE run_id = :run_id AND step_id = :step_id
+              AND status = 'waiting')
+ON CONFLICT (run_id, step_id) DO NOTHING;
+
+-- name: set_wait_match
+UPDATE waits SET match_value = :match_value WHERE run_id = :run_id AND step_id = :step_id;
+
+-- name: written_by
+SELECT written_by FROM runs WHERE id = :id;
 
 -- name: insert_wait_key
 INSERT INTO wait_keys (event_name, match_key) VALUES (:event_name, :match_key)

@@ -195,11 +195,16 @@ CancelFlag = Callable[[], bool]  # read after the commit: was the run's cancella
 
 @dataclass(frozen=True)
 class Fence:
-    """Proof of ownership: a write commits only while (owner, epoch) hold the run."""
+    """Proof of ownership: a write commits only while (owner, epoch) hold the run.
+
+    ``token`` names the invocation: its park or end records it on the run
+    (``runs.written_by``), so a retry after an ambiguous commit can tell that
+    its first attempt committed."""
 
     run_id: str
     owner: str
     epoch: int
+    token: str | None = None
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from stepstone.errors import ConfigError, StoreError, StoreUnavailableError
+from stepstone.store import faults
 from stepstone.store.base import Tx
 from stepstone.store.batching import Outcome, run_batch
 from stepstone.store.migrate import CREATE_LEDGER, migration_files
@@ -166,6 +167,11 @@ class SqliteStore:
 
     def write_batch(self, conn: sqlite3.Connection, ops: list[Callable[[Tx], Any]]) -> list[Outcome]:
         """One write transaction for ``ops``; counts commits that changed data."""
+        if faults.active is not None:  # tests only (store/faults.py)
+            return faults.active.run(ops, lambda batch: self._write(conn, batch))
+        return self._write(conn, ops)
+
+    def _write(self, conn: sqlite3.Connection, ops: list[Callable[[Tx], Any]]) -> list[Outcome]:
         before = conn.total_changes
         outcomes = run_batch(conn, ops, _make_tx, "BEGIN IMMEDIATE", translate)
         if conn.total_changes != before:

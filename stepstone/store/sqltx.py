@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from stepstone.errors import LeaseLostError
@@ -347,7 +347,8 @@ class SqlTx(SqlViews):
         if row is None:
             raise LeaseLostError(f"run {fence.run_id}: lease lost by {fence.owner}")
         self._released(row, now)
-        self._exec("park_run", {"id": fence.run_id, "status": status, "attempt": attempt})
+        self._exec("park_run", {"id": fence.run_id, "status": status, "attempt": attempt,
+                                "token": fence.token})
 
     def finish_run(self, fence: Fence | None, run_id: str, status: str, output: str | None,
                    error: str | None, now: float) -> bool:
@@ -358,8 +359,13 @@ class SqlTx(SqlViews):
         else:
             row = self._exec("delete_queue_item", {"run_id": run_id}).fetchone()
         self._released(row and {**dict(row), "available_at": None}, now)
-        params = {"id": run_id, "status": status, "output": output, "error": error, "now": now}
+        params = {"id": run_id, "status": status, "output": output, "error": error, "now": now,
+                  "token": None if fence is None else fence.token}
         return int(self._exec("finish_run", params).rowcount) == 1
+
+    def written_by(self, run_id: str) -> str | None:
+        row = self._one("written_by", {"id": run_id})
+        return None if row is None else row["written_by"]
 
     # -- operator actions --------------------------------------------------------------------
     def requeue_run(self, run_id: str, now: float, reset_steps: Sequence[str] | None) -> None:
@@ -384,7 +390,17 @@ class SqlTx(SqlViews):
 
     # -- waits ---------------------------------------------------------------------------------
     def insert_wait(self, wait: WaitRow) -> None:
-        self._exec("insert_wait", {
+        self._insert_wait("insert_wait", wait)
+
+    def start_wait(self, wait: WaitRow) -> Callable[[], bool]:
+        cursor = self._insert_wait("insert_step_wait", wait)
+        return lambda: int(cursor.rowcount) == 1  # read only if asked: no round trip otherwise
+
+    def set_wait_match(self, run_id: str, step_id: str, match_value: str) -> None:
+        self._exec("set_wait_match", {"run_id": run_id, "step_id": step_id, "match_value": match_value})
+
+    def _insert_wait(self, query: str, wait: WaitRow) -> Any:
+        cursor = self._exec(query, {
             "run_id": wait.run_id, "step_id": wait.step_id, "kind": wait.kind,
             "event_name": wait.event_name, "match_key": wait.match_key,
             "match_value": wait.match_value, "expression": wait.expression,
@@ -393,6 +409,7 @@ class SqlTx(SqlViews):
         })
         if wait.event_name:
             self._exec("insert_wait_key", {"event_name": wait.event_name, "match_key": wait.match_key})
+        return cursor
 
     def wait_keys(self, event_name: str) -> list[str]:
         return [r["match_key"] for r in self._all("wait_keys", {"event_name": event_name})]

@@ -61,8 +61,8 @@ CREATE INDEX spans_by_run ON spans (run_id, id);
 -- index waits_by_match
 CREATE INDEX waits_by_match ON waits (event_name, match_key, match_value);
 
--- index waits_by_run
-CREATE INDEX waits_by_run ON waits (run_id);
+-- index waits_by_step
+CREATE UNIQUE INDEX waits_by_step ON waits (run_id, step_id);
 
 -- table batches
 CREATE TABLE batches (
@@ -181,7 +181,7 @@ CREATE TABLE runs (
     parent_step_id  TEXT,
     idempotency_key TEXT,
     meta            TEXT
-, singleton_key TEXT, queue_spec TEXT);
+, singleton_key TEXT, queue_spec TEXT, written_by TEXT);
 
 -- table schema_migrations
 CREATE TABLE schema_migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL);

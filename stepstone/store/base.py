@@ -255,13 +255,26 @@ class Tx(Protocol):
         """Create the schedule's row if missing (keeps an existing ``next_at``)."""
         ...
 
-    def due_crons(self, function_ids: Sequence[str], now: float) -> list[tuple[str, str, float]]: ...
+    def due_crons(self, schedules: Sequence[tuple[str, str]], now: float) -> list[tuple[str, str, float]]:
+        """The rows of these ``(function id, schedule)`` pairs due by ``now``: other
+        schedules of the same functions (another deploy's) are not this caller's."""
+        ...
 
     def advance_cron(self, function_id: str, schedule: str, expected: float, next_at: float) -> bool:
         """Compare-and-set ``next_at``: ``True`` for the one caller that claims the tick."""
         ...
 
-    def next_cron(self, function_ids: Sequence[str]) -> float | None: ...
+    def next_cron(self, schedules: Sequence[tuple[str, str]]) -> float | None:
+        """The earliest ``next_at`` of these ``(function id, schedule)`` pairs."""
+        ...
+
+    def crons_of(self, function_ids: Sequence[str]) -> list[tuple[str, str, float]]:
+        """Every schedule row of these functions: ``(function id, schedule, next_at)``."""
+        ...
+
+    def delete_stale_cron(self, function_id: str, schedule: str, before: float) -> bool:
+        """Delete the schedule's row if its ``next_at`` is before ``before``."""
+        ...
 
     def timed_out(self, now: float, limit: int = 100) -> list[TimedOut]:
         """Runs past their start or finish deadline."""

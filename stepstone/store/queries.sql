@@ -225,8 +225,13 @@ ON CONFLICT (function_id, schedule) DO NOTHING;
 -- name: due_crons
 SELECT * FROM crons WHERE function_id IN ({function_ids}) AND next_at <= :now;
 
--- name: next_cron
-SELECT MIN(next_at) AS due FROM crons WHERE function_id IN ({function_ids});
+-- name: crons_of
+SELECT function_id, schedule, next_at FROM crons WHERE function_id IN ({function_ids});
+
+-- name: delete_stale_cron
+-- (A schedule some live worker hosts is advanced as soon as it is due, so its
+-- next_at is never long past; the condition keeps such a row.)
+DELETE FROM crons WHERE function_id = :function_id AND schedule = :schedule AND next_at < :before;
 
 -- name: advance_cron
 UPDATE crons SET next_at = :next_at

@@ -426,20 +426,31 @@ class SqlTx(SqlViews):
     def ensure_cron(self, function_id: str, schedule: str, next_at: float) -> None:
         self._exec("upsert_cron", {"function_id": function_id, "schedule": schedule, "next_at": next_at})
 
-    def due_crons(self, function_ids: Sequence[str], now: float) -> list[tuple[str, str, float]]:
-        rows = self._all("due_crons", {"now": now}, {"function_ids": function_ids})
-        return [(r["function_id"], r["schedule"], r["next_at"]) for r in rows]
+    def due_crons(self, schedules: Sequence[tuple[str, str]], now: float) -> list[tuple[str, str, float]]:
+        wanted = set(schedules)
+        rows = self._all("due_crons", {"now": now}, {"function_ids": sorted({f for f, _ in wanted})})
+        return [(r["function_id"], r["schedule"], float(r["next_at"])) for r in rows
+                if (r["function_id"], r["schedule"]) in wanted]
 
     def advance_cron(self, function_id: str, schedule: str, expected: float, next_at: float) -> bool:
         params = {"function_id": function_id, "schedule": schedule, "expected": expected,
                   "next_at": next_at}
         return int(self._exec("advance_cron", params).rowcount) == 1
 
-    def next_cron(self, function_ids: Sequence[str]) -> float | None:
+    def crons_of(self, function_ids: Sequence[str]) -> list[tuple[str, str, float]]:
         if not function_ids:
-            return None
-        row = self._exec("next_cron", {}, {"function_ids": function_ids}).fetchone()
-        return None if row is None or row["due"] is None else float(row["due"])
+            return []
+        rows = self._all("crons_of", {}, {"function_ids": function_ids})
+        return [(r["function_id"], r["schedule"], float(r["next_at"])) for r in rows]
+
+    def next_cron(self, schedules: Sequence[tuple[str, str]]) -> float | None:
+        wanted = set(schedules)
+        times = [at for f, s, at in self.crons_of(sorted({f for f, _ in wanted})) if (f, s) in wanted]
+        return min(times) if times else None
+
+    def delete_stale_cron(self, function_id: str, schedule: str, before: float) -> bool:
+        params = {"function_id": function_id, "schedule": schedule, "before": before}
+        return int(self._exec("delete_stale_cron", params).rowcount) == 1
 
     # -- timeouts ----------------------------------------------------------------------------------
     def timed_out(self, now: float, limit: int = 100) -> list[TimedOut]:

@@ -1,6 +1,7 @@
 -- Every query Stepstone runs, written once. Parameters are :named; the
 -- PostgreSQL store rewrites them. {lock} expands to FOR UPDATE SKIP LOCKED on
--- PostgreSQL and to nothing on SQLite (which serialises writers).
+-- PostgreSQL and {lock_wait} to FOR UPDATE (a writer waits for the row), both
+-- to nothing on SQLite (which serialises writers).
 
 -- name: upsert_function
 INSERT INTO functions (id, app, config, updated_at) VALUES (:id, :app, :config, :now)
@@ -350,7 +351,10 @@ DELETE FROM debounces WHERE run_id = :run_id;
 DELETE FROM batches WHERE run_id = :run_id;
 
 -- name: pending_item
-SELECT * FROM queue WHERE run_id = :run_id AND owner IS NULL AND fresh = 1;
+-- ({lock_wait}: a join waits for a lease pass holding the item; once that pass
+-- commits, the row is re-checked and no longer pending, and the join starts a
+-- new run instead of rewriting the leased one.)
+SELECT * FROM queue WHERE run_id = :run_id AND owner IS NULL AND fresh = 1 {lock_wait};
 
 -- name: move_item
 UPDATE queue SET available_at = :at, sort_at = :sort_at WHERE run_id = :run_id;

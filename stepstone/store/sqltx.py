@@ -259,7 +259,9 @@ class SqlTx(SqlViews):
         self._exec("delete_batch", {"key": key})
 
     def pending_item(self, run_id: str) -> bool:
-        """Whether the run is queued and was never leased (its events may change)."""
+        """Whether the run is queued and was never leased (its events may change).
+        A pending item is locked until the transaction ends (a lease pass skips
+        it); one a lease pass holds is waited for, then re-checked."""
         return self._one("pending_item", {"run_id": run_id}) is not None
 
     def move_item(self, run_id: str, at: float, sort_at: float) -> None:

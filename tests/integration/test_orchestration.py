@@ -446,3 +446,41 @@ def test_waits_and_invoke_from_both_handler_kinds(app: ss.App, mode: str) -> Non
 
     app.start()
     assert send_and_wait(app, ss.Event("h")).output == [{"v": 1}, 1]
+
+
+def _fail_if_asked(data: dict[str, Any]) -> str:
+    if data.get("fail"):
+        raise ss.NonRetriableError("asked to fail")
+    return "ok"
+
+
+def test_replay_and_rerun_respect_the_singleton_key(app: ss.App) -> None:
+    """Issue 12 defect 7: replaying (or re-running) an ended run whose singleton
+    key another active run holds would make two active runs for the key. They
+    are refused, naming the holder; once the key is free, the replayed run holds
+    it (a new event for the key is skipped)."""
+    @app.function(id="one", trigger=ss.on_event("one"), singleton=ss.Singleton(key="event.data.u", mode="skip"))
+    async def one(ctx: ss.Context) -> None:
+        await ctx.step.run("go", _fail_if_asked, ctx.event.data)
+        await ctx.step.sleep("z", "1h")
+
+    app.start()
+    failed = app.runs.wait(start(app, ss.Event("one", {"u": 1, "fail": True})), timeout="10s")
+    assert failed.status == "failed"
+    holder = start(app, ss.Event("one", {"u": 1}))
+    wait_status(app, holder, "sleeping")
+
+    with pytest.raises(ss.InvalidStateError, match=holder):
+        app.runs.replay(failed.id)
+    with pytest.raises(ss.InvalidStateError, match=holder):
+        app.runs.rerun_from(failed.id, "go")
+    assert app.runs.replay_many(function_id="one") == 0
+    active = [r.id for r in app.runs.list(function_id="one") if not r.ended]
+    assert active == [holder] and app.runs.get(failed.id).status == "failed"
+
+    app.runs.cancel(holder)
+    wait_status(app, holder, "cancelled")
+    app.runs.replay(failed.id)
+    assert not app.runs.get(failed.id).ended
+    late = start(app, ss.Event("one", {"u": 1}))
+    assert app.runs.get(late).status == "skipped"  # the replayed run holds the key

@@ -48,12 +48,21 @@ class Tx(Protocol):
     """Domain operations inside one transaction."""
 
     # --- functions registry ---------------------------------------------------
-    def register_functions(self, app: str, configs: dict[str, str], now: float) -> None:
-        """Upsert the JSON descriptions of ``app``'s functions by function id."""
+    def register_functions(self, app: str, configs: dict[str, str], now: float, *,
+                           retire_others: bool = False) -> None:
+        """Upsert the JSON descriptions of ``app``'s functions by function id
+        (bringing back any that were retired). With ``retire_others`` (a worker:
+        ``configs`` is the whole function set of the deployed code), the
+        functions ``app`` registered before and are not in ``configs`` are
+        retired; an empty ``configs`` retires nothing."""
         ...
 
     def load_functions(self) -> dict[str, tuple[str, str]]:
-        """Every registered function: ``{id: (app, config_json)}``."""
+        """Every registered function, retired ones included: ``{id: (app, config_json)}``."""
+        ...
+
+    def retired_functions(self) -> dict[str, float]:
+        """The retired functions: ``{id: retired_at}``."""
         ...
 
     # --- dedupe keys ------------------------------------------------------------

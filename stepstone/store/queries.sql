@@ -6,11 +6,19 @@
 -- name: upsert_function
 INSERT INTO functions (id, app, config, updated_at) VALUES (:id, :app, :config, :now)
 ON CONFLICT (id) DO UPDATE SET app = excluded.app, config = excluded.config,
-    updated_at = excluded.updated_at
-WHERE functions.config <> excluded.config OR functions.app <> excluded.app;
+    updated_at = excluded.updated_at, retired_at = NULL
+WHERE functions.config <> excluded.config OR functions.app <> excluded.app
+   OR functions.retired_at IS NOT NULL;
+
+-- name: retire_functions
+UPDATE functions SET retired_at = :now
+WHERE app = :app AND retired_at IS NULL AND id NOT IN ({function_ids});
 
 -- name: load_functions
 SELECT id, app, config FROM functions;
+
+-- name: retired_functions
+SELECT id, retired_at FROM functions WHERE retired_at IS NOT NULL;
 
 -- name: claim_key
 INSERT INTO dedupe (key, ref, expires_at) VALUES (:key, :ref, :expires_at)

@@ -75,12 +75,18 @@ class SqlTx(SqlViews):
     """Implements ``stepstone.store.base.Tx`` on one open transaction."""
 
     # -- functions ----------------------------------------------------------------
-    def register_functions(self, app: str, configs: dict[str, str], now: float) -> None:
+    def register_functions(self, app: str, configs: dict[str, str], now: float, *,
+                           retire_others: bool = False) -> None:
         for function_id, config in configs.items():
             self._exec("upsert_function", {"id": function_id, "app": app, "config": config, "now": now})
+        if retire_others and configs:
+            self._exec("retire_functions", {"app": app, "now": now}, {"function_ids": sorted(configs)})
 
     def load_functions(self) -> dict[str, tuple[str, str]]:
         return {row["id"]: (row["app"], row["config"]) for row in self._all("load_functions")}
+
+    def retired_functions(self) -> dict[str, float]:
+        return {row["id"]: float(row["retired_at"]) for row in self._all("retired_functions")}
 
     # -- dedupe ---------------------------------------------------------------------
     def claim_key(self, key: str, ref: str, expires_at: float, now: float) -> str | None:

@@ -11,7 +11,11 @@ host. Operators see retired functions (``stepstone functions``, ``GET
 from __future__ import annotations
 
 import asyncio
+import tempfile
 from collections.abc import Callable
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import stepstone as ss
 from stepstone.inventory import list_functions
@@ -74,3 +78,47 @@ def test_an_app_without_functions_retires_nothing(make_app: Callable[..., ss.App
     _deploy(make_app, "welcome-email").worker()
     make_app("mail").worker()  # e.g. a sending process of the same app, no functions imported
     assert _retired(make_app("ops")) == {"welcome-email": False}
+
+
+POOL = ("a", "b", "c", "d")
+deploys = st.lists(st.tuples(st.sampled_from(["mail", "billing"]), st.sets(st.sampled_from(POOL), max_size=3)),
+                   min_size=1, max_size=8)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=deploys)
+def test_after_any_sequence_of_deploys_events_reach_exactly_the_deployed_functions(
+        history: list[tuple[str, set[str]]]) -> None:
+    """The class of defect 8: whatever each deploy of two apps adds, renames or
+    drops, an event from a process without functions starts runs of exactly
+    the functions in each app's latest non-empty deploy (a function moved to
+    the other app follows it), and every other registered function is listed
+    as retired."""
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"sqlite:///{folder}/s.db"
+        latest: dict[str, set[str]] = {}
+        owner: dict[str, str] = {}
+        for i, (name, functions) in enumerate(history):
+            deploy = ss.App(name, database_url=url)
+            for function_id in sorted(functions):
+                deploy.function(id=f"{name}-{function_id}" if i % 2 else function_id,
+                                trigger=ss.on_event("go"))(lambda ctx: None)
+            deploy.worker()
+            deployed = set(deploy.registry.ids())
+            if deployed:
+                latest[name] = deployed
+                for function_id in deployed:
+                    for other, ids in latest.items():
+                        if other != name:
+                            ids.discard(function_id)  # it moved to this app
+                    owner[function_id] = name
+            deploy.close()
+        live = set().union(*latest.values()) if latest else set()
+        sender = ss.App("web", database_url=url)
+        try:
+            [event_id] = sender.send(ss.Event("go"))
+            assert {r.function_id for r in sender.runs.list(event_id=event_id)} == live
+            listed = {f.id: f.retired_at is None for f in sender.store.read_sync(list_functions)}
+            assert listed == {function_id: function_id in live for function_id in owner}
+        finally:
+            sender.close()

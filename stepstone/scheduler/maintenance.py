@@ -92,7 +92,12 @@ def timeouts_op(now: float, matcher: Registry) -> Callable[[Tx], int]:
         for item in tx.timed_out(now):
             limit = "start" if item.kind == "start" else "finish"
             reason = ErrorInfo("Timeout", f"the run exceeded timeouts.{limit}")
-            if item.leased:
+            # A plain read: a lease pass may be starting the run right now. Look
+            # again with the item locked (waiting for that pass) before acting.
+            leased = item.leased or tx.lock_lease(item.run_id, now)
+            if leased and not item.leased and item.kind == "start":
+                continue  # it started meanwhile (its lease cleared the start deadline)
+            if leased:
                 tx.flag_cancel(item.run_id)
                 tx.clear_deadlines(item.run_id)
             else:

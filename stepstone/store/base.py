@@ -214,6 +214,12 @@ class Tx(Protocol):
         """Whether a worker holds a live lease on the run."""
         ...
 
+    def lock_lease(self, run_id: str, now: float) -> bool:
+        """``is_leased`` for a writer about to act on the answer: the queue item
+        stays locked until the transaction ends, and one a lease pass holds is
+        waited for, so the answer cannot change before the caller acts on it."""
+        ...
+
     def flag_cancel(self, run_id: str) -> None:
         """Ask the worker holding the run to cancel it at its next step boundary."""
         ...

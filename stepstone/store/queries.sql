@@ -358,6 +358,11 @@ DELETE FROM debounces WHERE run_id = :run_id;
 -- name: drop_batch_of
 DELETE FROM batches WHERE run_id = :run_id;
 
+-- name: lease_of
+-- ({lock_wait}: a cancellation waits for a lease pass holding the item, then
+-- sees the lease and flags the run instead of ending it under its new owner.)
+SELECT owner, available_at FROM queue WHERE run_id = :run_id {lock_wait};
+
 -- name: pending_item
 -- ({lock_wait}: a join waits for a lease pass holding the item; once that pass
 -- commits, the row is re-checked and no longer pending, and the join starts a

@@ -375,7 +375,13 @@ class SqlTx(SqlViews):
             self._enqueue(run_id, run.function_id, spec, now, now, None, None)
 
     def is_leased(self, run_id: str, now: float) -> bool:
-        item = self._one("queue_item", {"run_id": run_id})
+        return self._leased(self._one("queue_item", {"run_id": run_id}), now)
+
+    def lock_lease(self, run_id: str, now: float) -> bool:
+        return self._leased(self._one("lease_of", {"run_id": run_id}), now)  # locked: see queries.sql
+
+    @staticmethod
+    def _leased(item: Any, now: float) -> bool:
         return bool(item is not None and item["owner"] is not None
                     and item["available_at"] is not None and item["available_at"] > now)
 

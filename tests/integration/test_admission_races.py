@@ -18,8 +18,10 @@ import pytest
 
 import stepstone as ss
 from stepstone.ingest import ingest, prepare
+from stepstone.lifecycle import cancel_run
 from stepstone.registry import Registry
 from stepstone.scheduler.leasing import lease
+from stepstone.scheduler.maintenance import timeouts_op
 from stepstone.store.base import Store, Tx, make_store
 from stepstone.store.rows import RunFilter
 
@@ -140,3 +142,88 @@ def test_a_lease_racing_an_uncommitted_join_takes_the_joined_events(db_url: str,
     expected = ["late"] if kind == "debounce" else ["first", "late"]
     assert [e.id for e in taken.events] == expected
     assert _events_by_run(store) == {taken.run.id: expected}
+
+
+def _singleton_registry() -> Registry:
+    app = ss.App("races", database_url="sqlite:///never-opened.db")  # only its registry is used
+    app.function(id="acc", trigger=ss.on_event("e"),
+                 singleton=ss.Singleton(key=None, mode="cancel"))(lambda ctx: None)
+    return app.registry
+
+
+def _cancel_by_singleton(store: Store, registry: Registry, holder: str, now: float) -> None:
+    _send(store, registry, "late", now)  # a new run replaces the holder
+
+
+def _cancel_by_operator(store: Store, registry: Registry, holder: str, now: float) -> None:
+    store.transact_sync(lambda tx: cancel_run(tx, holder, now, registry))
+
+
+CANCELS = {"singleton": _cancel_by_singleton, "operator": _cancel_by_operator}
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+@pytest.mark.parametrize("how", sorted(CANCELS))
+def test_a_cancel_racing_an_uncommitted_lease_flags_the_leased_run(db_url: str, store: Store, how: str) -> None:
+    """A cancellation (a singleton ``cancel`` admission, or an operator's) that
+    looks at a queued run while a lease pass holds it uncommitted must not end
+    the run under the worker that is about to execute it (the worker would run
+    a step of a cancelled run): it waits, sees the lease and flags the run, which
+    the worker cancels at its next step boundary."""
+    registry = _singleton_registry()
+    _send(store, registry, "first", NOW)
+    [holder] = _events_by_run(store)
+    until = NOW + 60
+    taken: list[Any] = []
+    done = threading.Event()
+    failures: list[BaseException] = []
+
+    def cancel() -> None:
+        try:
+            CANCELS[how](store, registry, holder, NOW + 1)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            failures.append(exc)
+        done.set()
+
+    thread = threading.Thread(target=cancel)
+    with uncommitted(db_url, lambda tx: taken.extend(lease(tx, "w1", registry, 1, NOW, until))):
+        assert [lr.run.id for lr in taken] == [holder]
+        thread.start()
+        wait_for(lambda: done.is_set() or _blocked_backends(db_url) > 0, 10, "the cancel to wait or finish")
+    thread.join(10)
+    assert not failures, failures
+    assert query(db_url, f"SELECT owner, cancel_requested FROM queue WHERE run_id = '{holder}'") == [("w1", 1)]
+    assert query(db_url, f"SELECT status FROM runs WHERE id = '{holder}'") == [("running",)]
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_a_start_timeout_racing_an_uncommitted_lease_leaves_the_started_run(db_url: str, store: Store) -> None:
+    """The start-timeout duty read the run as queued past its deadline while a
+    lease pass was starting it: the duty waits for the lease and leaves the
+    started run alone (it must not delete its queue item under the worker)."""
+    app = ss.App("races", database_url="sqlite:///never-opened.db")  # only its registry is used
+    app.function(id="acc", trigger=ss.on_event("e"), timeouts=ss.Timeouts(start="1s"))(lambda ctx: None)
+    registry = app.registry
+    _send(store, registry, "first", NOW)
+    [run_id] = _events_by_run(store)
+    late, until = NOW + 2, NOW + 62
+    taken: list[Any] = []
+    done = threading.Event()
+    failures: list[BaseException] = []
+
+    def duty() -> None:
+        try:
+            store.transact_sync(timeouts_op(late, registry))
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            failures.append(exc)
+        done.set()
+
+    thread = threading.Thread(target=duty)
+    with uncommitted(db_url, lambda tx: taken.extend(lease(tx, "w1", registry, 1, late, until))):
+        assert [lr.run.id for lr in taken] == [run_id]
+        thread.start()
+        wait_for(lambda: done.is_set() or _blocked_backends(db_url) > 0, 10, "the duty to wait or finish")
+    thread.join(10)
+    assert not failures, failures
+    assert query(db_url, f"SELECT owner, cancel_requested FROM queue WHERE run_id = '{run_id}'") == [("w1", 0)]
+    assert query(db_url, f"SELECT status FROM runs WHERE id = '{run_id}'") == [("running",)]

@@ -252,7 +252,7 @@ def _rerun_op(run_id: str, step_id: str, now: float) -> Callable[[Tx], str]:
             id=new_run, function_id=run.function_id, event_seqs=[e.seq for e in events],
             event_ids=[e.id for e in events], available_at=now, created_at=now,
             meta=serde.dumps({"rerun_of": run_id, "from_step": step_id}, what="meta"),
-            singleton_key=run.singleton_key,
+            singleton_key=run.singleton_key, spec=tx.queue_spec(run_id),
         ))
         kept = [StepRow(**{**s.__dict__, "run_id": new_run}) for s in steps
                 if s.position < cut and s.status == "completed"]

@@ -29,6 +29,7 @@ from stepstone.store.rows import (
     LeasedRun,
     NewRun,
     QueueItem,
+    QueueSpec,
     RunCountRow,
     RunFilter,
     RunRow,
@@ -208,6 +209,11 @@ class Tx(Protocol):
     def requeue_run(self, run_id: str, now: float, reset_steps: Sequence[str] | None) -> None:
         """Put an ended run back in the queue (replay). ``reset_steps`` lists step
         ids to forget (failed ones, or every step from a rerun point)."""
+        ...
+
+    def queue_spec(self, run_id: str) -> QueueSpec | None:
+        """Where the run was placed in the queue when it was created (partition,
+        concurrency keys, throttle key); ``None`` if not recorded."""
         ...
 
     def is_leased(self, run_id: str, now: float) -> bool:

@@ -370,9 +370,13 @@ class SqlTx(SqlViews):
             self._exec("delete_step", {"run_id": run_id, "step_id": step_id})
         self._exec("reopen_run", {"id": run_id, "status": "queued" if run.started_at is None else "running"})
         if self._one("queue_item", {"run_id": run_id}) is None:
-            raw = self._one("get_run", {"id": run_id})["queue_spec"]
-            spec = QueueSpec(**json.loads(raw)) if raw else QueueSpec(run.function_id)
+            spec = self.queue_spec(run_id) or QueueSpec(run.function_id)
             self._enqueue(run_id, run.function_id, spec, now, now, None, None)
+
+    def queue_spec(self, run_id: str) -> QueueSpec | None:
+        row = self._one("get_run", {"id": run_id})
+        raw = None if row is None else row["queue_spec"]
+        return QueueSpec(**json.loads(raw)) if raw else None
 
     def is_leased(self, run_id: str, now: float) -> bool:
         return self._leased(self._one("queue_item", {"run_id": run_id}), now)

@@ -193,12 +193,16 @@ class App:
                 self._store = store
             return self._store
 
-    def _register(self, store: Store) -> None:
+    def _register(self, store: Store, *, retire_others: bool = False) -> None:
+        """Write this app's function descriptions to the store. A worker passes
+        ``retire_others``: its code is a deploy of this app, so the functions the
+        app registered before and no longer has are retired (see README,
+        "Deploys")."""
         configs = {fn.id: serde.dumps(fn.describe(), what="function config") for fn in self.registry}
         name, now = self.name, self.clock.now()
 
         def op(tx: Tx) -> None:
-            tx.register_functions(name, configs, now)
+            tx.register_functions(name, configs, now, retire_others=retire_others)
 
         store.transact_sync(op)
 
@@ -277,9 +281,12 @@ class App:
     # -- workers -----------------------------------------------------------------------------------
     def worker(self, *, concurrency: int = 10, instance_id: str | None = None,
                lease_ttl: float = 15.0) -> Worker:
-        """A worker for this app's functions (not started)."""
+        """A worker for this app's functions (not started). Creating it retires the
+        functions this app registered before and no longer has."""
+        store = self._store_ready()
+        self._register(store, retire_others=True)
         worker = Worker(
-            store=self._store_ready(), registry=self.registry, clock=self.clock,
+            store=store, registry=self.registry, clock=self.clock,
             app_name=self.name, app_version=self.app_version, concurrency=concurrency,
             instance_id=instance_id, lease_ttl=lease_ttl, on_run_end=self._run_changed,
             matcher=lambda: self.catalog.registry(self._store_ready()),

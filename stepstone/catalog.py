@@ -5,6 +5,10 @@ process (an app that only sends, a worker of another app, the HTTP server
 without user code) rebuilds those descriptions into definitions without
 handlers, so that an event sent anywhere starts runs of every function it
 triggers, with that function's flow control.
+
+A retired function (one its app's current deploy no longer registers) is left
+out: events stop starting runs of it. A process whose own code still has it
+(an old worker in a rolling deploy) keeps matching it through its own registry.
 """
 
 from __future__ import annotations
@@ -78,8 +82,8 @@ def rebuild(description: dict[str, Any]) -> FunctionDef:
 
 
 class Catalog:
-    """This app's functions plus every function registered in the store,
-    refreshed at most every ``ttl`` seconds."""
+    """This app's functions plus every function registered in the store and not
+    retired, refreshed at most every ``ttl`` seconds."""
 
     def __init__(self, own: Registry, ttl: float = 2.0) -> None:
         self.own = own
@@ -113,15 +117,15 @@ class Catalog:
             self._merged = None
 
     def _load(self, store: Store) -> Registry:
-        def op(tx: Tx) -> dict[str, tuple[str, str]]:
-            return tx.load_functions()
+        def op(tx: Tx) -> tuple[dict[str, tuple[str, str]], dict[str, float]]:
+            return tx.load_functions(), tx.retired_functions()
 
-        rows = store.read_sync(op)
+        rows, retired = store.read_sync(op)
         merged = Registry()
         for fn in self.own:
             merged.add_definition(fn)
         for function_id, (_app, config) in sorted(rows.items()):
-            if merged.get(function_id) is None:
+            if merged.get(function_id) is None and function_id not in retired:
                 merged.add_definition(rebuild(json.loads(config)))
         return merged
 

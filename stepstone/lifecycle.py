@@ -41,7 +41,7 @@ def cancel_run(tx: Tx, run_id: str, now: float, matcher: Registry,
     run = tx.get_run(run_id)
     if run is None or run.status in ENDED_STATUSES:
         return run.status if run else ""
-    if tx.is_leased(run_id, now):
+    if tx.lock_lease(run_id, now):
         tx.flag_cancel(run_id)
         return run.status
     end_run(tx, run, CANCELLED, None, reason, now, matcher)

@@ -29,6 +29,7 @@ from stepstone.expressions import Expression, compile_expression
 from stepstone.ids import new_id
 from stepstone.lifecycle import cancel_run
 from stepstone.registry import Registry
+from stepstone.scheduler.admission import claim_singleton
 from stepstone.store.base import Tx
 from stepstone.store.rows import (
     ACTIVE_STATUSES,
@@ -210,6 +211,7 @@ def _replay_op(run_id: str, now: float) -> Callable[[Tx], None]:
             raise NotFoundError(f"no run {run_id!r}")
         if run.status not in (FAILED, CANCELLED):
             raise InvalidStateError(f"run {run_id} is {run.status}; only failed or cancelled runs replay")
+        _claim_singleton(tx, run, run_id, now, "replay")
         unfinished = [s for s in tx.get_steps(run_id) if s.status != "completed"]
         # The failed attempt's memo is about to go: keep it in the trace.
         kept = [SpanRow(run_id, "step", s.step_id, s.started_at, s.ended_at, s.status,
@@ -219,6 +221,18 @@ def _replay_op(run_id: str, now: float) -> Callable[[Tx], None]:
         tx.save_steps([], [*kept, SpanRow(run_id, "replay", "replay", now, now, "ok",
                                           detail=f"replayed from {run.status}")])
     return op
+
+
+def _claim_singleton(tx: Tx, run: RunRow, claimant: str, now: float, action: str) -> None:
+    """A replay or re-run makes a run active: it claims the singleton key of the
+    run it starts from, and is refused while another active run holds it (whatever
+    the function's mode: an operator's action never skips or cancels silently)."""
+    if run.singleton_key is None:
+        return
+    holder = claim_singleton(tx, run.singleton_key, claimant, now)
+    if holder is not None:
+        raise InvalidStateError(f"cannot {action} run {run.id}: run {holder} is active for its singleton key "
+                                f"(cancel it or wait for it to end)")
 
 
 def _rerun_op(run_id: str, step_id: str, now: float) -> Callable[[Tx], str]:
@@ -232,11 +246,13 @@ def _rerun_op(run_id: str, step_id: str, now: float) -> Callable[[Tx], str]:
             raise NotFoundError(f"run {run_id} has no step {step_id!r}")
         cut = by_id[step_id].position
         new_run = new_id(now)
+        _claim_singleton(tx, run, new_run, now, "re-run")
         events = tx.get_events(run_id)
         tx.create_run(NewRun(
             id=new_run, function_id=run.function_id, event_seqs=[e.seq for e in events],
             event_ids=[e.id for e in events], available_at=now, created_at=now,
             meta=serde.dumps({"rerun_of": run_id, "from_step": step_id}, what="meta"),
+            singleton_key=run.singleton_key, spec=tx.queue_spec(run_id),
         ))
         kept = [StepRow(**{**s.__dict__, "run_id": new_run}) for s in steps
                 if s.position < cut and s.status == "completed"]
@@ -293,7 +309,10 @@ def _bulk(action: str, now: float, matcher: Registry, *, function_id: str | None
         return True
 
     def replay(tx: Tx, row: RunRow) -> bool:
-        _replay_op(row.id, now)(tx)
+        try:
+            _replay_op(row.id, now)(tx)
+        except InvalidStateError:
+            return False  # its singleton key is held by another active run (checked before any write)
         return True
 
     return _Bulk(where, condition, cancel if action == "cancel" else replay)

@@ -157,7 +157,7 @@ class TestEnv:
 
     def _next_due(self) -> float | None:
         assert self._worker is not None
-        ids, crons = self.app.registry.ids(), self._worker._cron_ids()
+        ids, crons = self.app.registry.ids(), self._worker._schedules()
 
         def op(tx: Tx) -> float | None:
             times = [t for t in (tx.next_due(ids), tx.next_cron(crons), tx.next_deadline())

@@ -43,7 +43,13 @@ from stepstone.function import FunctionDef
 from stepstone.middleware import Middleware
 from stepstone.registry import Registry
 from stepstone.scheduler.leasing import lease
-from stepstone.scheduler.maintenance import cron_op, next_duty_op, register_crons_op, timeouts_op
+from stepstone.scheduler.maintenance import (
+    cron_op,
+    next_duty_op,
+    register_crons_op,
+    schedules_of,
+    timeouts_op,
+)
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import ENDED_STATUSES, LeasedRun, WorkerRow
 
@@ -241,8 +247,9 @@ class Worker:
         """One turn of the lease loop: duties if due, else a lease pass if
         warranted, else wait until one is."""
         if self._duty_due is not None and self._duty_due <= self.clock.now():
-            await self._duties()
-            return
+            await self._duties()  # then lease: duties never starve leasing
+            if self._stopping:
+                return
         free = self.concurrency - len(self.inflight)
         if free > 0 and self._want_lease:
             self._want_lease = False
@@ -260,7 +267,7 @@ class Worker:
     async def _lease(self, free: int) -> tuple[list[LeasedRun], float | None, float | None]:
         owner, ids, now = self.lease_owner, self._function_ids, self.clock.now()
         until, version = now + self.lease_ttl, self.app_version
-        duty = next_duty_op(self._cron_ids())
+        duty = next_duty_op(self._schedules())
 
         registry = self.registry
 
@@ -278,8 +285,10 @@ class Worker:
     def _cron_functions(self) -> list[FunctionDef]:
         return [fn for fn in self.registry if fn.cron_triggers]
 
-    def _cron_ids(self) -> list[str]:
-        return [fn.id for fn in self._cron_functions()]
+    def _schedules(self) -> list[tuple[str, str]]:
+        """The (function id, schedule) pairs this worker's code hosts: the only
+        cron rows whose times it waits for (another deploy's are not its duty)."""
+        return schedules_of(self.registry)
 
     async def _duties(self) -> None:
         """Run the periodic duties. A failure postpones them by ``DUTY_RETRY`` so
@@ -289,14 +298,14 @@ class Worker:
         try:
             matcher = self.matcher()
             crons = self._cron_functions()
+            await self.store.transact(register_crons_op(list(self.registry), now))
             if crons:
-                await self.store.transact(register_crons_op(crons, now))
                 await self.store.transact(cron_op(crons, now, matcher))
             await self.store.transact(timeouts_op(now, matcher))
             if now - self._pruned_at > PRUNE_EVERY:
                 self._pruned_at = now
                 await self.store.transact(lambda tx: tx.prune_keys(now))
-            self._duty_due = await self.store.read(next_duty_op(self._cron_ids()))
+            self._duty_due = await self.store.read(next_duty_op(self._schedules()))
         except StoreError as exc:
             log.warning("worker %s: periodic duties failed (%s); retrying", self.id, exc)
             self._duty_due = now + DUTY_RETRY

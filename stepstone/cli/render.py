@@ -79,11 +79,14 @@ def spans_table(spans: Sequence[Span]) -> None:
 
 
 def functions_table(functions: Sequence[FunctionInfo]) -> None:
-    table = Table("function", "app", "triggers", "retries", "flow control")
+    table = Table("function", "app", "triggers", "retries", "flow control", "retired")
     for f in functions:
         triggers = ", ".join(_trigger(t) for t in f.triggers) or "-"
         flow = ", ".join(sorted(k for k, v in f.config.items() if v is not None)) or "-"
-        table.add_row(f.id, f.app, triggers, str(f.retries), flow)
+        retired = "-"
+        if f.retired_at is not None:
+            retired = f"{datetime.fromtimestamp(f.retired_at, UTC):%Y-%m-%d %H:%M}Z"
+        table.add_row(f.id, f.app, triggers, str(f.retries), flow, retired)
     console.print(table)
 
 

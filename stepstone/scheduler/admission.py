@@ -194,16 +194,30 @@ def _singleton(tx: Tx, fn: FunctionDef, run_id: str, variables: dict[str, Any], 
         return None, None
     config, expression = fn.flow.singleton
     key = f"singleton:{fn.id}:{canonical(expression.key(variables) if expression else None)}"
-    holder = tx.claim_key(key, run_id, now + FOREVER, now)
-    if holder:
-        current = tx.get_run(holder)
-        if current is not None and current.status not in ENDED_STATUSES:
-            if config.mode == "skip":
-                return None, f"singleton: run {holder} is active for this key"
-            from stepstone.lifecycle import cancel_run
+    holder = claim_singleton(tx, key, run_id, now)
+    if holder is not None:
+        if config.mode == "skip":
+            return None, f"singleton: run {holder} is active for this key"
+        from stepstone.lifecycle import cancel_run
 
-            cancel_run(tx, holder, now, registry,
-                       ErrorInfo("Cancelled", f"replaced by run {run_id} (singleton)"))
+        cancel_run(tx, holder, now, registry,
+                   ErrorInfo("Cancelled", f"replaced by run {run_id} (singleton)"))
         tx.release_key(key, holder)
         tx.claim_key(key, run_id, now + FOREVER, now)
     return key, None
+
+
+def claim_singleton(tx: Tx, key: str, run_id: str, now: float) -> str | None:
+    """Claim a singleton ``key`` for ``run_id`` (a new run, or a replayed or re-run
+    one: every way a run becomes active goes through here). Returns the other
+    active run that holds the key, claiming nothing; a claim left by an ended
+    run is taken over."""
+    holder = tx.claim_key(key, run_id, now + FOREVER, now)
+    if not holder or holder == run_id:
+        return None
+    current = tx.get_run(holder)
+    if current is not None and current.status not in ENDED_STATUSES:
+        return holder
+    tx.release_key(key, holder)
+    tx.claim_key(key, run_id, now + FOREVER, now)
+    return None

@@ -9,7 +9,7 @@ timed-out run is ended by whoever gets there first (``end_run`` is idempotent).
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 
 from stepstone.errors import ErrorInfo
@@ -26,28 +26,46 @@ from stepstone.store.rows import CANCELLED
 CRON_EVENT = "stepstone/cron"
 
 
+STALE_SCHEDULE = 86400.0  # a schedule overdue this long has no live host
+
+
+def schedules_of(functions: Iterable[FunctionDef]) -> list[tuple[str, str]]:
+    """The ``(function id, schedule)`` pairs these definitions host."""
+    return [(fn.id, trigger.cron) for fn in functions for trigger in fn.cron_triggers]
+
+
 def register_crons_op(functions: Sequence[FunctionDef], now: float) -> Callable[[Tx], None]:
-    """Create each schedule's row (first tick after ``now``) unless it exists."""
+    """Create each schedule's row (first tick after ``now``) unless it exists, and
+    delete the rows of these functions' other schedules once they are stale.
+
+    Rows are keyed by (function, schedule text), so in a rolling deploy old and
+    new workers each tick the schedules their code has. A schedule no deployed
+    code has any more is ignored by everyone (duties look only at their own
+    pairs) and removed here when it is ``STALE_SCHEDULE`` overdue: a live host
+    advances its row as soon as it is due, so such a row has none.
+    """
+    hosted = set(schedules_of(functions))
+
     def op(tx: Tx) -> None:
         for fn in functions:
             for trigger in fn.cron_triggers:
                 tx.ensure_cron(fn.id, trigger.cron,
                                next_tick(trigger.expression, trigger.timezone, now))
+        for function_id, schedule, _next_at in tx.crons_of([fn.id for fn in functions]):
+            if (function_id, schedule) not in hosted:
+                tx.delete_stale_cron(function_id, schedule, now - STALE_SCHEDULE)
     return op
 
 
 def cron_op(functions: Sequence[FunctionDef], now: float, matcher: Registry) -> Callable[[Tx], int]:
     """Start one run per due schedule. After downtime only the latest missed tick
     runs (no storm); the next tick is computed from now."""
-    by_id = {fn.id: fn for fn in functions}
+    hosted = {(fn.id, trigger.cron): (fn, trigger) for fn in functions for trigger in fn.cron_triggers}
 
     def op(tx: Tx) -> int:
         started = 0
-        for function_id, schedule, expected in tx.due_crons(list(by_id), now):
-            fn = by_id[function_id]
-            trigger = next((t for t in fn.cron_triggers if t.cron == schedule), None)
-            if trigger is None:
-                continue
+        for function_id, schedule, expected in tx.due_crons(list(hosted), now):
+            fn, trigger = hosted[(function_id, schedule)]
             tick = latest_tick(trigger.expression, trigger.timezone, now) or expected
             following = next_tick(trigger.expression, trigger.timezone, now)
             if not tx.advance_cron(function_id, schedule, expected, following):
@@ -74,7 +92,12 @@ def timeouts_op(now: float, matcher: Registry) -> Callable[[Tx], int]:
         for item in tx.timed_out(now):
             limit = "start" if item.kind == "start" else "finish"
             reason = ErrorInfo("Timeout", f"the run exceeded timeouts.{limit}")
-            if item.leased:
+            # A plain read: a lease pass may be starting the run right now. Look
+            # again with the item locked (waiting for that pass) before acting.
+            leased = item.leased or tx.lock_lease(item.run_id, now)
+            if leased and not item.leased and item.kind == "start":
+                continue  # it started meanwhile (its lease cleared the start deadline)
+            if leased:
                 tx.flag_cancel(item.run_id)
                 tx.clear_deadlines(item.run_id)
             else:
@@ -86,11 +109,14 @@ def timeouts_op(now: float, matcher: Registry) -> Callable[[Tx], int]:
     return op
 
 
-def next_duty_op(cron_ids: Sequence[str]) -> Callable[[Tx], float | None]:
+def next_duty_op(schedules: Sequence[tuple[str, str]]) -> Callable[[Tx], float | None]:
+    """When the next duty is due: the earliest of the caller's own schedules
+    (``(function id, schedule)`` pairs) and the earliest run deadline."""
     def op(tx: Tx) -> float | None:
-        times = [t for t in (tx.next_cron(cron_ids), tx.next_deadline()) if t is not None]
+        times = [t for t in (tx.next_cron(schedules), tx.next_deadline()) if t is not None]
         return min(times) if times else None
     return op
 
 
-__all__ = ["CRON_EVENT", "cron_op", "next_duty_op", "register_crons_op", "timeouts_op"]
+__all__ = ["CRON_EVENT", "STALE_SCHEDULE", "cron_op", "next_duty_op", "register_crons_op", "schedules_of",
+           "timeouts_op"]

@@ -287,15 +287,21 @@ class FunctionOut(BaseModel):
     retries: int
     failure_of: str | None = Field(None, description="For an on_failure handler: the function it serves")
     config: dict[str, Any] = Field(description="Flow control, back-off and timeouts as registered")
+    retired: bool = Field(False, description="Its app's current deploy no longer registers it: events "
+                                             "start no runs of it; its queued runs can be cancelled")
+    retired_at: datetime | None = None
 
     @classmethod
     def of(cls, info: FunctionInfo) -> FunctionOut:
         return cls(id=info.id, app=info.app, retries=info.retries, failure_of=info.failure_of,
-                   triggers=[TriggerOut.model_validate(t) for t in info.triggers], config=info.config)
+                   triggers=[TriggerOut.model_validate(t) for t in info.triggers], config=info.config,
+                   retired=info.retired_at is not None, retired_at=_dt(info.retired_at))
 
     def to_info(self) -> FunctionInfo:
         triggers = [t.model_dump(by_alias=True, exclude_none=True) for t in self.triggers]
-        return FunctionInfo(self.id, self.app, triggers, self.retries, self.failure_of, self.config)
+        retired_at = None if self.retired_at is None else self.retired_at.timestamp()
+        return FunctionInfo(self.id, self.app, triggers, self.retries, self.failure_of, self.config,
+                            retired_at)
 
 
 class FunctionList(BaseModel):

@@ -31,6 +31,7 @@ from stepstone.store.rows import (
     LeasedRun,
     NewRun,
     QueueItem,
+    QueueSpec,
     RunCountRow,
     RunFilter,
     RunRow,
@@ -50,12 +51,21 @@ class Tx(Protocol):
     """Domain operations inside one transaction."""
 
     # --- functions registry ---------------------------------------------------
-    def register_functions(self, app: str, configs: dict[str, str], now: float) -> None:
-        """Upsert the JSON descriptions of ``app``'s functions by function id."""
+    def register_functions(self, app: str, configs: dict[str, str], now: float, *,
+                           retire_others: bool = False) -> None:
+        """Upsert the JSON descriptions of ``app``'s functions by function id
+        (bringing back any that were retired). With ``retire_others`` (a worker:
+        ``configs`` is the whole function set of the deployed code), the
+        functions ``app`` registered before and are not in ``configs`` are
+        retired; an empty ``configs`` retires nothing."""
         ...
 
     def load_functions(self) -> dict[str, tuple[str, str]]:
-        """Every registered function: ``{id: (app, config_json)}``."""
+        """Every registered function, retired ones included: ``{id: (app, config_json)}``."""
+        ...
+
+    def retired_functions(self) -> dict[str, float]:
+        """The retired functions: ``{id: retired_at}``."""
         ...
 
     # --- dedupe keys ------------------------------------------------------------
@@ -214,8 +224,19 @@ class Tx(Protocol):
         ids to forget (failed ones, or every step from a rerun point)."""
         ...
 
+    def queue_spec(self, run_id: str) -> QueueSpec | None:
+        """Where the run was placed in the queue when it was created (partition,
+        concurrency keys, throttle key); ``None`` if not recorded."""
+        ...
+
     def is_leased(self, run_id: str, now: float) -> bool:
         """Whether a worker holds a live lease on the run."""
+        ...
+
+    def lock_lease(self, run_id: str, now: float) -> bool:
+        """``is_leased`` for a writer about to act on the answer: the queue item
+        stays locked until the transaction ends, and one a lease pass holds is
+        waited for, so the answer cannot change before the caller acts on it."""
         ...
 
     def flag_cancel(self, run_id: str) -> None:
@@ -282,13 +303,26 @@ class Tx(Protocol):
         """Create the schedule's row if missing (keeps an existing ``next_at``)."""
         ...
 
-    def due_crons(self, function_ids: Sequence[str], now: float) -> list[tuple[str, str, float]]: ...
+    def due_crons(self, schedules: Sequence[tuple[str, str]], now: float) -> list[tuple[str, str, float]]:
+        """The rows of these ``(function id, schedule)`` pairs due by ``now``: other
+        schedules of the same functions (another deploy's) are not this caller's."""
+        ...
 
     def advance_cron(self, function_id: str, schedule: str, expected: float, next_at: float) -> bool:
         """Compare-and-set ``next_at``: ``True`` for the one caller that claims the tick."""
         ...
 
-    def next_cron(self, function_ids: Sequence[str]) -> float | None: ...
+    def next_cron(self, schedules: Sequence[tuple[str, str]]) -> float | None:
+        """The earliest ``next_at`` of these ``(function id, schedule)`` pairs."""
+        ...
+
+    def crons_of(self, function_ids: Sequence[str]) -> list[tuple[str, str, float]]:
+        """Every schedule row of these functions: ``(function id, schedule, next_at)``."""
+        ...
+
+    def delete_stale_cron(self, function_id: str, schedule: str, before: float) -> bool:
+        """Delete the schedule's row if its ``next_at`` is before ``before``."""
+        ...
 
     def timed_out(self, now: float, limit: int = 100) -> list[TimedOut]:
         """Runs past their start or finish deadline."""

@@ -45,7 +45,7 @@ from stepstone.store.sqltx import SqlTx
 T = TypeVar("T")
 
 DIALECT = Dialect(
-    "postgres", lock="FOR UPDATE SKIP LOCKED", fence_raises=True, pyformat=True,
+    "postgres", lock="FOR UPDATE SKIP LOCKED", lock_wait="FOR UPDATE", fence_raises=True, pyformat=True,
     key_lock="SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))",
     key_try_lock="SELECT pg_try_advisory_xact_lock(hashtextextended(%(key)s, 0)) AS ok",
     server_clock="SELECT extract(epoch FROM clock_timestamp())::float8 AS now",

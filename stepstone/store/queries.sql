@@ -1,15 +1,24 @@
 -- Every query Stepstone runs, written once. Parameters are :named; the
 -- PostgreSQL store rewrites them. {lock} expands to FOR UPDATE SKIP LOCKED on
--- PostgreSQL and to nothing on SQLite (which serialises writers).
+-- PostgreSQL and {lock_wait} to FOR UPDATE (a writer waits for the row), both
+-- to nothing on SQLite (which serialises writers).
 
 -- name: upsert_function
 INSERT INTO functions (id, app, config, updated_at) VALUES (:id, :app, :config, :now)
 ON CONFLICT (id) DO UPDATE SET app = excluded.app, config = excluded.config,
-    updated_at = excluded.updated_at
-WHERE functions.config <> excluded.config OR functions.app <> excluded.app;
+    updated_at = excluded.updated_at, retired_at = NULL
+WHERE functions.config <> excluded.config OR functions.app <> excluded.app
+   OR functions.retired_at IS NOT NULL;
+
+-- name: retire_functions
+UPDATE functions SET retired_at = :now
+WHERE app = :app AND retired_at IS NULL AND id NOT IN ({function_ids});
 
 -- name: load_functions
 SELECT id, app, config FROM functions;
+
+-- name: retired_functions
+SELECT id, retired_at FROM functions WHERE retired_at IS NOT NULL;
 
 -- name: claim_key
 INSERT INTO dedupe (key, ref, expires_at) VALUES (:key, :ref, :expires_at)
@@ -251,8 +260,13 @@ ON CONFLICT (function_id, schedule) DO NOTHING;
 -- name: due_crons
 SELECT * FROM crons WHERE function_id IN ({function_ids}) AND next_at <= :now;
 
--- name: next_cron
-SELECT MIN(next_at) AS due FROM crons WHERE function_id IN ({function_ids});
+-- name: crons_of
+SELECT function_id, schedule, next_at FROM crons WHERE function_id IN ({function_ids});
+
+-- name: delete_stale_cron
+-- (A schedule some live worker hosts is advanced as soon as it is due, so its
+-- next_at is never long past; the condition keeps such a row.)
+DELETE FROM crons WHERE function_id = :function_id AND schedule = :schedule AND next_at < :before;
 
 -- name: advance_cron
 UPDATE crons SET next_at = :next_at
@@ -370,8 +384,16 @@ DELETE FROM debounces WHERE run_id = :run_id;
 -- name: drop_batch_of
 DELETE FROM batches WHERE run_id = :run_id;
 
+-- name: lease_of
+-- ({lock_wait}: a cancellation waits for a lease pass holding the item, then
+-- sees the lease and flags the run instead of ending it under its new owner.)
+SELECT owner, available_at FROM queue WHERE run_id = :run_id {lock_wait};
+
 -- name: pending_item
-SELECT * FROM queue WHERE run_id = :run_id AND owner IS NULL AND fresh = 1;
+-- ({lock_wait}: a join waits for a lease pass holding the item; once that pass
+-- commits, the row is re-checked and no longer pending, and the join starts a
+-- new run instead of rewriting the leased one.)
+SELECT * FROM queue WHERE run_id = :run_id AND owner IS NULL AND fresh = 1 {lock_wait};
 
 -- name: move_item
 UPDATE queue SET available_at = :at, sort_at = :sort_at WHERE run_id = :run_id;

@@ -29,7 +29,8 @@ class Dialect:
     """What differs between databases, kept small."""
 
     name: str
-    lock: str = ""
+    lock: str = ""  # {lock}: lock the rows read, skipping rows another transaction holds
+    lock_wait: str = ""  # {lock_wait}: lock the rows read, waiting for their holders
     pyformat: bool = False
     key_lock: str | None = None  # SQL taking a transaction-scoped lock on :key (None: writers are serial)
     key_try_lock: str | None = None  # the same without waiting; returns one row, column "ok"
@@ -46,7 +47,7 @@ class Dialect:
             return cached
         text = _raw_queries()[name]
         expansions = {k: ", ".join(f":{k}_{i}" for i in range(n)) or "NULL" for k, n in lists.items()}
-        text = text.replace("{lock}", self.lock)
+        text = text.replace("{lock}", self.lock).replace("{lock_wait}", self.lock_wait)
         for k, v in expansions.items():
             text = text.replace("{" + k + "}", v)
         if self.pyformat:

@@ -76,12 +76,18 @@ class SqlTx(SqlViews):
     """Implements ``stepstone.store.base.Tx`` on one open transaction."""
 
     # -- functions ----------------------------------------------------------------
-    def register_functions(self, app: str, configs: dict[str, str], now: float) -> None:
+    def register_functions(self, app: str, configs: dict[str, str], now: float, *,
+                           retire_others: bool = False) -> None:
         for function_id, config in configs.items():
             self._exec("upsert_function", {"id": function_id, "app": app, "config": config, "now": now})
+        if retire_others and configs:
+            self._exec("retire_functions", {"app": app, "now": now}, {"function_ids": sorted(configs)})
 
     def load_functions(self) -> dict[str, tuple[str, str]]:
         return {row["id"]: (row["app"], row["config"]) for row in self._all("load_functions")}
+
+    def retired_functions(self) -> dict[str, float]:
+        return {row["id"]: float(row["retired_at"]) for row in self._all("retired_functions")}
 
     # -- dedupe ---------------------------------------------------------------------
     def claim_key(self, key: str, ref: str, expires_at: float, now: float) -> str | None:
@@ -266,7 +272,9 @@ class SqlTx(SqlViews):
         self._exec("delete_batch", {"key": key})
 
     def pending_item(self, run_id: str) -> bool:
-        """Whether the run is queued and was never leased (its events may change)."""
+        """Whether the run is queued and was never leased (its events may change).
+        A pending item is locked until the transaction ends (a lease pass skips
+        it); one a lease pass holds is waited for, then re-checked."""
         return self._one("pending_item", {"run_id": run_id}) is not None
 
     def move_item(self, run_id: str, at: float, sort_at: float) -> None:
@@ -376,12 +384,22 @@ class SqlTx(SqlViews):
             self._exec("delete_step", {"run_id": run_id, "step_id": step_id})
         self._exec("reopen_run", {"id": run_id, "status": "queued" if run.started_at is None else "running"})
         if self._one("queue_item", {"run_id": run_id}) is None:
-            raw = self._one("get_run", {"id": run_id})["queue_spec"]
-            spec = QueueSpec(**json.loads(raw)) if raw else QueueSpec(run.function_id)
+            spec = self.queue_spec(run_id) or QueueSpec(run.function_id)
             self._enqueue(run_id, run.function_id, spec, now, now, None, None)
 
+    def queue_spec(self, run_id: str) -> QueueSpec | None:
+        row = self._one("get_run", {"id": run_id})
+        raw = None if row is None else row["queue_spec"]
+        return QueueSpec(**json.loads(raw)) if raw else None
+
     def is_leased(self, run_id: str, now: float) -> bool:
-        item = self._one("queue_item", {"run_id": run_id})
+        return self._leased(self._one("queue_item", {"run_id": run_id}), now)
+
+    def lock_lease(self, run_id: str, now: float) -> bool:
+        return self._leased(self._one("lease_of", {"run_id": run_id}), now)  # locked: see queries.sql
+
+    @staticmethod
+    def _leased(item: Any, now: float) -> bool:
         return bool(item is not None and item["owner"] is not None
                     and item["available_at"] is not None and item["available_at"] > now)
 
@@ -451,20 +469,31 @@ class SqlTx(SqlViews):
     def ensure_cron(self, function_id: str, schedule: str, next_at: float) -> None:
         self._exec("upsert_cron", {"function_id": function_id, "schedule": schedule, "next_at": next_at})
 
-    def due_crons(self, function_ids: Sequence[str], now: float) -> list[tuple[str, str, float]]:
-        rows = self._all("due_crons", {"now": now}, {"function_ids": function_ids})
-        return [(r["function_id"], r["schedule"], r["next_at"]) for r in rows]
+    def due_crons(self, schedules: Sequence[tuple[str, str]], now: float) -> list[tuple[str, str, float]]:
+        wanted = set(schedules)
+        rows = self._all("due_crons", {"now": now}, {"function_ids": sorted({f for f, _ in wanted})})
+        return [(r["function_id"], r["schedule"], float(r["next_at"])) for r in rows
+                if (r["function_id"], r["schedule"]) in wanted]
 
     def advance_cron(self, function_id: str, schedule: str, expected: float, next_at: float) -> bool:
         params = {"function_id": function_id, "schedule": schedule, "expected": expected,
                   "next_at": next_at}
         return int(self._exec("advance_cron", params).rowcount) == 1
 
-    def next_cron(self, function_ids: Sequence[str]) -> float | None:
+    def crons_of(self, function_ids: Sequence[str]) -> list[tuple[str, str, float]]:
         if not function_ids:
-            return None
-        row = self._exec("next_cron", {}, {"function_ids": function_ids}).fetchone()
-        return None if row is None or row["due"] is None else float(row["due"])
+            return []
+        rows = self._all("crons_of", {}, {"function_ids": function_ids})
+        return [(r["function_id"], r["schedule"], float(r["next_at"])) for r in rows]
+
+    def next_cron(self, schedules: Sequence[tuple[str, str]]) -> float | None:
+        wanted = set(schedules)
+        times = [at for f, s, at in self.crons_of(sorted({f for f, _ in wanted})) if (f, s) in wanted]
+        return min(times) if times else None
+
+    def delete_stale_cron(self, function_id: str, schedule: str, before: float) -> bool:
+        params = {"function_id": function_id, "schedule": schedule, "before": before}
+        return int(self._exec("delete_stale_cron", params).rowcount) == 1
 
     # -- timeouts ----------------------------------------------------------------------------------
     def timed_out(self, now: float, limit: int = 100) -> list[TimedOut]:

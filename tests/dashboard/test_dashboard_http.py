@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -190,3 +191,22 @@ def test_the_waterfall_shows_retries_with_their_errors_and_sleeps(make_app: obje
     assert "first attempt breaks" in page[failed_attempt:]
     assert 'data-span="step:wobble:1"' in page and "wobble (attempt 2)" in page
     assert page.count('data-span="queued:') == 1
+
+
+def test_the_functions_page_marks_retired_functions(make_app: Any, serve: Any) -> None:
+    """A function the latest deploy of its app dropped is marked retired, beside
+    the count of runs it still has queued."""
+    for function_id in ("welcome-email", "welcome-email-v2"):  # two deploys of "mail"
+        deploy: ss.App = make_app("mail")
+        deploy.function(id=function_id, trigger=ss.on_event("user.created"))(lambda ctx: None)
+        deploy.worker()
+        deploy.send(ss.Event("user.created"))
+    live = serve(make_app("server"))
+    client = sign_in(live.url)
+    try:
+        page = client.get("/functions").text
+    finally:
+        client.close()
+    cards = {card.split('"', 1)[0]: card for card in page.split('data-function="')[1:]}
+    assert ">retired</span>" in cards["welcome-email"] and ">retired</span>" not in cards["welcome-email-v2"]
+    assert 'data-stat="queued">1<' in cards["welcome-email"]

@@ -13,7 +13,7 @@ import pytest
 
 import stepstone as ss
 
-from ..conftest import FAST, run_of, send_and_wait
+from ..conftest import FAST, query, run_of, send_and_wait
 from ..polling import wait_for
 
 
@@ -448,3 +448,62 @@ def test_waits_and_invoke_from_both_handler_kinds(app: ss.App, mode: str) -> Non
 
     app.start()
     assert send_and_wait(app, ss.Event("h")).output == [{"v": 1}, 1]
+
+
+def _fail_if_asked(data: dict[str, Any], broken: dict[str, bool]) -> str:
+    if data.get("fail") and broken["now"]:
+        raise ss.NonRetriableError("asked to fail")
+    return "ok"
+
+
+def test_replay_and_rerun_respect_the_singleton_key(app: ss.App) -> None:
+    """Issue 12 defect 7: replaying (or re-running) an ended run whose singleton
+    key another active run holds would make two active runs for the key. They
+    are refused, naming the holder; once the key is free, the replayed run holds
+    it (a new event for the key is skipped)."""
+    broken = {"now": True}
+
+    @app.function(id="one", trigger=ss.on_event("one"), singleton=ss.Singleton(key="event.data.u", mode="skip"))
+    async def one(ctx: ss.Context) -> None:
+        await ctx.step.run("go", _fail_if_asked, ctx.event.data, broken)
+        await ctx.step.sleep("z", "1h")
+
+    app.start()
+    failed = app.runs.wait(start(app, ss.Event("one", {"u": 1, "fail": True})), timeout="10s")
+    assert failed.status == "failed"
+    holder = start(app, ss.Event("one", {"u": 1}))
+    wait_status(app, holder, "sleeping")
+
+    with pytest.raises(ss.InvalidStateError, match=holder):
+        app.runs.replay(failed.id)
+    with pytest.raises(ss.InvalidStateError, match=holder):
+        app.runs.rerun_from(failed.id, "go")
+    assert app.runs.replay_many(function_id="one") == 0
+    active = [r.id for r in app.runs.list(function_id="one") if not r.ended]
+    assert active == [holder] and app.runs.get(failed.id).status == "failed"
+
+    app.runs.cancel(holder)
+    wait_status(app, holder, "cancelled")
+    broken["now"] = False  # the fix is deployed: the replayed run goes on to its sleep
+    app.runs.replay(failed.id)
+    wait_status(app, failed.id, "sleeping")
+    late = start(app, ss.Event("one", {"u": 1}))
+    assert app.runs.get(late).status == "skipped"  # the replayed run holds the key
+
+
+def test_a_rerun_keeps_the_flow_control_of_its_run(app: ss.App, db_url: str) -> None:
+    """``rerun_from`` starts a new run of the same event: it is placed in the
+    queue like the original (partition and concurrency key), so it obeys the
+    function's concurrency limit rather than bypassing it."""
+    @app.function(id="limited", trigger=ss.on_event("go"), concurrency=ss.Concurrency(limit=1, key="event.data.t"))
+    async def limited(ctx: ss.Context) -> str:
+        return str(await ctx.step.run("s", lambda: "done"))
+
+    app.start()
+    original = app.runs.wait(start(app, ss.Event("go", {"t": "acme"})), timeout="10s")
+    assert original.status == "completed"
+    app.stop()
+    rerun = app.runs.rerun_from(original.id, "s")
+    placement = query(db_url, f"SELECT partition_key, ckey1, limit1 FROM queue WHERE run_id = '{rerun}'")
+    [(partition, ckey, limit)] = placement
+    assert ckey is not None and "acme" in ckey and limit == 1 and partition.endswith(ckey)

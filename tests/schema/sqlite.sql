@@ -110,7 +110,7 @@ CREATE TABLE functions (
     app         TEXT NOT NULL,
     config      TEXT NOT NULL,
     updated_at  REAL NOT NULL
-);
+, retired_at REAL);
 
 -- table gcra
 CREATE TABLE gcra (

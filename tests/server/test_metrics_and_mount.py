@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 
 import stepstone as ss
-from tests.server.conftest import Shop, free_port, poll
+from tests.server.conftest import API_KEY, Shop, free_port, poll
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -90,3 +90,19 @@ def test_asgi_mounts_in_an_existing_application(make_app: Any) -> None:
         server.should_exit = True
         thread.join(timeout=30)
     assert not thread.is_alive()
+
+
+def test_retired_functions_are_listed_as_retired(make_app: Any, serve: Any) -> None:
+    """Issue 12 defect 8: operators see which functions a deploy dropped, over
+    HTTP and through ``ss.Client`` (the CLI's ``stepstone functions --url``)."""
+    for function_id in ("welcome-email", "welcome-email-v2"):  # two deploys of "mail"
+        deploy: ss.App = make_app("mail")
+        deploy.function(id=function_id, trigger=ss.on_event("user.created"))(lambda ctx: None)
+        deploy.worker()
+    live = serve(make_app("server"))
+    listed = {f["id"]: f for f in live.http.get("/api/v1/functions").json()["functions"]}
+    assert listed["welcome-email"]["retired"] is True and listed["welcome-email"]["retired_at"]
+    assert listed["welcome-email-v2"]["retired"] is False and listed["welcome-email-v2"]["retired_at"] is None
+    with ss.Client(live.url, api_key=API_KEY) as client:
+        remote = {f.id: f.retired_at for f in client.functions.list()}
+    assert remote["welcome-email"] is not None and remote["welcome-email-v2"] is None

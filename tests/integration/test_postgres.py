@@ -296,7 +296,8 @@ def test_a_deadlock_victim_is_run_again(pg_url: str, pg_store: PostgresStore) ->
     for thread in threads:
         thread.join(30)
     assert results == [None, None]  # both committed, neither caller saw the deadlock
-    assert sorted(attempts) in (["x", "x", "y"], ["x", "y", "y"])  # the victim ran twice
+    # the victim ran again (under load it may lose a second time), the other once
+    assert sorted(attempts.count(op) for op in ("x", "y"))[0] == 1 and len(attempts) >= 3, attempts
 
 
 @contextlib.contextmanager

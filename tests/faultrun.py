@@ -44,7 +44,7 @@ class Driver:
         await self.retried(self.worker.drain)
 
     async def next_due(self) -> float | None:
-        ids, crons = self.app.registry.ids(), self.worker._cron_ids()
+        ids, crons = self.app.registry.ids(), self.worker._schedules()
 
         def op(tx: Tx) -> float | None:
             times = [t for t in (tx.next_due(ids), tx.next_cron(crons), tx.next_deadline())

@@ -209,7 +209,12 @@ def park_legacy(store: Store, reply: str, match_value: str) -> str:
     run_id = park(store, "event", f"unused-{next(_ids)}", EQUALITY, {})
     legacy = WaitRow(run_id=run_id, step_id="w", kind="event", event_name=reply, match_key="x",
                      match_value=match_value, created_at=NOW)
-    store.transact_sync(lambda tx: tx.insert_wait(legacy))
+
+    def replace(tx: Tx) -> None:  # one wait per step: the legacy row takes the new one's place
+        tx.delete_run_waits(run_id)
+        tx.insert_wait(legacy)
+
+    store.transact_sync(replace)
     return run_id
 
 

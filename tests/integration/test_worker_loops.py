@@ -22,6 +22,7 @@ import pytest
 
 import stepstone as ss
 from stepstone import metrics
+from stepstone.store import faults
 from stepstone.store.base import Store, Tx
 from stepstone.worker import Worker
 
@@ -53,7 +54,7 @@ class FaultyStore:
         self.passed_after = 0
 
     def _wrap(self, op: Callable[[Tx], T]) -> Callable[[Tx], T]:
-        if self.marker not in op.__qualname__:
+        if self.marker not in faults.site(op):
             return op
         fault, self.fault = self.fault, None
         if fault is None:
@@ -159,7 +160,7 @@ class NthFaultStore(FaultyStore):
     def _wrap(self, op: Callable[[Tx], T]) -> Callable[[Tx], T]:
         if not self.armed:
             return op
-        self.seen.append(op.__qualname__)
+        self.seen.append(faults.site(op))
         if len(self.seen) != self.position:
             return op
         fault, self.fault = self.fault, None

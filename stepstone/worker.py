@@ -341,14 +341,16 @@ class Worker:
         while not self._stopping:
             await asyncio.sleep(interval)
             held = list(self.inflight)
-            owner, until = self.lease_owner, self.clock.now() + self.lease_ttl
+            owner = self.lease_owner
             row = WorkerRow(self.id, self.app_name, self.app_version, self.concurrency,
                             self.started_at, self.clock.now(), self._function_ids)
 
-            def op(tx: Tx, held: list[str] = held, row: WorkerRow = row, owner: str = owner,
-                   until: float = until) -> list[str]:
+            def op(tx: Tx, held: list[str] = held, row: WorkerRow = row, owner: str = owner) -> list[str]:
                 tx.upsert_worker(row)
-                return tx.extend_leases(owner, held, until)
+                # The time is read when the transaction runs, not when it was
+                # queued: a lease that lapsed meanwhile must not be extended.
+                now = self.clock.now()
+                return tx.extend_leases(owner, held, now + self.lease_ttl, now)
 
             try:
                 kept = await self.store.transact(op)

@@ -12,6 +12,7 @@ import random
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
+from stepstone import serde
 from stepstone.errors import ErrorInfo
 from stepstone.events import Event
 from stepstone.function import FunctionDef
@@ -74,8 +75,9 @@ def timeouts_op(now: float, matcher: Registry) -> Callable[[Tx], int]:
         for item in tx.timed_out(now):
             limit = "start" if item.kind == "start" else "finish"
             reason = ErrorInfo("Timeout", f"the run exceeded timeouts.{limit}")
-            if item.leased:
-                tx.flag_cancel(item.run_id)
+            # A held run is flagged (with the reason) in the statement that
+            # checks the lease; the holder cancels it at its next boundary.
+            if tx.flag_cancel(item.run_id, now, serde.dumps(reason.to_json(), what="error")):
                 tx.clear_deadlines(item.run_id)
             else:
                 run = tx.get_run(item.run_id)

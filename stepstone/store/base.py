@@ -256,7 +256,8 @@ class Tx(Protocol):
         ...
 
     def wake_run(self, run_id: str, now: float) -> None:
-        """Make a parked run due now (or, if leased, due when it parks)."""
+        """Make a parked run due now. While an owner is recorded, even one whose
+        lease lapsed, also ask that its park make the run due at once."""
         ...
 
     def get_step(self, run_id: str, step_id: str) -> StepRow | None: ...

@@ -129,3 +129,19 @@ def test_a_wake_while_the_loop_is_blocked_past_the_lease_is_not_lost(make_app: A
     release.set()
     run = app.runs.wait(run_id, timeout="10s")
     assert run.status == "completed" and run.output == ["go", "slow"]
+
+
+def test_a_singleton_replacement_started_by_the_run_itself_ends_it_before_its_wait(app: ss.App) -> None:
+    @app.function(id="job", trigger=ss.on_event("job"), singleton=ss.Singleton(key="event.data.k", mode="cancel"))
+    def job(ctx: ss.Context) -> str:
+        if ctx.event.data["first"]:
+            ctx.step.run("replace-me", lambda: app.send(ss.Event("job", {"k": 1, "first": False})))
+            ctx.step.wait_for_event("never", event="never.sent")
+        return "replacement"
+
+    app.start()
+    first = app.runs.wait(start(app, ss.Event("job", {"k": 1, "first": True})), timeout="5s")
+    assert first.status == "cancelled"
+    assert first.error is not None and "singleton" in first.error.message
+    [replacement] = [r for r in app.runs.list(function_id="job") if r.id != first.id]
+    assert app.runs.wait(replacement.id, timeout="5s").output == "replacement"

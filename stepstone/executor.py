@@ -214,11 +214,12 @@ async def _park(journal: RunJournal, interp: Interpreter, leased: LeasedRun,
 async def _park_or_cancel(journal: RunJournal, env: ExecEnv, leased: LeasedRun, status: str,
                           wake_at: float | None, attempt: int | None) -> Outcome:
     """Park the run, unless its cancellation was requested since the last
-    checkpoint: then the same transaction ends it cancelled."""
-    fence, now, matcher, events = journal.fence, env.clock.now(), env.matcher(), _events(leased)
+    checkpoint: then the same transaction ends it cancelled (reading the run's
+    events only then: a park decodes nothing it does not need)."""
+    fence, now, matcher = journal.fence, env.clock.now(), env.matcher()
 
     def park(tx: Tx) -> str:
-        return park_run(tx, leased.run, fence, status, wake_at, attempt, now, matcher, events)
+        return park_run(tx, leased.run, fence, status, wake_at, attempt, now, matcher)
 
     if await journal.finish(park) == CANCELLED:
         return Outcome(CANCELLED)

@@ -10,6 +10,7 @@ the matrix and the hypothesis test check the class.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -168,7 +169,7 @@ def test_a_finish_timeout_flagged_before_a_park_keeps_its_reason(store: Store) -
     assert park(store, fence_of(leased, "w"), WAITING, None, NOW + 7) == CANCELLED
     run = store.read_sync(lambda tx: tx.get_run("r"))
     assert run is not None and run.status == CANCELLED and run.error is not None
-    assert ErrorInfo.from_json(__import__("json").loads(run.error)) == ErrorInfo(
+    assert ErrorInfo.from_json(json.loads(run.error)) == ErrorInfo(
         "Timeout", "the run exceeded timeouts.finish")
 
 

@@ -39,7 +39,7 @@ from stepstone.interpreter import (
     retry_at,
 )
 from stepstone.journal import RunJournal
-from stepstone.lifecycle import end_run
+from stepstone.lifecycle import end_run, park_run
 from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
 from stepstone.steps import AsyncStep, SyncStep
@@ -194,7 +194,7 @@ async def _conclude(outcome: tuple[str, Any], fn: FunctionDef, leased: LeasedRun
     if isinstance(value, CancelSignal) or journal.cancel_requested:
         return await _finish(journal, env, leased, CANCELLED, None, None)
     if isinstance(value, PauseSignal):
-        return await _park(journal, interp, leased.run.attempt, env)
+        return await _park(journal, interp, leased, env)
     failure: Exception = value
     if isinstance(failure, StepError | NonRetriableError):
         info = error_info(failure)
@@ -204,18 +204,27 @@ async def _conclude(outcome: tuple[str, Any], fn: FunctionDef, leased: LeasedRun
     return await _retry_invocation(failure, fn, leased, journal, env)
 
 
-async def _park(journal: RunJournal, interp: Interpreter, attempt: int | None,
+async def _park(journal: RunJournal, interp: Interpreter, leased: LeasedRun,
                 env: ExecEnv) -> Outcome:
     wakes = [p.wake_at for p in interp.pauses if p.wake_at is not None]
     wake_at = min(wakes) if wakes else None
     statuses = {p.status for p in interp.pauses}
     status = RUNNING if RUNNING in statuses else SLEEPING if SLEEPING in statuses else WAITING
-    fence, now = journal.fence, env.clock.now()
+    return await _park_or_cancel(journal, env, leased, status, wake_at, leased.run.attempt)
 
-    def park(tx: Tx) -> None:
-        tx.reschedule(fence, status, wake_at, attempt, now)
 
-    await journal.finish(park)
+async def _park_or_cancel(journal: RunJournal, env: ExecEnv, leased: LeasedRun, status: str,
+                          wake_at: float | None, attempt: int | None) -> Outcome:
+    """Park the run, unless its cancellation was requested since the last
+    checkpoint: then the same transaction ends it cancelled (reading the run's
+    events only then: a park decodes nothing it does not need)."""
+    fence, now, matcher = journal.fence, env.clock.now(), env.matcher()
+
+    def park(tx: Tx) -> str:
+        return park_run(tx, leased.run, fence, status, wake_at, attempt, now, matcher)
+
+    if await journal.finish(park) == CANCELLED:
+        return Outcome(CANCELLED)
     return Outcome(status, wake_at)
 
 
@@ -230,13 +239,7 @@ async def _retry_invocation(exc: Exception, fn: FunctionDef, leased: LeasedRun,
     wake_at = retry_at(exc, now) if isinstance(exc, RetryAfterError) else now + fn.backoff.delay(failures)
     journal.spans.append(SpanRow(leased.run.id, "invocation", "handler", now, now, "retrying",
                                  leased.run.attempt, serde.dumps(info.to_json(), what="error")))
-    fence = journal.fence
-
-    def park(tx: Tx) -> None:
-        tx.reschedule(fence, RUNNING, wake_at, failures, now)
-
-    await journal.finish(park)
-    return Outcome(RUNNING, wake_at)
+    return await _park_or_cancel(journal, env, leased, RUNNING, wake_at, failures)
 
 
 async def _finish(journal: RunJournal, env: ExecEnv, leased: LeasedRun, status: str,

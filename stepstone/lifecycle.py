@@ -1,5 +1,8 @@
 """How runs end: one place that finishes a run, cleans up what it held, resolves
-a parent waiting on it (``step.invoke``) and records the system events."""
+a parent waiting on it (``step.invoke``) and records the system events; and how
+a held run is cancelled or parked, so that a cancel asked for while a worker
+holds the run is never lost: it is flagged for the holder in the statement
+that checks the lease, and the holder's park honours it in its own transaction."""
 
 from __future__ import annotations
 
@@ -18,7 +21,11 @@ def end_run(
     tx: Tx, run: RunRow, status: str, output: str | None, error: ErrorInfo | None, now: float,
     matcher: Registry, *, fence: Fence | None = None, events: list[Event] | None = None,
 ) -> bool:
-    """End ``run`` with ``status``; ``False`` if it had already ended."""
+    """End ``run`` with ``status``; ``False`` if it had already ended. A run
+    cancelled without a reason gets the one its pending cancel flag carries."""
+    if status == CANCELLED and error is None:
+        flagged = tx.cancel_reason(run.id)
+        error = None if flagged is None else ErrorInfo.from_json(serde.loads(flagged))
     error_json = None if error is None else serde.dumps(error.to_json(), what="error")
     if not tx.finish_run(fence, run.id, status, output, error_json, now):
         return False
@@ -37,14 +44,26 @@ def end_run(
 def cancel_run(tx: Tx, run_id: str, now: float, matcher: Registry,
                reason: ErrorInfo | None = None) -> str:
     """Cancel at once if no worker holds the run; otherwise flag it so the worker
-    cancels it at its next step boundary. Returns the run's status."""
+    cancels it at its next step boundary or park. Returns the run's status."""
     run = tx.get_run(run_id)
     if run is None or run.status in ENDED_STATUSES:
         return run.status if run else ""
-    if tx.lock_lease(run_id, now):
-        tx.flag_cancel(run_id)
+    reason_json = None if reason is None else serde.dumps(reason.to_json(), what="error")
+    if tx.flag_cancel(run_id, now, reason_json):
         return run.status
     end_run(tx, run, CANCELLED, None, reason, now, matcher)
+    return CANCELLED
+
+
+def park_run(tx: Tx, run: RunRow, fence: Fence, status: str, wake_at: float | None,
+             attempt: int | None, now: float, matcher: Registry,
+             events: list[Event] | None = None) -> str:
+    """Park the held ``run`` (sleep, wait, invoke, retry back-off) until ``wake_at``,
+    or, if its cancellation was requested while it was held, end it cancelled
+    in this same transaction. Returns the status the run is left in."""
+    if not tx.reschedule(fence, status, wake_at, attempt, now):
+        return status
+    end_run(tx, run, CANCELLED, None, None, now, matcher, events=events)
     return CANCELLED
 
 

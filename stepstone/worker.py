@@ -415,14 +415,16 @@ class Worker:
         await asyncio.sleep(self.lease_ttl / 3)
         await resync(self.store, self.clock)
         held = list(self.inflight)
-        now = self.clock.now()
-        owner, until = self.lease_owner, now + self.lease_ttl
+        owner = self.lease_owner
         row = WorkerRow(self.id, self.app_name, self.app_version, self.concurrency,
-                        self.started_at, now, self._function_ids)
+                        self.started_at, self.clock.now(), self._function_ids)
 
         def op(tx: Tx) -> list[str]:
             tx.upsert_worker(row)
-            return tx.extend_leases(owner, held, until)
+            # The time is read when the transaction runs, not when it was
+            # queued: a lease that lapsed meanwhile must not be extended.
+            now = self.clock.now()
+            return tx.extend_leases(owner, held, now + self.lease_ttl, now)
 
         kept = await self.store.transact(op)
         self._store_ok_at = time.monotonic()

@@ -12,6 +12,7 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 
+from stepstone import serde
 from stepstone.errors import ErrorInfo
 from stepstone.events import Event
 from stepstone.function import FunctionDef
@@ -94,11 +95,11 @@ def timeouts_op(now: float, matcher: Registry) -> Callable[[Tx], int]:
             reason = ErrorInfo("Timeout", f"the run exceeded timeouts.{limit}")
             # A plain read: a lease pass may be starting the run right now. Look
             # again with the item locked (waiting for that pass) before acting.
-            leased = item.leased or tx.lock_lease(item.run_id, now)
-            if leased and not item.leased and item.kind == "start":
+            if item.kind == "start" and not item.leased and tx.lock_lease(item.run_id, now):
                 continue  # it started meanwhile (its lease cleared the start deadline)
-            if leased:
-                tx.flag_cancel(item.run_id)
+            # A held run is flagged (with the reason) in the statement that
+            # checks the lease; the holder cancels it at its next boundary.
+            if tx.flag_cancel(item.run_id, now, serde.dumps(reason.to_json(), what="error")):
                 tx.clear_deadlines(item.run_id)
             else:
                 run = tx.get_run(item.run_id)

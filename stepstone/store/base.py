@@ -175,8 +175,9 @@ class Tx(Protocol):
         """Replace a run's event (debounce) or append one (batch)."""
         ...
 
-    def extend_leases(self, owner: str, run_ids: Sequence[str], until: float) -> list[str]:
-        """Push the leases this owner still holds; returns the run ids still held."""
+    def extend_leases(self, owner: str, run_ids: Sequence[str], until: float, now: float) -> list[str]:
+        """Push the leases this owner still holds live at ``now``; returns their run
+        ids. A lease that lapsed is never extended (others may have acted on it)."""
         ...
 
     def release_leases(self, owner: str, now: float) -> int:
@@ -199,11 +200,14 @@ class Tx(Protocol):
     def reschedule(
         self, fence: Fence, status: str, available_at: float | None, attempt: int | None,
         now: float,
-    ) -> None:
+    ) -> bool:
         """Release the lease and park the run until ``available_at`` (``None``: until
         something wakes it) with the given status; if a wake-up was requested
         while the run was leased, it is due ``now`` instead. Records
-        ``fence.token`` as the run's ``written_by``."""
+        ``fence.token`` as the run's ``written_by``. Returns ``True`` when a
+        cancel was requested while the run was leased: the run is then left
+        due now, not parked, and the caller must end it cancelled in the same
+        transaction (``lifecycle.park_run``)."""
         ...
 
     def finish_run(
@@ -239,8 +243,15 @@ class Tx(Protocol):
         waited for, so the answer cannot change before the caller acts on it."""
         ...
 
-    def flag_cancel(self, run_id: str) -> None:
-        """Ask the worker holding the run to cancel it at its next step boundary."""
+    def flag_cancel(self, run_id: str, now: float, reason: str | None = None) -> bool:
+        """If a worker holds a live lease on the run at ``now``, ask it to cancel
+        the run at its next step boundary or park, for ``reason`` (an ErrorInfo
+        as JSON; the first reason given stays), and return ``True``. Otherwise
+        flag nothing and return ``False``: the caller ends the run itself."""
+        ...
+
+    def cancel_reason(self, run_id: str) -> str | None:
+        """The reason a pending cancel was flagged with (JSON), if any."""
         ...
 
     def set_singleton(self, run_id: str, key: str | None) -> None: ...
@@ -293,7 +304,8 @@ class Tx(Protocol):
         ...
 
     def wake_run(self, run_id: str, now: float) -> None:
-        """Make a parked run due now (or, if leased, due when it parks)."""
+        """Make a parked run due now. While an owner is recorded, even one whose
+        lease lapsed, also ask that its park make the run due at once."""
         ...
 
     def get_step(self, run_id: str, step_id: str) -> StepRow | None: ...

@@ -50,10 +50,13 @@ VALUES (:id, :function_id, :status, :event_ids, :created_at, :error, :parent_run
 INSERT INTO run_events (run_id, position, event_seq) VALUES (:run_id, :position, :event_seq);
 
 -- name: insert_queue_item
+-- (epoch: a run queued again (replay) goes on from the last epoch it was leased
+-- under, kept in runs.epoch, so no fence of an older invocation can match again)
 INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at, start_deadline,
-                   finish_timeout, ckey1, limit1, ckey2, limit2, throttle_key)
+                   finish_timeout, ckey1, limit1, ckey2, limit2, throttle_key, epoch)
 VALUES (:run_id, :function_id, :partition_key, :available_at, :sort_at, :start_deadline,
-        :finish_timeout, :ckey1, :limit1, :ckey2, :limit2, :throttle_key);
+        :finish_timeout, :ckey1, :limit1, :ckey2, :limit2, :throttle_key,
+        COALESCE((SELECT epoch FROM runs WHERE id = :run_id), 0));
 
 -- name: get_run
 SELECT * FROM runs WHERE id = :id;
@@ -96,9 +99,11 @@ SELECT MIN(next_at) AS due FROM partitions WHERE function_id IN ({function_ids})
 
 -- name: extend_leases
 -- (rows another transaction is changing are skipped, not waited for: that is a
--- park or finish of the same run, and waiting could deadlock with it)
+-- park or finish of the same run, and waiting could deadlock with it. A lease
+-- that lapsed is never extended: others may have acted on its expiry.)
 UPDATE queue SET available_at = :until
-WHERE run_id IN (SELECT run_id FROM queue WHERE owner = :owner AND run_id IN ({run_ids}) {lock})
+WHERE run_id IN (SELECT run_id FROM queue
+                 WHERE owner = :owner AND available_at > :now AND run_id IN ({run_ids}) {lock})
 RETURNING run_id;
 
 -- name: release_leases
@@ -144,6 +149,9 @@ WHERE id = :id;
 DELETE FROM queue WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch
 RETURNING partition_key, function_id, ckey1, ckey2, available_at;
 
+-- name: cancel_reason
+SELECT cancel_reason FROM queue WHERE run_id = :run_id AND cancel_requested <> 0;
+
 -- name: delete_queue_item
 DELETE FROM queue WHERE run_id = :run_id
 RETURNING partition_key, function_id, ckey1, ckey2, available_at;
@@ -157,7 +165,13 @@ WHERE id = :id AND status NOT IN ('completed', 'failed', 'cancelled', 'skipped')
 SELECT * FROM queue WHERE run_id = :run_id;
 
 -- name: flag_cancel
-UPDATE queue SET cancel_requested = 1 WHERE run_id = :run_id;
+-- (only a live lease is flagged, in the same statement that checks it, so the
+-- check cannot go stale: an owner that parks or finishes first makes this
+-- match nothing and the caller ends the run itself. The first reason stays.)
+UPDATE queue SET cancel_requested = 1,
+    cancel_reason = CASE WHEN cancel_requested = 0 THEN :reason ELSE cancel_reason END
+WHERE run_id = :run_id AND owner IS NOT NULL AND available_at > :now
+RETURNING run_id;
 
 -- name: reopen_run
 UPDATE runs SET status = :status, output = NULL, error = NULL, ended_at = NULL, attempt = 0
@@ -238,17 +252,22 @@ UPDATE steps SET status = :status, output = :output, error = :error, ended_at = 
 WHERE run_id = :run_id AND step_id = :step_id AND status = 'waiting';
 
 -- name: wake_run
+-- (wake_requested whenever an owner is recorded, even one whose lease lapsed:
+-- it may still come back and park the run, and its park must see the wake-up)
 UPDATE queue SET
     available_at = CASE WHEN owner IS NULL OR available_at <= :now THEN :now ELSE available_at END,
-    wake_requested = CASE WHEN owner IS NULL OR available_at <= :now THEN 0 ELSE 1 END
+    wake_requested = CASE WHEN owner IS NULL THEN 0 ELSE 1 END
 WHERE run_id = :run_id
 RETURNING partition_key, function_id, ckey1, ckey2, available_at;
 
 -- name: fence_park_wake
+-- (a wake-up or a cancel requested while the run was held makes it due now;
+-- the caller ends a cancelled run in the same transaction)
 UPDATE queue SET owner = NULL, wake_requested = 0,
-    available_at = CASE WHEN wake_requested = 1 THEN :now ELSE :available_at END
+    available_at = CASE WHEN wake_requested = 1 OR cancel_requested <> 0 THEN :now
+                        ELSE :available_at END
 WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch
-RETURNING partition_key, function_id, ckey1, ckey2, available_at;
+RETURNING partition_key, function_id, ckey1, ckey2, available_at, cancel_requested;
 
 -- name: get_step
 SELECT * FROM steps WHERE run_id = :run_id AND step_id = :step_id;

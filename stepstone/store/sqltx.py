@@ -303,10 +303,11 @@ class SqlTx(SqlViews):
         row = self._exec("next_due", {}, {"function_ids": function_ids}).fetchone()
         return None if row is None or row["due"] is None else float(row["due"])
 
-    def extend_leases(self, owner: str, run_ids: Sequence[str], until: float) -> list[str]:
+    def extend_leases(self, owner: str, run_ids: Sequence[str], until: float, now: float) -> list[str]:
         if not run_ids:
             return []
-        rows = self._all("extend_leases", {"owner": owner, "until": until}, {"run_ids": run_ids})
+        rows = self._all("extend_leases", {"owner": owner, "until": until, "now": now},
+                         {"run_ids": run_ids})
         return [r["run_id"] for r in rows]
 
     def release_leases(self, owner: str, now: float) -> int:
@@ -350,13 +351,16 @@ class SqlTx(SqlViews):
             })
 
     def reschedule(self, fence: Fence, status: str, available_at: float | None,
-                   attempt: int | None, now: float) -> None:
+                   attempt: int | None, now: float) -> bool:
         row = self._fence("fence_park_wake", fence, available_at=available_at, now=now).fetchone()
         if row is None:
             raise LeaseLostError(f"run {fence.run_id}: lease lost by {fence.owner}")
         self._released(row, now)
+        if row["cancel_requested"]:
+            return True  # left due now; the caller ends it
         self._exec("park_run", {"id": fence.run_id, "status": status, "attempt": attempt,
                                 "token": fence.token})
+        return False
 
     def finish_run(self, fence: Fence | None, run_id: str, status: str, output: str | None,
                    error: str | None, now: float) -> bool:
@@ -403,8 +407,13 @@ class SqlTx(SqlViews):
         return bool(item is not None and item["owner"] is not None
                     and item["available_at"] is not None and item["available_at"] > now)
 
-    def flag_cancel(self, run_id: str) -> None:
-        self._exec("flag_cancel", {"run_id": run_id})
+    def flag_cancel(self, run_id: str, now: float, reason: str | None = None) -> bool:
+        params = {"run_id": run_id, "now": now, "reason": reason}
+        return self._exec("flag_cancel", params).fetchone() is not None
+
+    def cancel_reason(self, run_id: str) -> str | None:
+        row = self._one("cancel_reason", {"run_id": run_id})
+        return None if row is None else row["cancel_reason"]
 
     # -- waits ---------------------------------------------------------------------------------
     def insert_wait(self, wait: WaitRow) -> None:

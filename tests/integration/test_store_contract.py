@@ -127,7 +127,7 @@ def test_extend_and_release_leases(store: Store) -> None:
     add_runs(store, ["a", "b"])
     store.transact_sync(lambda tx: lease(tx, "w1", 1, NOW, NOW + 5))
     store.transact_sync(lambda tx: lease(tx, "w2", 1, NOW, NOW + 5))
-    kept = store.transact_sync(lambda tx: tx.extend_leases("w1", ["a", "b"], NOW + 50))
+    kept = store.transact_sync(lambda tx: tx.extend_leases("w1", ["a", "b"], NOW + 50, NOW + 1))
     assert kept == ["a"]  # w1 does not hold "b"
     due = store.read_sync(lambda tx: tx.next_due(["f"]))
     assert due is not None and due <= NOW + 5  # no later than w2's lease on "b" expires
@@ -191,7 +191,10 @@ def test_a_cancel_flag_reaches_the_worker_holding_the_run(store: Store) -> None:
     assert store.read_sync(lambda tx: tx.is_leased("held", NOW + 31)) is False  # expired
     fence = Fence("held", "w", leased.epoch)
     assert store.transact_sync(lambda tx: tx.checkpoint(fence, [], []))() is False
-    store.transact_sync(lambda tx: tx.flag_cancel("held"))
+    assert store.transact_sync(lambda tx: tx.flag_cancel("idle", NOW + 1)) is False  # nobody to tell
+    assert store.transact_sync(lambda tx: tx.flag_cancel("held", NOW + 31)) is False  # lease lapsed
+    assert store.transact_sync(lambda tx: tx.checkpoint(fence, [], []))() is False
+    assert store.transact_sync(lambda tx: tx.flag_cancel("held", NOW + 1)) is True
     assert store.transact_sync(lambda tx: tx.checkpoint(fence, [], []))() is True  # the flag reaches the owner
 
 

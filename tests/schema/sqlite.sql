@@ -153,7 +153,7 @@ CREATE TABLE queue (
     epoch             INTEGER NOT NULL DEFAULT 0,
     cancel_requested  INTEGER NOT NULL DEFAULT 0,
     start_deadline    REAL
-, wake_requested INTEGER NOT NULL DEFAULT 0, finish_timeout REAL, finish_deadline REAL, ckey1 TEXT, limit1 INTEGER, ckey2 TEXT, limit2 INTEGER, throttle_key TEXT, fresh INTEGER NOT NULL DEFAULT 1);
+, wake_requested INTEGER NOT NULL DEFAULT 0, finish_timeout REAL, finish_deadline REAL, ckey1 TEXT, limit1 INTEGER, ckey2 TEXT, limit2 INTEGER, throttle_key TEXT, fresh INTEGER NOT NULL DEFAULT 1, cancel_reason TEXT);
 
 -- table run_events
 CREATE TABLE run_events (

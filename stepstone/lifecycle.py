@@ -49,7 +49,10 @@ def cancel_run(tx: Tx, run_id: str, now: float, matcher: Registry,
     if run is None or run.status in ENDED_STATUSES:
         return run.status if run else ""
     reason_json = None if reason is None else serde.dumps(reason.to_json(), what="error")
-    if tx.flag_cancel(run_id, now, reason_json):
+    # lock_lease waits for a lease pass holding the item (an UPDATE alone would
+    # judge the row by the version before that pass and skip it); flag_cancel
+    # then flags only a live lease.
+    if tx.lock_lease(run_id, now) and tx.flag_cancel(run_id, now, reason_json):
         return run.status
     end_run(tx, run, CANCELLED, None, reason, now, matcher)
     return CANCELLED

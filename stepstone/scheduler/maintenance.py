@@ -95,11 +95,12 @@ def timeouts_op(now: float, matcher: Registry) -> Callable[[Tx], int]:
             reason = ErrorInfo("Timeout", f"the run exceeded timeouts.{limit}")
             # A plain read: a lease pass may be starting the run right now. Look
             # again with the item locked (waiting for that pass) before acting.
-            if item.kind == "start" and not item.leased and tx.lock_lease(item.run_id, now):
+            leased = tx.lock_lease(item.run_id, now)
+            if leased and not item.leased and item.kind == "start":
                 continue  # it started meanwhile (its lease cleared the start deadline)
-            # A held run is flagged (with the reason) in the statement that
-            # checks the lease; the holder cancels it at its next boundary.
-            if tx.flag_cancel(item.run_id, now, serde.dumps(reason.to_json(), what="error")):
+            # A held run is flagged with the reason; its holder cancels it at its
+            # next step boundary or park.
+            if leased and tx.flag_cancel(item.run_id, now, serde.dumps(reason.to_json(), what="error")):
                 tx.clear_deadlines(item.run_id)
             else:
                 run = tx.get_run(item.run_id)

@@ -25,7 +25,7 @@ INVOKE_SITE = "journal(checkpoint+Interpreter.invoke.start_child)"
 WAIT_SITE = "journal(checkpoint+Interpreter.wait_for_event.insert_wait)"
 SEND_SITE = "journal(checkpoint+Interpreter.send_event.ingest_sent)"
 FINISH_SITE = "journal(checkpoint+_finish.final)"
-PARK_SITE = "journal(checkpoint+_park.park)"
+PARK_SITE = "journal(checkpoint+_park_or_cancel.park)"
 
 
 def count(db_url: str, sql: str) -> int:

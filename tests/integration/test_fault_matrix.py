@@ -225,10 +225,10 @@ def _emptied(url: str) -> str:
 WHEN: tuple[faults.When, ...] = ("before", "after")
 JOURNAL_SITES = {
     "journal(checkpoint)",
-    "journal(checkpoint+_park.park)",
+    "journal(checkpoint+_park_or_cancel.park)",
     "journal(checkpoint+_finish.final)",
-    "journal(checkpoint+Interpreter.wait_for_event.insert_wait+_park.park)",
-    "journal(checkpoint+Interpreter.invoke.start_child+_park.park)",
+    "journal(checkpoint+Interpreter.wait_for_event.insert_wait+_park_or_cancel.park)",
+    "journal(checkpoint+Interpreter.invoke.start_child+_park_or_cancel.park)",
     "journal(checkpoint+Interpreter.invoke.start_child)",
     "journal(checkpoint+Interpreter.send_event.ingest_sent)",
     "journal(checkpoint+Interpreter._resolved.timeout)",
@@ -271,7 +271,7 @@ def plan_of(seen: Counter[str], *, full: bool) -> list[tuple[str, int]]:
 
 
 OTHER_SITES = {"App._register.op", "App.send_async.<lambda>", "Worker._lease.op",
-               "Worker._duties.<lambda>", "timeouts_op.op", "_cancel_op.op"}
+               "Worker._duties.<lambda>", "timeouts_op.op", "_cancel_op.op", "register_crons_op.op"}
 SITES = sorted(JOURNAL_SITES | OTHER_SITES)
 _baseline: list[Outcome] = []
 

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from stepstone import limits
+from stepstone.truncate import clip
+
 
 class StepstoneError(Exception):
     """Root of every error Stepstone raises on purpose."""
@@ -107,11 +110,23 @@ class LeaseLostError(StoreError):
 
 @dataclass(frozen=True)
 class ErrorInfo:
-    """A stored error: its type name, its message and, when known, a traceback."""
+    """A stored error: its type name, its message and, when known, a traceback.
+
+    Every error Stepstone stores (a step memo, a trace span, a run's error, a
+    system event) is one of these, so each part is bounded here, once:
+    the type name to ``MAX_ERROR_TYPE_BYTES``, the message and the traceback to
+    ``MAX_ERROR_TEXT_BYTES`` each (see ``truncate.clip``).
+    """
 
     type: str
     message: str
     traceback: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "type", clip(self.type, limits.MAX_ERROR_TYPE_BYTES))
+        object.__setattr__(self, "message", clip(self.message, limits.MAX_ERROR_TEXT_BYTES))
+        if self.traceback is not None:
+            object.__setattr__(self, "traceback", clip(self.traceback, limits.MAX_ERROR_TEXT_BYTES))
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type, "message": self.message}

@@ -1,14 +1,20 @@
 """How runs end: one place that finishes a run, cleans up what it held, resolves
 a parent waiting on it (``step.invoke``) and records the system events; and how
 a held run is cancelled or parked, so that a cancel asked for while a worker
-holds the run is never lost: it is flagged for the holder in the statement
-that checks the lease, and the holder's park honours it in its own transaction."""
+holds the run is never lost: it is flagged for the holder (the queue item
+locked first), and the holder's park honours it in its own transaction.
+
+A system event embeds the run's first event (up to the event size limit
+itself), its error (bounded by ``ErrorInfo``) and, for ``function.finished``,
+its output (up to 4 MB): each is kept within the event size limit like any
+other event (``fit_event_data``).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from stepstone import serde
+from stepstone import limits, serde
 from stepstone.errors import ErrorInfo
 from stepstone.events import Event
 from stepstone.ingest import ingest, prepare
@@ -96,11 +102,45 @@ def system_events(tx: Tx, matcher: Registry, run: RunRow, status: str, output: s
     err = None if error is None else {"type": error.type, "message": error.message}
     found: list[Event] = []
     if status == FAILED:
-        found.append(Event(FAILED_EVENT, {**base, "error": err}))
+        found.append(Event(FAILED_EVENT, fit_event_data({**base, "error": err})))
     elif status == CANCELLED:
-        found.append(Event(CANCELLED_EVENT, {**base, "error": err}))
+        found.append(Event(CANCELLED_EVENT, fit_event_data({**base, "error": err})))
     if status in (COMPLETED, FAILED) and (matcher.listens_to(FINISHED_EVENT)
                                           or tx.wait_keys(FINISHED_EVENT)):
         result = {"result": serde.loads(output)} if status == COMPLETED else {"error": err}
-        found.append(Event(FINISHED_EVENT, {**base, "status": status, **result}))
+        found.append(Event(FINISHED_EVENT, fit_event_data({**base, "status": status, **result})))
     return found
+
+
+def fit_event_data(data: dict[str, Any]) -> dict[str, Any]:
+    """A system event's ``data`` within ``MAX_EVENT_BYTES``. While it is too
+    large, the larger of the embedded event and ``result`` gives way first: the
+    event to a reference (its ``name``, ``id``, ``ts``), ``result`` to ``None``;
+    last, the reference to ``None``. What was cut is listed under ``truncated``
+    (the run itself keeps all of it)."""
+    if not _too_large(data):
+        return data
+    cuts: list[tuple[str, str, Any]] = []  # (name listed, key replaced, replacement)
+    event = data.get("event")
+    if isinstance(event, dict):
+        cuts.append(("event.data", "event", {k: event.get(k) for k in ("name", "id", "ts")}))
+    if data.get("result") is not None:
+        cuts.append(("result", "result", None))
+    cuts.sort(key=lambda cut: -_size(data[cut[1]]))
+    if event is not None:
+        cuts.append(("event", "event", None))
+    truncated: list[str] = []
+    for name, key, replacement in cuts:
+        truncated.append(name)
+        data = {**data, key: replacement, "truncated": list(truncated)}
+        if not _too_large(data):
+            break
+    return data
+
+
+def _size(value: Any) -> int:
+    return len(serde.dumps(value, what="system event data").encode())
+
+
+def _too_large(data: dict[str, Any]) -> bool:
+    return _size(data) > limits.MAX_EVENT_BYTES

@@ -9,3 +9,5 @@ MAX_STEP_ID_CHARS = 512
 MAX_SLEEP_SECONDS = 366 * 86400
 DEDUPE_WINDOW_SECONDS = 24 * 3600
 MAX_REQUEST_BYTES = 4 * 1024 * 1024  # HTTP request bodies (a list of events, a bulk job)
+MAX_ERROR_TEXT_BYTES = 64 * 1024  # a stored error's message, and its traceback, each (cut, not refused)
+MAX_ERROR_TYPE_BYTES = 1024  # a stored error's type name (cut, not refused)

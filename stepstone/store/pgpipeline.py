@@ -8,11 +8,22 @@ row, a row count) and once at the end. A checkpoint reads nothing before its
 instead of four. Several operations share a plain transaction with a savepoint each
 (``batching.run_batch``), where a failing statement must be pinned on its own
 operation.
+
+Waiting for results mid-pipeline (``Pipelined.sync``) first sends whatever is
+still queued: the connection is non-blocking, and psycopg's ``Pipeline.sync()``
+(3.3) writes to the socket only while it has commands to push, then waits for
+results. When a large statement (a 4 MB step output) did not fit in the socket's
+send buffer, its tail stayed in libpq's output buffer: the server waited for the
+rest of the statement (``ClientRead``) and the writer for its results, for
+ever. Draining costs nothing when the buffer is already empty (one ``PQflush``
+that has nothing to send), so an ordinary checkpoint still costs one round trip.
+(Leaving the pipeline is safe: psycopg flushes fully there.)
 """
 
 from __future__ import annotations
 
 import contextlib
+import selectors
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +50,24 @@ class Pipelined:
         """Wait for every statement sent so far; raises the first one's error."""
         if self.unsynced:
             self.unsynced = False
+            drain(self.conn.pgconn)
             self.pipeline.sync()
+
+
+def drain(pgconn: Any) -> None:
+    """Send everything libpq holds in its output buffer, waiting for the socket
+    to accept it; meanwhile read what the server sends (into libpq's input
+    buffer, for psycopg to process), so that a server blocked writing results
+    is never what keeps it from reading. Raises ``psycopg.OperationalError`` if
+    the connection fails."""
+    if not pgconn.flush():  # the common case: nothing left to send
+        return
+    with selectors.DefaultSelector() as selector:
+        selector.register(pgconn.socket, selectors.EVENT_READ | selectors.EVENT_WRITE)
+        while pgconn.flush():
+            for _key, ready in selector.select():
+                if ready & selectors.EVENT_READ:
+                    pgconn.consume_input()
 
 
 class Result:

@@ -17,6 +17,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -52,7 +53,7 @@ class Config:
     workers: int = 3
     concurrency: int = 4  # per worker process
     lease_ttl: float = 2.0
-    step_seconds: float = 0.05
+    step_seconds: float = 0.2  # each step side effect
     fail_rate: float = 0.25  # per attempt of the flaky step (two attempts: ~6 % of runs fail)
     fault_seconds: float = 60.0  # faults stop after this; the drain goes on to the deadline
     deadline: float = 180.0  # from the first run sent; runs not ended by then are lost/stuck
@@ -92,6 +93,9 @@ class Outcome:
             "completed_steps_rerun": len(v.reruns),
             "completed_steps_rerun_unexplained": len(v.unexplained_reruns),
             "reruns": [list(r) for r in v.reruns],
+            "unexplained_re_executions": [list(u) for u in v.unexplained],
+            "fault_log": {"kills": self.faults.kills, "pauses": self.faults.pauses,
+                          "restarts": self.faults.restarts},
             "wall_seconds": round(self.wall_seconds, 1),
             "steps_per_second": round(self.committed_steps / self.wall_seconds, 1) if self.wall_seconds else 0.0,
             "violations": v.violations(),
@@ -140,14 +144,6 @@ class Fleet:
 
 
 @dataclass
-class _Pause:
-    slot: int
-    pid: int
-    stopped: float
-    resume_at: float
-
-
-@dataclass
 class Chaos:
     """The fault schedule of one scenario, one tick at a time."""
 
@@ -160,7 +156,9 @@ class Chaos:
     rng: random.Random
     faults: FaultLog = field(default_factory=FaultLog)
     due: dict[str, float] = field(default_factory=dict)
-    pause: _Pause | None = None
+    pause: threading.Timer | None = None
+    paused: tuple[int, int, float] = (-1, 0, 0.0)  # (slot, pid, stopped at)
+    lock: threading.RLock = field(default_factory=threading.RLock)
     modes: Iterator[str] = field(default_factory=lambda: iter(()))
 
     def __post_init__(self) -> None:
@@ -177,11 +175,6 @@ class Chaos:
 
     def tick(self) -> None:
         now = time.monotonic()
-        if self.pause is not None and now >= self.pause.resume_at:
-            self.fleet.signal(self.pause.slot, signal.SIGCONT)
-            self.faults.pauses.append((self.pause.pid, self.pause.stopped, time.time()))
-            self.pause = None
-            self.due["pause"] = now + self.rng.uniform(0.5, 1.5) * self.every["pause"]
         for kind, at in list(self.due.items()):
             if now >= at:
                 getattr(self, f"_{kind}")()
@@ -189,24 +182,41 @@ class Chaos:
                     self.due[kind] = time.monotonic() + self.rng.uniform(0.5, 1.5) * self.every[kind]
 
     def finish(self) -> None:
-        """Resume a paused worker; the server is up (a restart is synchronous)."""
-        if self.pause is not None:
-            self.due["pause"] = float("inf")
-            self.pause.resume_at = 0
-            self.tick()
+        """No more faults: resume a paused worker now (a restart is synchronous)."""
+        self.due.clear()
+        with self.lock:
+            if self.pause is not None:
+                self.pause.cancel()
+                self._resume()
+
+    def _resume(self) -> None:
+        """SIGCONT the paused worker, on a timer: a harness blocked on the database
+        (a SQLite write lock the paused process holds) must not stretch the pause."""
+        with self.lock:
+            if self.pause is None:
+                return
+            slot, pid, stopped = self.paused
+            self.fleet.signal(slot, signal.SIGCONT)
+            self.faults.pauses.append((pid, stopped, time.time()))
+            self.pause = None
+            if "pause" in self.due:
+                self.due["pause"] = time.monotonic() + self.rng.uniform(0.5, 1.5) * self.every["pause"]
 
     def _kill(self) -> None:
         slot = self.rng.randrange(len(self.fleet.procs))
-        if self.pause is not None and self.pause.slot == slot:
+        if self.pause is not None and self.paused[0] == slot:
             return  # killing a paused worker is a plain kill: keep the pause's figures clean
         self.faults.kills.append(self.fleet.kill(slot))
 
     def _pause(self) -> None:
         self.due["pause"] = float("inf")  # one pause at a time; rescheduled at the resume
         slot = self.rng.randrange(len(self.fleet.procs))
-        pid = self.fleet.signal(slot, signal.SIGSTOP)
-        hold = self.config.lease_ttl * self.rng.uniform(1.3, 2.0)  # past the lease: the run moves on
-        self.pause = _Pause(slot, pid, time.time(), time.monotonic() + hold)
+        with self.lock:
+            pid = self.fleet.signal(slot, signal.SIGSTOP)
+            self.paused = (slot, pid, time.time())
+            hold = self.config.lease_ttl * self.rng.uniform(1.3, 2.0)  # past the lease: the run moves on
+            self.pause = threading.Timer(hold, self._resume)
+            self.pause.start()
 
     def _restart(self) -> None:
         assert self.cluster is not None

@@ -84,6 +84,7 @@ class Verdict:
     executions: int = 0
     retried: int = 0  # injected failures, attempts that were retried (or replayed)
     superseded: Counter[str] = field(default_factory=Counter)  # by cause: kill, pause, restart, unexplained
+    unexplained: list[tuple[str, str, int, float]] = field(default_factory=list)  # (run id, step, pid, started)
     reruns: list[tuple[str, str, str]] = field(default_factory=list)  # (run id, step, cause)
 
     @property
@@ -146,12 +147,17 @@ def _judge_run(verdict: Verdict, execs: list[Execution], memo: dict[str, str], f
         for i, e in enumerate(mine):
             if e.phase == "fail":
                 verdict.retried += 1
-            if e is committed:
-                continue
-            completed_by = committed.started if committed is not None and committed.started <= e.started \
-                else first_later if first_later <= e.started else None
+            after = committed.started if committed is not None and committed is not e \
+                and committed.started <= e.started else None
+            completed_by = after if after is not None else first_later if first_later <= e.started else None
             if completed_by is not None:
                 cause = "restart" if faults.restart_between(completed_by, e.started) else "none"
                 verdict.reruns.append((e.run_id, step, cause))
-            elif e.phase != "fail" and i + 1 < len(mine):
-                verdict.superseded[faults.explain(e.pid, e.started, mine[i + 1].started) or "unexplained"] += 1
+            elif e is not committed and e.phase != "fail" and i + 1 < len(mine):
+                until = mine[i + 1].started
+                if any(e.started <= t <= until for t in later):
+                    continue  # it committed: a later step ran on its memo (the re-run is counted above)
+                cause = faults.explain(e.pid, e.started, until) or "unexplained"
+                verdict.superseded[cause] += 1
+                if cause == "unexplained":
+                    verdict.unexplained.append((e.run_id, step, e.pid, e.started))

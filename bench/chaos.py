@@ -43,6 +43,7 @@ COLUMNS = [("scenario", "scenario"), ("backend", "backend"), ("runs_sent", "runs
            ("re_executed", "re-executed at a fault (kill / pause / restart)"),
            ("re_executed_unexplained", "re-executed, no fault"),
            ("completed_steps_rerun", "**completed steps re-run** (at a restart)"),
+           ("cancels_not_honoured", "**cancels not honoured**"),
            ("wall_seconds", "wall s"), ("steps_per_second", "steps/s")]
 
 
@@ -95,6 +96,7 @@ def summary(f: dict[str, Any]) -> str:
             f"re-executed at kill/pause/restart {f['re_executed_at_kill']}/{f['re_executed_at_pause']}/"
             f"{f['re_executed_at_restart']}, no fault {f['re_executed_unexplained']} | completed steps re-run "
             f"{f['completed_steps_rerun']} ({f['completed_steps_rerun_unexplained']} unexplained) | "
+            f"cancels not honoured {f['cancels_not_honoured']} | "
             f"{f['wall_seconds']} s, {f['steps_per_second']} steps/s")
     return line + "".join(f"\n    VIOLATION {v}" for v in f["violations"][:20])
 
@@ -113,7 +115,8 @@ def markdown(figures: list[dict[str, Any]]) -> str:
                                  f"{f['re_executed_at_restart']}",
                      completed_steps_rerun=f"**{f['completed_steps_rerun']}** "
                                            f"({f['completed_steps_rerun'] - f['completed_steps_rerun_unexplained']})",
-                     lost_or_stuck=f"**{f['lost_or_stuck']}**")
+                     lost_or_stuck=f"**{f['lost_or_stuck']}**",
+                     cancels_not_honoured=f"**{f['cancels_not_honoured']}**" if f["cancels"] else "-")
         rows.append("| " + " | ".join(str(cells[key]) for key, _ in COLUMNS) + " |")
     return "\n".join(rows)
 

@@ -85,7 +85,8 @@ class Outcome:
             "cancelled": v.statuses["cancelled"], "lost_or_stuck": v.lost,
             "stuck": [list(s) for s in v.stuck], "kills": len(self.faults.kills),
             "pauses": len(self.faults.pauses), "restarts": len(self.faults.restarts),
-            "cancels": self.faults.cancels, "replays": self.faults.replays,
+            "cancels": len(self.faults.cancels), "replays": len(self.faults.replays),
+            "cancels_not_honoured": len(v.ignored_cancels),
             "step_executions": v.executions, "retried_attempts": v.retried,
             "re_executed_at_kill": v.superseded["kill"], "re_executed_at_pause": v.superseded["pause"],
             "re_executed_at_restart": v.superseded["restart"],
@@ -228,20 +229,28 @@ class Chaos:
         self.faults.restarts.append((mode, down, time.time()))
 
     def _cancel(self) -> None:
+        """Cancel a sample of runs; replay some of them at once (cancel + replay of a
+        run a worker still executes is what broke the engine in the review)."""
         per_tick = max(1, round(self.config.cancel_fraction * len(self.run_ids) * self.every["cancel"]
                                 / self.config.fault_seconds))
         for run_id in self.rng.sample(self.run_ids, min(per_tick, len(self.run_ids))):
-            with contextlib.suppress(*TRANSIENT):
+            with contextlib.suppress(*TRANSIENT, InvalidStateError):
                 self.app.runs.cancel(run_id)
-                self.faults.cancels += 1
+                self.faults.cancels.append((run_id, time.time()))
+                if self.rng.random() < 0.5:
+                    self._replay_one(run_id)
 
     def _replay(self) -> None:
         with contextlib.suppress(*TRANSIENT):
             ended = self.app.runs.list(function_id="chaos", status=["failed", "cancelled"], limit=1000)
             for run in self.rng.sample(ended, len(ended) // 2):
-                with contextlib.suppress(InvalidStateError):
-                    self.app.runs.replay(run.id)
-                    self.faults.replays += 1
+                self._replay_one(run.id)
+
+    def _replay_one(self, run_id: str) -> None:
+        sent = time.time()
+        with contextlib.suppress(*TRANSIENT, InvalidStateError):
+            self.app.runs.replay(run_id)
+            self.faults.replays.append((run_id, sent))
 
 
 def _cycle(items: tuple[str, ...]) -> Iterator[str]:
@@ -294,8 +303,8 @@ def run_scenario(scenario: str, backend: str, url: str, workdir: Path, config: C
     """Run one scenario to its end (every run ended, or the deadline) and judge it."""
     if scenario == "restart" and cluster is None:
         raise ValueError("the restart scenario needs a PostgreSQL server it may restart")
-    migrated(url)
     workdir.mkdir(parents=True, exist_ok=True)
+    migrated(url)
     ledger_path = workdir / f"{scenario}-{backend}-ledger.db"
     ledger_path.unlink(missing_ok=True)
     create_ledger(str(ledger_path))

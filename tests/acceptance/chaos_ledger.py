@@ -19,7 +19,8 @@ run, in the order executions started:
 
 A completed step re-run that no restart explains (an ambiguous commit, where the
 commit may have succeeded while the client saw the connection drop) violates
-the engine's promise; so does a run that did not end by the deadline.
+the engine's promise; so does a run that did not end by the deadline, and a
+cancelled run that starts a second step before it is replayed.
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ class FaultLog:
     kills: list[tuple[int, float]] = field(default_factory=list)  # (pid, at)
     pauses: list[tuple[int, float, float]] = field(default_factory=list)  # (pid, stopped, resumed)
     restarts: list[tuple[str, float, float]] = field(default_factory=list)  # (mode, down, up)
-    cancels: int = 0
-    replays: int = 0
+    cancels: list[tuple[str, float]] = field(default_factory=list)  # (run id, when the cancel returned)
+    replays: list[tuple[str, float]] = field(default_factory=list)  # (run id, when the replay was sent)
 
     def explain(self, pid: int, start: float, until: float) -> str | None:
         """The fault that explains an execution by ``pid`` started at ``start`` being
@@ -86,6 +87,7 @@ class Verdict:
     superseded: Counter[str] = field(default_factory=Counter)  # by cause: kill, pause, restart, unexplained
     unexplained: list[tuple[str, str, int, float]] = field(default_factory=list)  # (run id, step, pid, started)
     reruns: list[tuple[str, str, str]] = field(default_factory=list)  # (run id, step, cause)
+    ignored_cancels: list[tuple[str, list[str]]] = field(default_factory=list)  # (run id, steps started after)
 
     @property
     def lost(self) -> int:
@@ -101,6 +103,8 @@ class Verdict:
             found.append(f"{self.missing} sent event(s) started no run")
         found += [f"run {run_id}: completed step {step!r} executed again" for run_id, step, _ in
                   self.unexplained_reruns]
+        found += [f"run {run_id}: steps {steps} started after it was cancelled" for run_id, steps in
+                  self.ignored_cancels]
         return found
 
 
@@ -134,7 +138,20 @@ def judge(sent: int, runs: Sequence[RunState], done: Sequence[Execution], faults
     memos = {run.id: run.memo for run in runs}
     for run_id, execs in by_run.items():
         _judge_run(verdict, execs, memos.get(run_id, {}), faults, order)
+    _judge_cancels(verdict, by_run, faults)
     return verdict
+
+
+def _judge_cancels(verdict: Verdict, by_run: dict[str, list[Execution]], faults: FaultLog) -> None:
+    """A cancelled run finishes the step in flight and starts nothing after it, until
+    it is replayed. The step in flight may have been decided on just before the
+    cancel committed and so be logged just after it: one step is allowed, a
+    second one means the cancel was lost."""
+    for run_id, at in faults.cancels:
+        replayed = min((t for r, t in faults.replays if r == run_id and t > at), default=float("inf"))
+        steps = list(dict.fromkeys(e.step for e in by_run.get(run_id, []) if at < e.started < replayed))
+        if len(steps) > 1:
+            verdict.ignored_cancels.append((run_id, steps))
 
 
 def _judge_run(verdict: Verdict, execs: list[Execution], memo: dict[str, str], faults: FaultLog,

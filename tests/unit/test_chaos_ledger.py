@@ -59,3 +59,13 @@ def test_a_run_not_ended_or_never_created_is_lost() -> None:
     assert v.stuck == [("r", "sleeping")] and v.lost == 1
     v = judge(3, [RunState("r", "completed", {})], [], FaultLog(), ORDER)
     assert v.missing == 2 and v.violations() == ["2 sent event(s) started no run"]
+
+
+def test_a_cancelled_run_may_finish_the_step_in_flight_but_start_nothing_else_until_replayed() -> None:
+    done = [ex("1", "a", 7, 1.0), ex("2", "b", 7, 2.5), ex("3", "b", 7, 9.0, run="other")]
+    assert verdict(done, {"a": "1", "b": "2"}, FaultLog(cancels=[("r", 2.0)])).ignored_cancels == []
+    v = verdict(done, {"a": "1", "b": "2"}, FaultLog(cancels=[("r", 0.5)]))  # a and b both started after
+    assert v.ignored_cancels == [("r", ["a", "b"])]
+    assert v.violations() == ["run r: steps ['a', 'b'] started after it was cancelled"]
+    replayed = FaultLog(cancels=[("r", 0.5)], replays=[("r", 0.8)])
+    assert verdict(done, {"a": "1", "b": "2"}, replayed).ignored_cancels == []

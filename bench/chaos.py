@@ -9,8 +9,8 @@ asks: runs lost, completed steps executed again, re-executions a fault explains.
     .venv/bin/python bench/chaos.py --json > figures.json            # machine-readable
     .venv/bin/python bench/chaos.py --markdown figures.json          # the table of docs/reliability.md
 
-Exits 1 when a run was lost (not ended by the deadline) or a completed step ran
-again with no PostgreSQL restart to explain it (an ambiguous commit). PostgreSQL
+Exits 1 when a run was lost (not ended by the deadline), a completed step ran
+again with no fault to explain it, or a cancelled run started a second step. PostgreSQL
 runs on a private cluster with its durable defaults (fsync and synchronous_commit
 on); SQLite on a file with the default ``synchronous=full``. See docs/reliability.md.
 """
@@ -42,7 +42,7 @@ COLUMNS = [("scenario", "scenario"), ("backend", "backend"), ("runs_sent", "runs
            ("step_executions", "step executions"), ("retried_attempts", "injected failures"),
            ("re_executed", "re-executed at a fault (kill / pause / restart)"),
            ("re_executed_unexplained", "re-executed, no fault"),
-           ("completed_steps_rerun", "**completed steps re-run** (at a restart)"),
+           ("completed_steps_rerun", "**completed steps re-run** (by a resumed worker / at a restart)"),
            ("cancels_not_honoured", "**cancels not honoured**"),
            ("wall_seconds", "wall s"), ("steps_per_second", "steps/s")]
 
@@ -95,7 +95,8 @@ def summary(f: dict[str, Any]) -> str:
             f"{_faults(f)} | {f['step_executions']} executions, {f['retried_attempts']} injected failures, "
             f"re-executed at kill/pause/restart {f['re_executed_at_kill']}/{f['re_executed_at_pause']}/"
             f"{f['re_executed_at_restart']}, no fault {f['re_executed_unexplained']} | completed steps re-run "
-            f"{f['completed_steps_rerun']} ({f['completed_steps_rerun_unexplained']} unexplained) | "
+            f"{f['completed_steps_rerun']} (by a resumed worker {f['completed_steps_rerun_at_pause']}, at a restart "
+            f"{f['completed_steps_rerun_at_restart']}, unexplained {f['completed_steps_rerun_unexplained']}) | "
             f"cancels not honoured {f['cancels_not_honoured']} | "
             f"{f['wall_seconds']} s, {f['steps_per_second']} steps/s")
     return line + "".join(f"\n    VIOLATION {v}" for v in f["violations"][:20])
@@ -114,7 +115,8 @@ def markdown(figures: list[dict[str, Any]]) -> str:
                      re_executed=f"{f['re_executed_at_kill']} / {f['re_executed_at_pause']} / "
                                  f"{f['re_executed_at_restart']}",
                      completed_steps_rerun=f"**{f['completed_steps_rerun']}** "
-                                           f"({f['completed_steps_rerun'] - f['completed_steps_rerun_unexplained']})",
+                                           f"({f['completed_steps_rerun_at_pause']} / "
+                                           f"{f['completed_steps_rerun_at_restart']})",
                      lost_or_stuck=f"**{f['lost_or_stuck']}**",
                      cancels_not_honoured=f"**{f['cancels_not_honoured']}**" if f["cancels"] else "-")
         rows.append("| " + " | ".join(str(cells[key]) for key, _ in COLUMNS) + " |")

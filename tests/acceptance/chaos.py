@@ -92,6 +92,8 @@ class Outcome:
             "re_executed_at_restart": v.superseded["restart"],
             "re_executed_unexplained": v.superseded["unexplained"],
             "completed_steps_rerun": len(v.reruns),
+            "completed_steps_rerun_at_pause": sum(1 for r in v.reruns if r[2] == "pause"),
+            "completed_steps_rerun_at_restart": sum(1 for r in v.reruns if r[2] == "restart"),
             "completed_steps_rerun_unexplained": len(v.unexplained_reruns),
             "reruns": [list(r) for r in v.reruns],
             "unexplained_re_executions": [list(u) for u in v.unexplained],

@@ -17,9 +17,11 @@ run, in the order executions started:
   boundary, expected when the executing process was killed or paused, or the
   database restarted, between its start and the next execution's start.
 
-A completed step re-run that no restart explains (an ambiguous commit, where the
-commit may have succeeded while the client saw the connection drop) violates
-the engine's promise; so does a run that did not end by the deadline, and a
+A completed step re-run is reported with what may explain it: a worker paused
+across it (resumed with the run as it leased it: the engine fences its commit
+but does not stop it starting the step), or a restart (an ambiguous commit: it
+may have succeeded while the client saw the connection drop). One that nothing
+explains violates the engine's promise; so does a run that did not end by the deadline, and a
 cancelled run that starts a second step before it is replayed.
 """
 
@@ -63,6 +65,15 @@ class FaultLog:
             return "restart"
         return None
 
+    def rerun_cause(self, pid: int, completed: float, rerun: float) -> str:
+        """What may explain a step completed by ``completed`` being executed again
+        by ``pid`` at ``rerun``: a worker paused across that span resumed with the
+        run's state as it leased it (``pause``), an ambiguous commit at a restart
+        (``restart``), or nothing (``none``)."""
+        if any(p == pid and stopped <= rerun and resumed >= completed for p, stopped, resumed in self.pauses):
+            return "pause"
+        return "restart" if self.restart_between(completed, rerun) else "none"
+
     def restart_between(self, start: float, until: float) -> bool:
         return any(down <= until and up >= start for _, down, up in self.restarts)
 
@@ -95,7 +106,7 @@ class Verdict:
 
     @property
     def unexplained_reruns(self) -> list[tuple[str, str, str]]:
-        return [r for r in self.reruns if r[2] != "restart"]
+        return [r for r in self.reruns if r[2] == "none"]
 
     def violations(self) -> list[str]:
         found = [f"run {run_id} not ended by the deadline: {status}" for run_id, status in self.stuck]
@@ -168,8 +179,7 @@ def _judge_run(verdict: Verdict, execs: list[Execution], memo: dict[str, str], f
                 and committed.started <= e.started else None
             completed_by = after if after is not None else first_later if first_later <= e.started else None
             if completed_by is not None:
-                cause = "restart" if faults.restart_between(completed_by, e.started) else "none"
-                verdict.reruns.append((e.run_id, step, cause))
+                verdict.reruns.append((e.run_id, step, faults.rerun_cause(e.pid, completed_by, e.started)))
             elif e is not committed and e.phase != "fail" and i + 1 < len(mine):
                 until = mine[i + 1].started
                 if any(e.started <= t <= until for t in later):

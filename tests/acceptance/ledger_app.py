@@ -17,16 +17,18 @@ CHAOS_FAIL_RATE = float(os.environ.get("CHAOS_FAIL_RATE", "0.25"))
 CHAOS_SLEEP = os.environ.get("CHAOS_SLEEP", "300ms")
 
 
-def _record(conn: sqlite3.Connection, run_id: str, step: str, phase: str, token: str | None) -> None:
+def _record(conn: sqlite3.Connection, run_id: str, step: str, phase: str, token: str | None,
+            at: float | None = None) -> None:
     conn.execute("INSERT INTO ledger (run_id, step, phase, pid, at, token) VALUES (?, ?, ?, ?, ?, ?)",
-                 (run_id, step, phase, os.getpid(), time.time(), token))
+                 (run_id, step, phase, os.getpid(), time.time() if at is None else at, token))
 
 
 def effect(run_id: str, step: str, token: str | None = None, fail_rate: float = 0.0) -> str:
+    entered = time.time()  # a start is when the step's function was entered, not when its row was written
     conn = sqlite3.connect(LEDGER, timeout=30, isolation_level=None)
     try:
         conn.execute("PRAGMA synchronous = OFF")  # the ledger is test scaffolding: no fsync needed
-        _record(conn, run_id, step, "start", token)
+        _record(conn, run_id, step, "start", token, entered)
         time.sleep(STEP_SECONDS)
         if random.random() < fail_rate:
             _record(conn, run_id, step, "fail", token)

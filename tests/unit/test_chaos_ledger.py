@@ -46,6 +46,10 @@ def test_an_execution_after_the_committed_one_is_a_completed_step_re_run() -> No
     assert v.violations() == ["run r: completed step 'a' executed again"]
     v = verdict(done, {"a": "1"}, FaultLog(restarts=[("immediate", 2.0, 3.0)]))  # an ambiguous commit
     assert (v.reruns, v.violations()) == ([("r", "a", "restart")], [])
+    v = verdict(done, {"a": "1"}, FaultLog(pauses=[(8, 0.5, 4.0)]))  # a stale worker, resumed
+    assert (v.reruns, v.violations()) == ([("r", "a", "pause")], [])
+    v = verdict(done, {"a": "1"}, FaultLog(pauses=[(8, 0.2, 0.9)]))  # resumed before the step completed
+    assert v.reruns == [("r", "a", "none")]
 
 
 def test_a_step_re_run_after_a_later_step_started_is_caught_even_if_its_memo_was_overwritten() -> None:

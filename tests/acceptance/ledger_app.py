@@ -75,3 +75,19 @@ def chaos(ctx: ss.Context) -> list[str]:
     record = ctx.step.run("record", tokened_effect, ctx.run_id, "record", CHAOS_FAIL_RATE)
     provision = ctx.step.run("provision", tokened_effect, ctx.run_id, "provision")
     return [charge, record, provision]
+
+
+PRELUDE_SECONDS = float(os.environ.get("PRELUDE_SECONDS", "0"))
+
+
+@app.function(id="prelude", trigger=ss.on_event("prelude"))
+def prelude(ctx: ss.Context) -> str:
+    """Slow code outside steps (replayed on every invocation) before the one step;
+    its ledger row marks that an invocation began (scaffolding, not a side effect)."""
+    conn = sqlite3.connect(LEDGER, timeout=30, isolation_level=None)
+    try:
+        _record(conn, ctx.run_id, "prelude", "start", None)
+    finally:
+        conn.close()
+    time.sleep(PRELUDE_SECONDS)
+    return ctx.step.run("charge", tagged_effect, ctx.run_id, "charge")

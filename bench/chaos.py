@@ -103,9 +103,11 @@ def summary(f: dict[str, Any]) -> str:
 
 
 def _faults(f: dict[str, Any]) -> str:
+    hijacks = f.get("hijacks", 0)
+    cancels = f"{f['cancels']} cancels" + (f" ({hijacks} of a paused worker's runs)" if hijacks else "")
     parts = [(f["kills"], "kills"), (f["pauses"], "pauses"), (f["restarts"], "restarts"),
-             (f["cancels"], "cancels"), (f["replays"], "replays")]
-    return ", ".join(f"{n} {what}" for n, what in parts if n) or "no faults"
+             (f["cancels"], cancels), (f["replays"], "replays")]
+    return ", ".join(what if what == cancels else f"{n} {what}" for n, what in parts if n) or "no faults"
 
 
 def markdown(figures: list[dict[str, Any]]) -> str:

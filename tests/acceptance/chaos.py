@@ -86,6 +86,7 @@ class Outcome:
             "stuck": [list(s) for s in v.stuck], "kills": len(self.faults.kills),
             "pauses": len(self.faults.pauses), "restarts": len(self.faults.restarts),
             "cancels": len(self.faults.cancels), "replays": len(self.faults.replays),
+            "hijacks": self.faults.hijacks,
             "cancels_not_honoured": len(v.ignored_cancels),
             "step_executions": v.executions, "retried_attempts": v.retried,
             "re_executed_at_kill": v.superseded["kill"], "re_executed_at_pause": v.superseded["pause"],
@@ -111,9 +112,11 @@ class Fleet:
     def __init__(self, env: dict[str, str], size: int, args: list[str], log: IO[bytes]) -> None:
         self.env, self.args, self.log = env, args, log
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.names: list[str] = []  # instance ids, by slot
         self.started = 0
         for _ in range(size):
             self.procs.append(self._spawn())
+            self.names.append(f"chaos-{self.started}")
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         self.started += 1
@@ -127,6 +130,7 @@ class Fleet:
         at = time.time()
         proc.wait()
         self.procs[slot] = self._spawn()
+        self.names[slot] = f"chaos-{self.started}"
         return proc.pid, at
 
     def signal(self, slot: int, sig: signal.Signals) -> int:
@@ -151,6 +155,7 @@ class Chaos:
     """The fault schedule of one scenario, one tick at a time."""
 
     scenario: str
+    url: str
     config: Config
     fleet: Fleet
     app: ss.App
@@ -162,6 +167,7 @@ class Chaos:
     pause: threading.Timer | None = None
     paused: tuple[int, int, float] = (-1, 0, 0.0)  # (slot, pid, stopped at)
     lock: threading.RLock = field(default_factory=threading.RLock)
+    victims: list[str] = field(default_factory=list)  # runs the paused worker held when it stopped
     modes: Iterator[str] = field(default_factory=lambda: iter(()))
 
     def __post_init__(self) -> None:
@@ -181,7 +187,9 @@ class Chaos:
         for kind, at in list(self.due.items()):
             if now >= at:
                 getattr(self, f"_{kind}")()
-                if kind != "pause":
+                if kind == "hijack":
+                    del self.due[kind]
+                elif kind != "pause":
                     self.due[kind] = time.monotonic() + self.rng.uniform(0.5, 1.5) * self.every[kind]
 
     def finish(self) -> None:
@@ -220,6 +228,9 @@ class Chaos:
             hold = self.config.lease_ttl * self.rng.uniform(1.3, 2.0)  # past the lease: the run moves on
             self.pause = threading.Timer(hold, self._resume)
             self.pause.start()
+        if self.scenario == "mix":  # the operator acts on the paused worker's runs while it is away
+            self.victims = owned_runs(self.url, self.fleet.names[slot])
+            self.due["hijack"] = time.monotonic() + hold * self.rng.uniform(0.3, 0.9)
 
     def _restart(self) -> None:
         assert self.cluster is not None
@@ -242,6 +253,16 @@ class Chaos:
                 if self.rng.random() < 0.5:
                     self._replay_one(run_id)
 
+    def _hijack(self) -> None:
+        """Cancel and at once replay the runs a paused worker held (the review's attack:
+        the paused worker resumes with a stale invocation of a run that began again)."""
+        for run_id in self.victims:
+            with contextlib.suppress(*TRANSIENT, InvalidStateError):
+                self.app.runs.cancel(run_id)
+                self.faults.cancels.append((run_id, time.time()))
+                self.faults.hijacks += 1
+                self._replay_one(run_id)
+
     def _replay(self) -> None:
         with contextlib.suppress(*TRANSIENT):
             ended = self.app.runs.list(function_id="chaos", status=["failed", "cancelled"], limit=1000)
@@ -258,6 +279,20 @@ class Chaos:
 def _cycle(items: tuple[str, ...]) -> Iterator[str]:
     while True:
         yield from items
+
+
+def owned_runs(url: str, instance_id: str) -> list[str]:
+    """Runs whose lease a worker (by instance id) holds, straight from the database."""
+    sql = "SELECT run_id FROM queue WHERE owner LIKE '" + instance_id + "/%'"
+    with contextlib.suppress(Exception):
+        if url.startswith("sqlite:"):
+            with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///").split("?")[0])) as conn:
+                return [row[0] for row in conn.execute(sql)]
+        import psycopg
+
+        with psycopg.connect(url, connect_timeout=2) as pg:
+            return [row[0] for row in pg.execute(sql.encode())]
+    return []
 
 
 def active_runs(url: str) -> int | None:
@@ -324,7 +359,7 @@ def run_scenario(scenario: str, backend: str, url: str, workdir: Path, config: C
             _send(app, config.runs)
             started = time.monotonic()
             run_ids = [r.id for r in _all_runs(app)]
-            chaos = Chaos(scenario, config, fleet, app, run_ids, cluster, rng)
+            chaos = Chaos(scenario, url, config, fleet, app, run_ids, cluster, rng)
             while time.monotonic() - started < config.deadline and active_runs(url) != 0:
                 if time.monotonic() - started < config.fault_seconds:
                     chaos.tick()

@@ -53,6 +53,7 @@ class FaultLog:
     restarts: list[tuple[str, float, float]] = field(default_factory=list)  # (mode, down, up)
     cancels: list[tuple[str, float]] = field(default_factory=list)  # (run id, when the cancel returned)
     replays: list[tuple[str, float]] = field(default_factory=list)  # (run id, when the replay was sent)
+    hijacks: int = 0  # runs a paused worker held, cancelled (and replayed if they ended) while it was away
 
     def explain(self, pid: int, start: float, until: float) -> str | None:
         """The fault that explains an execution by ``pid`` started at ``start`` being

@@ -14,8 +14,9 @@ run, in the order executions started:
   step's memo existed (this catches a memo overwritten by a stale writer too);
 - an execution that is neither committed nor the last one is *superseded*: its
   checkpoint never committed and the step ran again. That is the at-least-once
-  boundary, expected when the executing process was killed or paused, or the
-  database restarted, between its start and the next execution's start.
+  boundary, expected when the executing process was killed, a worker was
+  paused (it may hold a lock the executing process waits on), or the database
+  restarted, between its start and the next execution's start.
 
 A completed step re-run is reported with what may explain it: a worker paused
 across it (resumed with the run as it leased it: the engine fences its commit
@@ -60,7 +61,9 @@ class FaultLog:
         executed again by an execution started at ``until``; None if no fault does."""
         if any(p == pid and start <= at <= until for p, at in self.kills):
             return "kill"
-        if any(p == pid and stopped <= until and resumed >= start for p, stopped, resumed in self.pauses):
+        # any worker's pause: a paused process may hold a lock the others wait on
+        # (SQLite's write lock, a PostgreSQL row lock), so their heartbeats stall too
+        if any(stopped <= until and resumed >= start for _, stopped, resumed in self.pauses):
             return "pause"
         if self.restart_between(start, until):
             return "restart"

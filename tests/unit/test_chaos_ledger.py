@@ -34,6 +34,8 @@ def test_a_step_in_flight_at_a_fault_is_attributed_to_it() -> None:
     assert verdict(done, memo, FaultLog(kills=[(7, 2.0)])).superseded == {"kill": 1}
     assert verdict(done, memo, FaultLog(kills=[(7, 5.5)])).superseded == {"unexplained": 1}  # after the takeover
     assert verdict(done, memo, FaultLog(pauses=[(7, 1.5, 4.0)])).superseded == {"pause": 1}
+    assert verdict(done, memo, FaultLog(pauses=[(9, 1.5, 4.0)])).superseded == {"pause": 1}  # a lock holder
+    assert verdict(done, memo, FaultLog(pauses=[(7, 0.1, 0.9)])).superseded == {"unexplained": 1}
     assert verdict(done, memo, FaultLog(restarts=[("fast", 3.0, 4.0)])).superseded == {"restart": 1}
     assert verdict(done, memo).superseded == {"unexplained": 1}
     assert verdict(done, memo).violations() == []  # superseded executions are at-least-once, not a violation

@@ -4,13 +4,14 @@ on the test's database (``db_url``: SQLite and PostgreSQL)."""
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from .procs import create_ledger
 
 HERE = Path(__file__).parent
 STEPSTONE = str(Path(sys.executable).parent / "stepstone")
@@ -19,9 +20,7 @@ STEPSTONE = str(Path(sys.executable).parent / "stepstone")
 @pytest.fixture
 def env(db_url: str, tmp_path: Path) -> dict[str, str]:
     ledger = tmp_path / "ledger.db"
-    with sqlite3.connect(ledger) as conn:
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("CREATE TABLE ledger (run_id TEXT, step TEXT, phase TEXT, pid INT, at REAL)")
+    create_ledger(str(ledger))
     return {
         **os.environ,
         "STEPSTONE_DATABASE_URL": db_url,

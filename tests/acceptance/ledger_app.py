@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import random
 import sqlite3
 import time
+import uuid
 
 import stepstone as ss
 
@@ -16,20 +18,30 @@ STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.2"))
 GATE_STEP = os.environ.get("GATE_STEP")
 GATE_PATH = os.environ.get("GATE_PATH", "")
 GATE_SECONDS = float(os.environ.get("GATE_SECONDS", "0"))
+CHAOS_FAIL_RATE = float(os.environ.get("CHAOS_FAIL_RATE", "0.25"))
+CHAOS_SLEEP = os.environ.get("CHAOS_SLEEP", "300ms")
 
 
-def effect(run_id: str, step: str) -> str:
+def _record(conn: sqlite3.Connection, run_id: str, step: str, phase: str, token: str | None,
+            at: float | None = None) -> None:
+    conn.execute("INSERT INTO ledger (run_id, step, phase, pid, at, token) VALUES (?, ?, ?, ?, ?, ?)",
+                 (run_id, step, phase, os.getpid(), time.time() if at is None else at, token))
+
+
+def effect(run_id: str, step: str, token: str | None = None, fail_rate: float = 0.0) -> str:
+    entered = time.time()  # a start is when the step's function was entered, not when its row was written
     conn = sqlite3.connect(LEDGER, timeout=30, isolation_level=None)
     try:
         conn.execute("PRAGMA synchronous = OFF")  # the ledger is test scaffolding: no fsync needed
-        conn.execute("INSERT INTO ledger (run_id, step, phase, pid, at) VALUES (?, ?, 'start', ?, ?)",
-                     (run_id, step, os.getpid(), time.time()))
+        _record(conn, run_id, step, "start", token, entered)
         if step == GATE_STEP:
             _gate(conn, run_id, step)
         else:
             time.sleep(STEP_SECONDS)
-        conn.execute("INSERT INTO ledger (run_id, step, phase, pid, at) VALUES (?, ?, 'end', ?, ?)",
-                     (run_id, step, os.getpid(), time.time()))
+        if random.random() < fail_rate:
+            _record(conn, run_id, step, "fail", token)
+            raise RuntimeError(f"{step} failed (injected)")
+        _record(conn, run_id, step, "end", token)
     finally:
         conn.close()
     return step
@@ -59,3 +71,42 @@ def tagged_effect(run_id: str, step: str) -> str:
 @app.function(id="tagged", trigger=ss.on_event("tagged"))
 def tagged(ctx: ss.Context) -> list[str]:
     return [ctx.step.run(name, tagged_effect, ctx.run_id, name) for name in ("charge", "record", "provision")]
+
+
+def tokened_effect(run_id: str, step: str, fail_rate: float = 0.0) -> str:
+    """One execution of a chaos step under a token of its own, returned as the
+    step's result: the memo names the one execution whose checkpoint committed."""
+    token = uuid.uuid4().hex
+    effect(run_id, step, token, fail_rate)
+    return token
+
+
+CHAOS_STEPS = ("charge", "record", "provision")  # in the order a run executes them
+
+
+@app.function(id="chaos", trigger=ss.on_event("chaos"), retries=1,
+              backoff=ss.Backoff(initial="100ms", factor=1, max="100ms", jitter=0))
+def chaos(ctx: ss.Context) -> list[str]:
+    """The chaos suite's workflow: a step, a durable sleep, a step that fails at
+    random (retried once, so some runs fail), a last step."""
+    charge = ctx.step.run("charge", tokened_effect, ctx.run_id, "charge")
+    ctx.step.sleep("cool-off", CHAOS_SLEEP)
+    record = ctx.step.run("record", tokened_effect, ctx.run_id, "record", CHAOS_FAIL_RATE)
+    provision = ctx.step.run("provision", tokened_effect, ctx.run_id, "provision")
+    return [charge, record, provision]
+
+
+PRELUDE_SECONDS = float(os.environ.get("PRELUDE_SECONDS", "0"))
+
+
+@app.function(id="prelude", trigger=ss.on_event("prelude"))
+def prelude(ctx: ss.Context) -> str:
+    """Slow code outside steps (replayed on every invocation) before the one step;
+    its ledger row marks that an invocation began (scaffolding, not a side effect)."""
+    conn = sqlite3.connect(LEDGER, timeout=30, isolation_level=None)
+    try:
+        _record(conn, ctx.run_id, "prelude", "start", None)
+    finally:
+        conn.close()
+    time.sleep(PRELUDE_SECONDS)
+    return ctx.step.run("charge", tagged_effect, ctx.run_id, "charge")

@@ -9,7 +9,14 @@ from stepstone.store.base import make_store
 
 from ..polling import wait_for
 
-__all__ = ["client", "completed", "leased_count", "ledger", "migrated", "wait_for"]
+__all__ = ["client", "completed", "create_ledger", "leased_count", "ledger", "migrated", "wait_for"]
+
+
+def create_ledger(path: str) -> None:
+    """An empty side-effect ledger (WAL: worker processes append to it concurrently)."""
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("CREATE TABLE ledger (run_id TEXT, step TEXT, phase TEXT, pid INT, at REAL, token TEXT)")
 
 
 def ledger(env: dict[str, str]) -> list[tuple[str, str, str, int]]:

@@ -72,6 +72,9 @@ class ExecEnv:
     threads: Executor
     matcher: Callable[[], Registry]
     middleware: tuple[Middleware, ...] = ()
+    # Whether the worker's lease on a run is still known to be live (by the
+    # worker's own monotonic clock since the lease was last taken or extended).
+    lease_held: Callable[[str], bool] = lambda run_id: True
 
     def function(self, ref: str | Callable[..., Any]) -> FunctionDef | None:
         """A function by id or by its decorated handler (own first, then the catalog)."""
@@ -97,7 +100,7 @@ async def execute(leased: LeasedRun, env: ExecEnv) -> Outcome | None:
     run = leased.run
     fn = env.registry.get(run.function_id)
     fence = Fence(run.id, env.owner, leased.epoch, token=secrets.token_hex(8))
-    journal = RunJournal(env.store, fence, env.clock)
+    journal = RunJournal(env.store, fence, env.clock, held=lambda: env.lease_held(run.id))
     journal.function_id = run.function_id
     try:
         if fn is None:

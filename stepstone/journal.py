@@ -28,10 +28,12 @@ from stepstone.store.rows import Fence, SpanRow, StepRow
 
 
 class RunJournal:
-    def __init__(self, store: Store, fence: Fence, clock: Clock) -> None:
+    def __init__(self, store: Store, fence: Fence, clock: Clock,
+                 held: Callable[[], bool] = lambda: True) -> None:
         self.store = store
         self.fence = fence
         self.clock = clock
+        self.held = held  # whether the lease is still known to be live
         self.steps: list[StepRow] = []
         self.spans: list[SpanRow] = []
         self.effects: list[Effect] = []
@@ -57,13 +59,18 @@ class RunJournal:
                                   detail=message))
 
     async def flush(self) -> None:
-        """Commit what is staged (and wait for commits already under way)."""
+        """Commit what is staged (and wait for commits already under way) before
+        a step's side effect. A lease no longer known to be live stops the
+        invocation here: another worker may have taken the run and completed
+        the step this one is about to start (a worker paused past its lease)."""
         if self.steps or self.spans or self.effects:
             op = self._staged_op(None)
             # The store's own future, not a task: a sequential step costs one
             # event-loop round trip for its commit.
             self._commits.append((self.store.submit(op), op))
         await self._settle_commits()
+        if not self.held():
+            self.lease_lost = True
         if self.lease_lost:
             raise LeaseLostSignal()
         if self.cancel_requested:

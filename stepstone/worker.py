@@ -104,6 +104,9 @@ class Worker:
         self.middleware = tuple(middleware)
         self.threads = ThreadPoolExecutor(max_workers=concurrency + 4, thread_name_prefix="stepstone")
         self.inflight: dict[str, asyncio.Task[Any]] = {}
+        # run id -> time.monotonic() until which its lease is known to be live:
+        # taken or extended at least then, measured from before the write.
+        self._held: dict[str, float] = {}
         self.started_at = clock.now()
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -275,8 +278,10 @@ class Worker:
             leased = lease(tx, owner, registry, free, now, until, version)
             return leased, tx.next_due(ids), duty(tx)
 
+        sent = time.monotonic()
         leased, due, duty_due = await self.store.transact(op)
         for item in leased:
+            self._held[item.run.id] = sent + self.lease_ttl
             if item.run.started_at == now:  # its first start: the lease set started_at
                 metrics.run_started(item.run.function_id, now - item.run.created_at)
         return leased, due, duty_due
@@ -357,10 +362,17 @@ class Worker:
             if not leased:
                 return
             await asyncio.gather(*(execute(item, env) for item in leased))
+            for item in leased:
+                self._held.pop(item.run.id, None)
 
     def _env(self) -> ExecEnv:
         return ExecEnv(self.store, self.registry, self.clock, self.lease_owner, self.lease_ttl, self.threads,
-                       self.matcher, self.middleware)
+                       self.matcher, self.middleware, self._lease_held)
+
+    def _lease_held(self, run_id: str) -> bool:
+        """Whether this worker's lease on the run is still known to be live: a
+        step must not start on a lapsed one (another worker may own the run)."""
+        return time.monotonic() < self._held.get(run_id, float("inf"))
 
     def _spawn(self, item: LeasedRun) -> None:
         task = asyncio.create_task(self._invoke(item, self._env()), name=f"stepstone-run-{item.run.id}")
@@ -384,6 +396,7 @@ class Worker:
             # slot then belongs to the newer invocation.
             if self.inflight.get(item.run.id) is asyncio.current_task():
                 del self.inflight[item.run.id]
+                self._held.pop(item.run.id, None)
             if self.on_run_end is not None:
                 self.on_run_end(item.run.id)
             if self._more:
@@ -426,8 +439,12 @@ class Worker:
             now = self.clock.now()
             return tx.extend_leases(owner, held, now + self.lease_ttl, now)
 
+        sent = time.monotonic()
         kept = await self.store.transact(op)
         self._store_ok_at = time.monotonic()
+        for run_id in kept:
+            if run_id in self._held:
+                self._held[run_id] = sent + self.lease_ttl
         # A lease the heartbeat skipped because the run is being parked or
         # finished right now looks lost once; one still missing at the next
         # beat while the run is in flight is (its next commit will be refused).

@@ -42,9 +42,6 @@ def test_a_sigkill_storm_loses_no_run_and_reruns_no_completed_step(db_url: str, 
     assert verdict.violations() == []
 
 
-@pytest.mark.xfail(strict=True, reason="engine defect found by bench/chaos.py (pause scenario): the fence "
-                   "refuses a stale worker's checkpoint, but nothing stops it starting a step another worker "
-                   "completed meanwhile. Remove this marker once the worker checks its lease before a step.")
 def test_a_worker_resumed_past_its_lease_starts_no_step_another_worker_completed(
         env: dict[str, str], spawn: Spawn, worker_log: Path) -> None:
     """A worker leases a run and is paused (SIGSTOP) in the handler's code before

@@ -18,6 +18,10 @@ rest of the statement (``ClientRead``) and the writer for its results, for
 ever. Draining costs nothing when the buffer is already empty (one ``PQflush``
 that has nothing to send), so an ordinary checkpoint still costs one round trip.
 (Leaving the pipeline is safe: psycopg flushes fully there.)
+
+A pipelined transaction that failed closes its connection (``_discard``):
+psycopg's record of prepared statements can disagree with the server's after
+an aborted pipeline.
 """
 
 from __future__ import annotations
@@ -124,7 +128,21 @@ def run_alone(conn: Any, op: Callable[[Any], Any], make_tx: Callable[[Any], Any]
     if failure is None:
         return True, value
     _roll_back(conn)
+    _discard(conn)
     return False, translate(failure)
+
+
+def _discard(conn: Any) -> None:
+    """Close a connection whose pipeline ended in an error: the statements sent
+    after the failing one were skipped by the server, and psycopg may count one
+    of them as prepared (it crossed the prepare threshold in that pipeline)
+    although the server never prepared it; every later use would then fail
+    with 'prepared statement does not exist'. The writer opens a fresh
+    connection before its next batch. Failed lone operations are rare (a
+    stale worker's fenced-out checkpoint, an operator's refused action), so
+    the reconnection costs nothing in steady state."""
+    with contextlib.suppress(psycopg.Error):
+        conn.close()
 
 
 def _roll_back(conn: Any) -> None:

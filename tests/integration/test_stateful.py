@@ -1,0 +1,495 @@
+"""Stateful property test (issue 12): races and faults over both stores.
+
+A hypothesis ``RuleBasedStateMachine`` drives one app on a virtual clock with
+simulated workers that lease through the real ``lease()`` and run invocations
+through the real ``execute()`` on one asyncio loop. Step functions record into
+a ledger and can be *held* mid-step (after their side effect, before their
+checkpoint), so rules can let a lease lapse under a step in flight, let
+another worker take the run, act as an operator, and then release the stale
+invocation, or *crash* it (its task is cancelled and its lease never given
+back; the worker comes back under a new lease owner, as a restarted process).
+
+Rules: start runs (steps + sleep; a wait with a timeout; a wait without one;
+an invoke), send the events waits look for, cancel, replay, rerun from a step,
+advance the clock, lease and execute (holding or not), heartbeat (extend the
+leases of invocations in flight), release held steps, crash, and drive
+everything to its end.
+
+Invariants, after every rule:
+- a step never starts while the database holds it completed, and never in a
+  run the database holds cancelled (checked at the start of each execution;
+  a step in flight at a crash has no checkpoint, so running it again is fine);
+- every run is ended (and has no queue item) or has a queue item; a queue item
+  belongs to a run; an owned item's run is ``running``;
+- every unended run can still wake: it has a due time, or a wait row of a
+  waiting step (an invoke's child still unended); a run with a cancel
+  request is never parked without a due time;
+- a singleton key has at most one unended run;
+- ``drive`` (release everything, run every due time, send every awaited
+  event) ends every run.
+
+CI runs a modest budget on each store (about 15-30 s each); set
+``STEPSTONE_LONG=1`` for a long search (many more and longer examples).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import itertools
+import os
+import tempfile
+import time
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+import stepstone as ss
+from stepstone.errors import InvalidStateError, NotFoundError
+from stepstone.executor import ExecEnv, Outcome, execute
+from stepstone.scheduler.leasing import lease
+from stepstone.store.rows import LeasedRun
+from stepstone.testing import VirtualClock
+
+from .stateful_db import Reader
+
+T = TypeVar("T")
+LONG = os.environ.get("STEPSTONE_LONG") == "1"
+TTL = 15.0  # lease time-to-live of the simulated workers
+START = 1_800_000_000.0
+MAX_RUNS = 4  # runs started by events per example (children and reruns come on top)
+KINDS = ("seq", "waiter", "forever", "beside", "parent")
+SETTLE_SECONDS = 30.0  # real time an action may take to reach quiescence
+
+_databases = itertools.count()
+CURRENT: contextvars.ContextVar[Invocation] = contextvars.ContextVar("stateful_invocation")
+
+
+@dataclass
+class Invocation:
+    """One ``execute()`` of a leased run by a simulated worker."""
+
+    name: str
+    worker: int
+    run_id: str
+    epoch: int
+    hold: bool  # hold executed steps, from the ``hold_from``-th on
+    hold_from: int = 1
+    executed: int = 0
+    task: asyncio.Task[Outcome | None] | None = None
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+    at_hold: str | None = None  # the step it is held in
+    crashed: bool = False
+    owner: str = ""
+
+    @property
+    def live(self) -> bool:
+        return self.task is not None and not self.task.done()
+
+
+@dataclass
+class SimWorker:
+    index: int
+    generation: int = 0
+
+    @property
+    def owner(self) -> str:
+        return f"w{self.index}/g{self.generation}"
+
+
+class StatefulModel(RuleBasedStateMachine):
+    """The machine; ``new_database`` is set per store before it runs."""
+
+    new_database: Callable[[], str] = staticmethod(lambda: "")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.url = type(self).new_database()
+        self.clock = VirtualClock(START)
+        self.loop = asyncio.new_event_loop()
+        self.app = self._build_app()
+        self.threads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="stateful")
+        self.db = Reader(self.url)
+        self.workers = [SimWorker(0), SimWorker(1)]
+        self.invocations: list[Invocation] = []
+        self.violations: list[str] = []
+        self.ledger: list[tuple[str, str, str]] = []  # (run, step, invocation)
+        self.sent = 0
+        self.names = itertools.count()
+        self.log: list[str] = []
+
+    def teardown(self) -> None:
+        for inv in self.invocations:
+            if inv.live and inv.task is not None:
+                inv.task.cancel()
+        try:
+            self.call(_gather([i.task for i in self.invocations if i.task is not None]))
+        finally:
+            self.app.close()
+            self.db.close()
+            self.threads.shutdown(wait=False)
+            self.loop.close()
+
+    # -- the app under test ----------------------------------------------------------------------
+    def _build_app(self) -> ss.App:
+        app = ss.App("stateful", database_url=self.url, clock=self.clock)
+        effect = self.effect
+        match = "async.data.k == event.data.k"
+
+        @app.function(id="seq", trigger=ss.on_event("go.seq"), retries=0,
+                      singleton=ss.Singleton(key="event.data.g", mode="skip"))
+        async def seq(ctx: ss.Context) -> list[str]:
+            a = await ctx.step.run("a", effect, ctx.run_id, "a")
+            b = await ctx.step.run("b", effect, ctx.run_id, "b")
+            await ctx.step.sleep("nap", "5s")
+            c = await ctx.step.run("c", effect, ctx.run_id, "c")
+            return [a, b, c]
+
+        @app.function(id="waiter", trigger=ss.on_event("go.waiter"), retries=0)
+        async def waiter(ctx: ss.Context) -> list[Any]:
+            a = await ctx.step.run("a", effect, ctx.run_id, "a")
+            got = await ctx.step.wait_for_event("w", event="poke", if_=match, timeout="20s")
+            b = await ctx.step.run("b", effect, ctx.run_id, "b")
+            return [a, got is not None, b]
+
+        @app.function(id="forever", trigger=ss.on_event("go.forever"), retries=0)
+        async def forever(ctx: ss.Context) -> list[Any]:
+            a = await ctx.step.run("a", effect, ctx.run_id, "a")
+            got = await ctx.step.wait_for_event("w", event="poke", if_=match)
+            b = await ctx.step.run("b", effect, ctx.run_id, "b")
+            return [a, got is not None, b]
+
+        @app.function(id="beside", trigger=ss.on_event("go.beside"), retries=0)
+        async def beside(ctx: ss.Context) -> list[Any]:
+            # The wait runs beside a step: its wait row commits (at the step's
+            # start) while the run is still leased.
+            a = await ctx.step.run("a", effect, ctx.run_id, "a")
+            got, b = await asyncio.gather(ctx.step.wait_for_event("w", event="poke", if_=match),
+                                          ctx.step.run("b", effect, ctx.run_id, "b"))
+            c = await ctx.step.run("c", effect, ctx.run_id, "c")
+            return [a, got is not None, b, c]
+
+        @app.function(id="child", trigger=ss.on_event("never.sent"), retries=0)
+        async def child(ctx: ss.Context) -> list[str]:
+            a = await ctx.step.run("a", effect, ctx.run_id, "a")
+            await ctx.step.sleep("nap", "3s")
+            b = await ctx.step.run("b", effect, ctx.run_id, "b")
+            return [a, b]
+
+        @app.function(id="parent", trigger=ss.on_event("go.parent"), retries=0)
+        async def parent(ctx: ss.Context) -> list[Any]:
+            a = await ctx.step.run("a", effect, ctx.run_id, "a")
+            try:
+                got = await ctx.step.invoke("call", function="child", data={"k": ctx.event.data["k"]},
+                                            timeout="40s")
+            except ss.StepError as exc:
+                got = exc.error_type
+            b = await ctx.step.run("b", effect, ctx.run_id, "b")
+            return [a, got, b]
+
+        app.store  # noqa: B018 - migrate and register the functions now
+        return app
+
+    async def effect(self, run_id: str, step: str) -> str:
+        """A step's side effect: checked against what is committed, recorded, maybe held."""
+        inv = CURRENT.get()
+        status, steps = self.db.step_state(run_id)
+        if steps.get(step) == "completed":
+            self.violations.append(f"{inv.name} ({inv.worker}) executed step {step!r} of run {run_id} "
+                                   "again after it completed")
+        if status == "cancelled":
+            self.violations.append(f"{inv.name} executed step {step!r} of cancelled run {run_id}")
+        self.ledger.append((run_id, step, inv.name))
+        inv.executed += 1
+        while inv.hold and inv.executed >= inv.hold_from:
+            inv.at_hold = step
+            await inv.gate.wait()
+        inv.at_hold = None
+        return f"{step}@{inv.name}"
+
+    # -- driving the loop ---------------------------------------------------------------------------
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(coro)
+
+    def settle(self) -> None:
+        """Run the loop until every invocation has ended or is held in a step."""
+        async def quiet() -> None:
+            deadline = time.monotonic() + SETTLE_SECONDS
+            while True:
+                busy = [i for i in self.invocations if i.live and i.at_hold is None]
+                if not busy:
+                    return
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"invocations did not settle: {[i.name for i in busy]}")
+                await asyncio.sleep(0.001)
+
+        self.call(quiet())
+        for inv in self.invocations:
+            task = inv.task
+            if task is None or not task.done() or task.cancelled() or inv.crashed:
+                continue
+            exc = task.exception()
+            if exc is not None:
+                self.violations.append(f"{inv.name} on run {inv.run_id} raised {exc!r}")
+                inv.crashed = True  # report it once
+
+    def _env(self, worker: SimWorker) -> ExecEnv:
+        app = self.app
+        return ExecEnv(app.store, app.registry, self.clock, worker.owner, TTL, self.threads,
+                       lambda: app.catalog.registry(app.store))
+
+    def _lease(self, worker: SimWorker, wanted: int) -> list[LeasedRun]:
+        owner, registry, now = worker.owner, self.app.registry, self.clock.now()
+        return self.call(self.app.store.transact(
+            lambda tx: lease(tx, owner, registry, wanted, now, now + TTL)))
+
+    def _spawn(self, worker: SimWorker, item: LeasedRun, hold: int) -> None:
+        inv = Invocation(f"i{next(self.names)}", worker.index, item.run.id, item.epoch, hold > 0, hold)
+        inv.owner = worker.owner
+        env = self._env(worker)
+
+        async def run() -> Outcome | None:
+            CURRENT.set(inv)
+            return await execute(item, env)
+
+        inv.task = self.loop.create_task(run())
+        self.invocations.append(inv)
+
+    def _known_runs(self) -> list[str]:
+        return [r.id for r in self.db.runs()]
+
+    def _pick(self, index: int) -> str | None:
+        runs = self._known_runs()
+        return runs[index % len(runs)] if runs else None
+
+    # -- rules: the world ---------------------------------------------------------------------------
+    @precondition(lambda self: self.sent < MAX_RUNS)
+    @rule(kind=st.sampled_from(KINDS))
+    def start(self, kind: str) -> None:
+        k = self.sent
+        self.sent += 1
+        self.call(self.app.send_async(ss.Event(f"go.{kind}", {"k": k, "g": k % 2})))
+
+    @precondition(lambda self: self.sent > 0)
+    @rule(index=st.integers(0, MAX_RUNS - 1))
+    def poke(self, index: int) -> None:
+        self.call(self.app.send_async(ss.Event("poke", {"k": index % self.sent})))
+
+    @rule(seconds=st.sampled_from([1.0, 4.0, 8.0, 16.0, 25.0]))
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    # -- rules: operators ---------------------------------------------------------------------------
+    @precondition(lambda self: self.sent > 0)
+    @rule(index=st.integers(0, 7))
+    def cancel(self, index: int) -> None:
+        run_id = self._pick(index)
+        if run_id is not None:
+            self.call(self.app.runs.cancel_async(run_id))
+
+    @precondition(lambda self: self.sent > 0)
+    @rule(index=st.integers(0, 7))
+    def replay(self, index: int) -> None:
+        run_id = self._pick(index)
+        if run_id is not None:
+            try:
+                self.call(self.app.runs.replay_async(run_id))
+            except InvalidStateError:
+                pass  # only failed or cancelled runs replay
+
+    @precondition(lambda self: self.sent > 0)
+    @rule(index=st.integers(0, 7), step=st.integers(0, 3))
+    def rerun(self, index: int, step: int) -> None:
+        run_id = self._pick(index)
+        steps = self.db.step_ids(run_id) if run_id is not None else []
+        if run_id is not None and steps:
+            try:
+                self.call(self.app.runs.rerun_from_async(run_id, steps[step % len(steps)]))
+            except NotFoundError:
+                pass
+
+    # -- rules: workers ------------------------------------------------------------------------------
+    @rule(worker=st.integers(0, 1), hold=st.integers(0, 2))
+    def work(self, worker: int, hold: int) -> None:
+        """One lease pass (up to two runs); each invocation runs until it ends,
+        parks, or (``hold`` > 0) is held in its ``hold``-th executed step."""
+        sim = self.workers[worker]
+        for item in self._lease(sim, 2):
+            self._spawn(sim, item, hold)
+        self.settle()
+
+    @rule(worker=st.integers(0, 1))
+    def heartbeat(self, worker: int) -> None:
+        """What the worker's heartbeat does: extend the leases of its runs in flight."""
+        sim = self.workers[worker]
+        held = [i.run_id for i in self.invocations if i.worker == worker and i.live]
+        owner, until = sim.owner, self.clock.now() + TTL
+        self.call(self.app.store.transact(lambda tx: tx.extend_leases(owner, held, until)))
+
+    @precondition(lambda self: any(i.at_hold for i in self.invocations if i.live))
+    @rule(worker=st.integers(0, 1))
+    def release(self, worker: int) -> None:
+        """The held steps of a worker return; their invocations go on unheld."""
+        for inv in self.invocations:
+            if inv.worker == worker and inv.live and inv.hold:
+                inv.hold = False
+                inv.at_hold = None
+                inv.gate.set()
+        self.settle()
+
+    @precondition(lambda self: any(i.at_hold for i in self.invocations if i.live))
+    @rule(worker=st.integers(0, 1))
+    def crash(self, worker: int) -> None:
+        """The worker dies with its held steps' side effects done and not
+        checkpointed; it restarts under a new lease owner."""
+        sim = self.workers[worker]
+        doomed = [i for i in self.invocations if i.worker == worker and i.live]
+        for inv in doomed:
+            inv.crashed = True
+            assert inv.task is not None
+            inv.task.cancel()
+        self.call(_gather([i.task for i in doomed if i.task is not None]))
+        sim.generation += 1
+
+    @rule()
+    def drive(self) -> None:
+        """Release everything, then run every due time and send every awaited
+        event until nothing is left to do: every run must end."""
+        for inv in self.invocations:
+            if inv.live and inv.hold:
+                inv.hold = False
+                inv.at_hold = None
+                inv.gate.set()
+        self.settle()
+        self._run_everything()
+        for k in range(self.sent):
+            self.call(self.app.send_async(ss.Event("poke", {"k": k})))
+        self._run_everything()
+        stuck = [r for r in self.db.runs() if not r.ended]
+        assert not stuck, f"runs left unended after driving everything: {stuck}"
+
+    def _run_everything(self) -> None:
+        sim = self.workers[0]
+        for _ in range(200):
+            leased = self._lease(sim, 10)
+            for item in leased:
+                self._spawn(sim, item, 0)
+            self.settle()
+            if leased:
+                continue
+            due = self.db.next_time(self.clock.now())
+            if due is None:
+                return
+            self.clock.move_to(due)
+        raise AssertionError("driving the runs did not converge")
+
+    # -- invariants ----------------------------------------------------------------------------------
+    @invariant()
+    def steps_ran_once_and_never_after_cancel(self) -> None:
+        assert not self.violations, self.violations
+
+    @invariant()
+    def no_two_invocations_share_a_fence(self) -> None:
+        """Two live invocations of a run under one owner and epoch could both
+        commit: the fence would not tell the stale one from the current one."""
+        seen: dict[tuple[str, str, int], str] = {}
+        for inv in self.invocations:
+            if not inv.live or inv.crashed:
+                continue
+            key = (inv.run_id, inv.owner, inv.epoch)
+            assert key not in seen, (
+                f"{seen[key]} and {inv.name} both hold run {inv.run_id}'s fence {key[1:]}")
+            seen[key] = inv.name
+
+    @invariant()
+    def status_and_queue_agree(self) -> None:
+        assert not self.db.orphan_queue_items(), "queue items without a run"
+        for run in self.db.runs():
+            if run.ended:
+                assert not run.queued, f"ended run {run.id} ({run.status}) still has a queue item"
+                continue
+            assert run.queued, f"run {run.id} is {run.status} but has no queue item: lost"
+            if run.owner is not None:
+                assert run.status == "running", f"run {run.id} is leased but {run.status}"
+
+    @invariant()
+    def every_unended_run_can_wake(self) -> None:
+        runs = {r.id: r for r in self.db.runs()}
+        steps = self.db.step_statuses()
+        live_waits: set[str] = set()
+        for wait in self.db.waits():
+            if steps.get((wait.run_id, wait.step_id)) != "waiting":
+                continue
+            if wait.kind == "invoke":
+                child = runs.get(wait.match_value)
+                if child is None or child.ended:
+                    continue
+            live_waits.add(wait.run_id)
+        now = self.clock.now()
+        for run in runs.values():
+            if run.ended or not run.queued:
+                continue
+            if run.owner is None and run.cancel_requested:
+                assert run.available_at is not None and run.available_at <= now, (
+                    f"run {run.id} ({run.status}) has a cancel request, no worker, and is not due "
+                    f"(available_at {run.available_at}, now {now}): the cancel waits or is lost")
+            if run.available_at is not None:
+                continue
+            assert not run.cancel_requested, (
+                f"run {run.id} ({run.status}) has a cancel request but is parked with no due time")
+            assert run.id in live_waits, (
+                f"run {run.id} ({run.status}) is parked with no due time and nothing to wake it")
+
+    @invariant()
+    def one_active_run_per_singleton_key(self) -> None:
+        active: dict[int, list[str]] = {}
+        for run in self.db.runs():
+            if run.function_id == "seq" and not run.ended:
+                active.setdefault(int(self.db.run_data(run.id)["g"]), []).append(run.id)
+        doubled = {g: ids for g, ids in active.items() if len(ids) > 1}
+        assert not doubled, f"singleton keys with more than one active run: {doubled}"
+
+
+async def _gather(tasks: list[asyncio.Task[Any]]) -> None:
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _settings() -> settings:
+    if LONG:
+        return settings(max_examples=400, stateful_step_count=60, deadline=None,
+                        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    return settings(max_examples=25, stateful_step_count=25, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_races_and_faults_keep_the_promise(backend: str, request: pytest.FixtureRequest,
+                                           tmp_path: Path) -> None:
+    if backend == "sqlite":
+        folder = tempfile.mkdtemp(dir=tmp_path)
+
+        def new_database() -> str:
+            return f"sqlite:///{folder}/s{next(_databases)}.db"
+    else:
+        cluster = request.getfixturevalue("pg_cluster")
+
+        def new_database() -> str:
+            url: str = cluster.create_database(f"stateful_{next(_databases)}", template="stepstone_template")
+            return url
+
+    machine = type("StatefulModel_" + backend, (StatefulModel,),
+                   {"new_database": staticmethod(new_database)})
+    run_state_machine_as_test(machine, settings=_settings())

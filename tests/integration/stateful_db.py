@@ -84,6 +84,11 @@ class Reader:
         return [WaitState(*r) for r in self.rows(
             "SELECT run_id, step_id, kind, match_value, expires_at FROM waits ORDER BY id")]
 
+    def children(self) -> list[tuple[str, str]]:
+        """(parent run, parent step) of every invoked run."""
+        return [(r[0], r[1]) for r in self.rows(
+            "SELECT parent_run_id, parent_step_id FROM runs WHERE parent_run_id IS NOT NULL")]
+
     def step_statuses(self) -> dict[tuple[str, str], str]:
         return {(r[0], r[1]): r[2] for r in self.rows("SELECT run_id, step_id, status FROM steps")}
 

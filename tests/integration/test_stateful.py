@@ -40,11 +40,12 @@ import itertools
 import os
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -58,9 +59,10 @@ from hypothesis.stateful import (
 )
 
 import stepstone as ss
-from stepstone.errors import InvalidStateError, NotFoundError
+from stepstone.errors import InvalidStateError, NotFoundError, StoreUnavailableError
 from stepstone.executor import ExecEnv, Outcome, execute
 from stepstone.scheduler.leasing import lease
+from stepstone.store.base import Store, Tx
 from stepstone.store.rows import LeasedRun
 from stepstone.testing import VirtualClock
 
@@ -100,9 +102,33 @@ class Invocation:
         return self.task is not None and not self.task.done()
 
 
+class AmbiguousCommits:
+    """A worker's view of the real store, except that its next ``armed``
+    commits are reported lost (a dropped connection) after they committed:
+    an ambiguous commit, which the journal retries."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.armed = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    async def transact(self, op: Callable[[Tx], T]) -> T:
+        result = await self.store.transact(op)
+        if self.armed:
+            self.armed -= 1
+            raise StoreUnavailableError("connection lost after COMMIT (injected by the test)")
+        return result
+
+    def submit(self, op: Callable[[Tx], T]) -> asyncio.Future[T]:
+        return asyncio.ensure_future(self.transact(op))
+
+
 @dataclass
 class SimWorker:
     index: int
+    store: AmbiguousCommits
     generation: int = 0
 
     @property
@@ -123,7 +149,7 @@ class StatefulModel(RuleBasedStateMachine):
         self.app = self._build_app()
         self.threads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="stateful")
         self.db = Reader(self.url)
-        self.workers = [SimWorker(0), SimWorker(1)]
+        self.workers = [SimWorker(i, AmbiguousCommits(self.app.store)) for i in (0, 1)]
         self.invocations: list[Invocation] = []
         self.violations: list[str] = []
         self.ledger: list[tuple[str, str, str]] = []  # (run, step, invocation)
@@ -248,7 +274,7 @@ class StatefulModel(RuleBasedStateMachine):
 
     def _env(self, worker: SimWorker) -> ExecEnv:
         app = self.app
-        return ExecEnv(app.store, app.registry, self.clock, worker.owner, TTL, self.threads,
+        return ExecEnv(cast(Store, worker.store), app.registry, self.clock, worker.owner, TTL, self.threads,
                        lambda: app.catalog.registry(app.store))
 
     def _lease(self, worker: SimWorker, wanted: int) -> list[LeasedRun]:
@@ -364,6 +390,12 @@ class StatefulModel(RuleBasedStateMachine):
         self.call(_gather([i.task for i in doomed if i.task is not None]))
         sim.generation += 1
 
+    @rule(worker=st.integers(0, 1))
+    def lose_a_commit(self, worker: int) -> None:
+        """The worker's next commit succeeds but its connection drops before
+        the answer arrives: the worker cannot tell and retries it."""
+        self.workers[worker].store.armed = 1
+
     @rule()
     def drive(self) -> None:
         """Release everything, then run every due time and send every awaited
@@ -452,6 +484,14 @@ class StatefulModel(RuleBasedStateMachine):
                 f"run {run.id} ({run.status}) has a cancel request but is parked with no due time")
             assert run.id in live_waits, (
                 f"run {run.id} ({run.status}) is parked with no due time and nothing to wake it")
+
+    @invariant()
+    def effects_happened_once(self) -> None:
+        """A wait row and an invoked child are a step's effects: one per step."""
+        waits = Counter((w.run_id, w.step_id) for w in self.db.waits())
+        children = Counter(self.db.children())
+        assert all(n == 1 for n in waits.values()), f"a step with several wait rows: {waits}"
+        assert all(n == 1 for n in children.values()), f"a step that started several children: {children}"
 
     @invariant()
     def one_active_run_per_singleton_key(self) -> None:

@@ -91,6 +91,7 @@ class Invocation:
     hold: bool  # hold executed steps, from the ``hold_from``-th on
     hold_from: int = 1
     executed: int = 0
+    fail: bool = False  # its first executed step fails after its side effect
     task: asyncio.Task[Outcome | None] | None = None
     gate: asyncio.Event = field(default_factory=asyncio.Event)
     at_hold: str | None = None  # the step it is held in
@@ -244,6 +245,8 @@ class StatefulModel(RuleBasedStateMachine):
             inv.at_hold = step
             await inv.gate.wait()
         inv.at_hold = None
+        if inv.fail and inv.executed == 1:
+            raise RuntimeError(f"{inv.name}: step {step!r} failed")  # retries=0: the run fails
         return f"{step}@{inv.name}"
 
     # -- driving the loop ---------------------------------------------------------------------------
@@ -282,8 +285,9 @@ class StatefulModel(RuleBasedStateMachine):
         return self.call(self.app.store.transact(
             lambda tx: lease(tx, owner, registry, wanted, now, now + TTL)))
 
-    def _spawn(self, worker: SimWorker, item: LeasedRun, hold: int) -> None:
-        inv = Invocation(f"i{next(self.names)}", worker.index, item.run.id, item.epoch, hold > 0, hold)
+    def _spawn(self, worker: SimWorker, item: LeasedRun, hold: int, fail: bool = False) -> None:
+        inv = Invocation(f"i{next(self.names)}", worker.index, item.run.id, item.epoch, hold > 0, hold,
+                         fail=fail)
         inv.owner = worker.owner
         env = self._env(worker)
 
@@ -348,13 +352,14 @@ class StatefulModel(RuleBasedStateMachine):
                 pass
 
     # -- rules: workers ------------------------------------------------------------------------------
-    @rule(worker=st.integers(0, 1), hold=st.integers(0, 2))
-    def work(self, worker: int, hold: int) -> None:
+    @rule(worker=st.integers(0, 1), hold=st.integers(0, 2), fail=st.booleans())
+    def work(self, worker: int, hold: int, fail: bool) -> None:
         """One lease pass (up to two runs); each invocation runs until it ends,
-        parks, or (``hold`` > 0) is held in its ``hold``-th executed step."""
+        parks, or (``hold`` > 0) is held in its ``hold``-th executed step;
+        with ``fail`` its first executed step fails (and so does the run)."""
         sim = self.workers[worker]
         for item in self._lease(sim, 2):
-            self._spawn(sim, item, hold)
+            self._spawn(sim, item, hold, fail)
         self.settle()
 
     @rule(worker=st.integers(0, 1))

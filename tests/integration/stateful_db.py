@@ -61,6 +61,12 @@ class Reader:
             return [tuple(r) for r in self._pg.execute(sql.replace("?", "%s").encode(), params).fetchall()]
         return [tuple(r) for r in self._lite.execute(sql, params).fetchall()]
 
+    def execute(self, sql: str) -> None:
+        if self.pg:
+            self._pg.execute(sql.encode())
+        else:
+            self._lite.execute(sql)
+
     def close(self) -> None:
         if self.pg:
             self._pg.close()

@@ -38,17 +38,14 @@ import asyncio
 import contextvars
 import itertools
 import os
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar, cast
 
-import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -70,13 +67,15 @@ from .stateful_db import Reader
 
 T = TypeVar("T")
 LONG = os.environ.get("STEPSTONE_LONG") == "1"
+# Invariants (by method name; "drive" for its final check) to leave unchecked,
+# to search past a known defect: STEPSTONE_STATEFUL_IGNORE=one_active_run_per_singleton_key
+IGNORED = frozenset(filter(None, os.environ.get("STEPSTONE_STATEFUL_IGNORE", "").split(",")))
 TTL = 15.0  # lease time-to-live of the simulated workers
 START = 1_800_000_000.0
 MAX_RUNS = 4  # runs started by events per example (children and reruns come on top)
 KINDS = ("seq", "waiter", "forever", "beside", "parent")
 SETTLE_SECONDS = 30.0  # real time an action may take to reach quiescence
 
-_databases = itertools.count()
 CURRENT: contextvars.ContextVar[Invocation] = contextvars.ContextVar("stateful_invocation")
 
 
@@ -137,43 +136,43 @@ class SimWorker:
         return f"w{self.index}/g{self.generation}"
 
 
-class StatefulModel(RuleBasedStateMachine):
-    """The machine; ``new_database`` is set per store before it runs."""
+TABLES = ("batches", "crons", "debounces", "dedupe", "events", "gcra", "jobs", "partitions", "queue",
+          "run_events", "runs", "spans", "steps", "wait_keys", "waits", "workers")
 
-    new_database: Callable[[], str] = staticmethod(lambda: "")
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.url = type(self).new_database()
+class Harness:
+    """One app, database, loop and virtual clock per store, shared by the
+    examples (creating a PostgreSQL database and store per example would cost
+    most of the budget); every table but the function registry is emptied
+    before each example."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
         self.clock = VirtualClock(START)
         self.loop = asyncio.new_event_loop()
+        self.model: StatefulModel | None = None
         self.app = self._build_app()
         self.threads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="stateful")
-        self.db = Reader(self.url)
-        self.workers = [SimWorker(i, AmbiguousCommits(self.app.store)) for i in (0, 1)]
-        self.invocations: list[Invocation] = []
-        self.violations: list[str] = []
-        self.ledger: list[tuple[str, str, str]] = []  # (run, step, invocation)
-        self.sent = 0
-        self.names = itertools.count()
-        self.log: list[str] = []
+        self.db = Reader(url)
 
-    def teardown(self) -> None:
-        for inv in self.invocations:
-            if inv.live and inv.task is not None:
-                inv.task.cancel()
-        try:
-            self.call(_gather([i.task for i in self.invocations if i.task is not None]))
-        finally:
-            self.app.close()
-            self.db.close()
-            self.threads.shutdown(wait=False)
-            self.loop.close()
+    def reset(self, model: StatefulModel) -> None:
+        for table in TABLES:
+            self.db.execute(f"DELETE FROM {table}")
+        self.model = model
+
+    def close(self) -> None:
+        self.app.close()
+        self.db.close()
+        self.threads.shutdown(wait=False)
+        self.loop.close()
 
     # -- the app under test ----------------------------------------------------------------------
     def _build_app(self) -> ss.App:
         app = ss.App("stateful", database_url=self.url, clock=self.clock)
-        effect = self.effect
+
+        async def effect(run_id: str, step: str) -> str:
+            assert self.model is not None
+            return await self.model.effect(run_id, step)
         match = "async.data.k == event.data.k"
 
         @app.function(id="seq", trigger=ss.on_event("go.seq"), retries=0,
@@ -229,6 +228,32 @@ class StatefulModel(RuleBasedStateMachine):
 
         app.store  # noqa: B018 - migrate and register the functions now
         return app
+
+
+
+class StatefulModel(RuleBasedStateMachine):
+    """The machine; ``harness`` (one app and database per store, wiped between
+    examples) is set per store before it runs."""
+
+    harness: Harness
+
+    def __init__(self) -> None:
+        super().__init__()
+        h = type(self).harness
+        h.reset(self)
+        self.clock, self.loop, self.app, self.db, self.threads = h.clock, h.loop, h.app, h.db, h.threads
+        self.workers = [SimWorker(i, AmbiguousCommits(self.app.store)) for i in (0, 1)]
+        self.invocations: list[Invocation] = []
+        self.violations: list[str] = []
+        self.ledger: list[tuple[str, str, str]] = []  # (run, step, invocation)
+        self.sent = 0
+        self.names = itertools.count()
+
+    def teardown(self) -> None:
+        for inv in self.invocations:
+            if inv.live and inv.task is not None:
+                inv.task.cancel()
+        self.call(_gather([i.task for i in self.invocations if i.task is not None]))
 
     async def effect(self, run_id: str, step: str) -> str:
         """A step's side effect: checked against what is committed, recorded, maybe held."""
@@ -359,6 +384,8 @@ class StatefulModel(RuleBasedStateMachine):
         with ``fail`` its first executed step fails (and so does the run)."""
         sim = self.workers[worker]
         for item in self._lease(sim, 2):
+            if any(i.live and i.run_id == item.run.id for i in self.invocations):
+                event("a run is leased while an invocation of it is still in flight")
             self._spawn(sim, item, hold, fail)
         self.settle()
 
@@ -374,12 +401,15 @@ class StatefulModel(RuleBasedStateMachine):
     @rule(worker=st.integers(0, 1))
     def release(self, worker: int) -> None:
         """The held steps of a worker return; their invocations go on unheld."""
-        for inv in self.invocations:
-            if inv.worker == worker and inv.live and inv.hold:
-                inv.hold = False
-                inv.at_hold = None
-                inv.gate.set()
+        released = [i for i in self.invocations if i.worker == worker and i.live and i.hold]
+        for inv in released:
+            inv.hold = False
+            inv.at_hold = None
+            inv.gate.set()
         self.settle()
+        for inv in released:
+            if inv.task is not None and inv.task.done() and not inv.task.cancelled():
+                event("released: " + ("fenced out" if inv.task.result() is None else "went on"))
 
     @precondition(lambda self: any(i.at_hold for i in self.invocations if i.live))
     @rule(worker=st.integers(0, 1))
@@ -416,7 +446,7 @@ class StatefulModel(RuleBasedStateMachine):
             self.call(self.app.send_async(ss.Event("poke", {"k": k})))
         self._run_everything()
         stuck = [r for r in self.db.runs() if not r.ended]
-        assert not stuck, f"runs left unended after driving everything: {stuck}"
+        assert not stuck or "drive" in IGNORED, f"runs left unended after driving everything: {stuck}"
 
     def _run_everything(self) -> None:
         sim = self.workers[0]
@@ -436,12 +466,16 @@ class StatefulModel(RuleBasedStateMachine):
     # -- invariants ----------------------------------------------------------------------------------
     @invariant()
     def steps_ran_once_and_never_after_cancel(self) -> None:
+        if "steps_ran_once_and_never_after_cancel" in IGNORED:
+            return
         assert not self.violations, self.violations
 
     @invariant()
     def no_two_invocations_share_a_fence(self) -> None:
         """Two live invocations of a run under one owner and epoch could both
         commit: the fence would not tell the stale one from the current one."""
+        if "no_two_invocations_share_a_fence" in IGNORED:
+            return
         seen: dict[tuple[str, str, int], str] = {}
         for inv in self.invocations:
             if not inv.live or inv.crashed:
@@ -453,6 +487,8 @@ class StatefulModel(RuleBasedStateMachine):
 
     @invariant()
     def status_and_queue_agree(self) -> None:
+        if "status_and_queue_agree" in IGNORED:
+            return
         assert not self.db.orphan_queue_items(), "queue items without a run"
         for run in self.db.runs():
             if run.ended:
@@ -464,6 +500,8 @@ class StatefulModel(RuleBasedStateMachine):
 
     @invariant()
     def every_unended_run_can_wake(self) -> None:
+        if "every_unended_run_can_wake" in IGNORED:
+            return
         runs = {r.id: r for r in self.db.runs()}
         steps = self.db.step_statuses()
         live_waits: set[str] = set()
@@ -493,6 +531,8 @@ class StatefulModel(RuleBasedStateMachine):
     @invariant()
     def effects_happened_once(self) -> None:
         """A wait row and an invoked child are a step's effects: one per step."""
+        if "effects_happened_once" in IGNORED:
+            return
         waits = Counter((w.run_id, w.step_id) for w in self.db.waits())
         children = Counter(self.db.children())
         assert all(n == 1 for n in waits.values()), f"a step with several wait rows: {waits}"
@@ -500,6 +540,8 @@ class StatefulModel(RuleBasedStateMachine):
 
     @invariant()
     def one_active_run_per_singleton_key(self) -> None:
+        if "one_active_run_per_singleton_key" in IGNORED:
+            return
         active: dict[int, list[str]] = {}
         for run in self.db.runs():
             if run.function_id == "seq" and not run.ended:
@@ -516,25 +558,14 @@ def _settings() -> settings:
     if LONG:
         return settings(max_examples=400, stateful_step_count=60, deadline=None,
                         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-    return settings(max_examples=25, stateful_step_count=25, deadline=None,
+    return settings(max_examples=100, stateful_step_count=30, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-def test_races_and_faults_keep_the_promise(backend: str, request: pytest.FixtureRequest,
-                                           tmp_path: Path) -> None:
-    if backend == "sqlite":
-        folder = tempfile.mkdtemp(dir=tmp_path)
-
-        def new_database() -> str:
-            return f"sqlite:///{folder}/s{next(_databases)}.db"
-    else:
-        cluster = request.getfixturevalue("pg_cluster")
-
-        def new_database() -> str:
-            url: str = cluster.create_database(f"stateful_{next(_databases)}", template="stepstone_template")
-            return url
-
-    machine = type("StatefulModel_" + backend, (StatefulModel,),
-                   {"new_database": staticmethod(new_database)})
-    run_state_machine_as_test(machine, settings=_settings())
+def test_races_and_faults_keep_the_promise(db_url: str) -> None:
+    harness = Harness(db_url)
+    try:
+        machine = type("StatefulModel", (StatefulModel,), {"harness": harness})
+        run_state_machine_as_test(machine, settings=_settings())
+    finally:
+        harness.close()

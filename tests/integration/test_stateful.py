@@ -256,7 +256,8 @@ class StatefulModel(RuleBasedStateMachine):
         self.clock, self.loop, self.app, self.db, self.threads = h.clock, h.loop, h.app, h.db, h.threads
         self.workers = [SimWorker(i, AmbiguousCommits(self.app.store)) for i in (0, 1)]
         self.invocations: list[Invocation] = []
-        self.violations: list[str] = []
+        self.violations: list[str] = []  # steps that ran when they must not have
+        self.errors: list[str] = []  # invocations that raised
         self.ledger: list[tuple[str, str, str]] = []  # (run, step, invocation)
         self.sent = 0
         self.names = itertools.count()
@@ -310,7 +311,7 @@ class StatefulModel(RuleBasedStateMachine):
                 continue
             exc = task.exception()
             if exc is not None:
-                self.violations.append(f"{inv.name} on run {inv.run_id} raised {exc!r}")
+                self.errors.append(f"{inv.name} on run {inv.run_id} raised {exc!r}")
                 inv.crashed = True  # report it once
 
     def _env(self, worker: SimWorker) -> ExecEnv:
@@ -470,13 +471,15 @@ class StatefulModel(RuleBasedStateMachine):
             for item in leased:
                 self._spawn(sim, item, 0)
             self.settle()
+            assert not self.errors, self.errors  # rather than leasing a crashing run over and over
             if leased:
                 continue
             due = self.db.next_time(self.clock.now())
             if due is None:
                 return
             self.clock.move_to(due)
-        raise AssertionError("driving the runs did not converge")
+        raise AssertionError(f"driving the runs did not converge: {self.db.runs()} "
+                             f"{[(i.name, i.run_id) for i in self.invocations[-10:]]}")
 
     # -- invariants ----------------------------------------------------------------------------------
     @invariant()
@@ -484,6 +487,13 @@ class StatefulModel(RuleBasedStateMachine):
         if "steps_ran_once_and_never_after_cancel" in IGNORED:
             return
         assert not self.violations, self.violations
+
+    @invariant()
+    def invocations_raise_nothing(self) -> None:
+        """``execute`` ends a run, parks it, or reports a lost lease: it never raises."""
+        if "invocations_raise_nothing" in IGNORED:
+            return
+        assert not self.errors, self.errors
 
     @invariant()
     def no_two_invocations_share_a_fence(self) -> None:

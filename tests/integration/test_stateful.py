@@ -620,3 +620,80 @@ def test_races_and_faults_keep_the_promise(db_url: str) -> None:
         run_state_machine_as_test(machine, settings=_settings(db_url))
     finally:
         harness.close()
+
+
+# -- pinned sequences ----------------------------------------------------------------------------
+# Rule sequences that reproduce issue 12's defects (as hypothesis found them or
+# shorter), replayed rule by rule with every invariant checked after each, on
+# both stores: the model's own regression tests.
+INVARIANTS = ("steps_ran_once_and_never_after_cancel", "invocations_raise_nothing",
+              "no_two_invocations_share_a_fence", "status_and_queue_agree",
+              "every_unended_run_can_wake", "effects_happened_once",
+              "one_active_run_per_singleton_key")
+Step = tuple[str, dict[str, Any]]
+
+
+def _r(name: str, **args: Any) -> Step:
+    return name, args
+
+
+PINNED: dict[str, list[Step]] = {
+    "1: a stale invocation's fence matches again after cancel + replay": [
+        _r("start", kind="seq"), _r("work", worker=0, hold=1, fail=False), _r("advance", seconds=16.0),
+        _r("cancel", index=0), _r("replay", index=0), _r("work", worker=0, hold=1, fail=False),
+        _r("release", worker=0), _r("drive")],
+    "2: a cancel that arrives just before a wait is lost": [
+        _r("start", kind="forever"), _r("work", worker=0, hold=1, fail=False), _r("cancel", index=0),
+        _r("release", worker=0), _r("drive")],
+    "2: a cancel that arrives just before a sleep waits for it": [
+        _r("start", kind="seq"), _r("work", worker=0, hold=2, fail=False), _r("cancel", index=0),
+        _r("release", worker=0), _r("drive")],
+    "3: an event during a lapsed lease, then a heartbeat: the park loses the wake-up": [
+        _r("start", kind="beside"), _r("work", worker=0, hold=2, fail=False), _r("advance", seconds=16.0),
+        _r("poke", index=0), _r("heartbeat", worker=0), _r("release", worker=0), _r("drive")],
+    "3: an event during a lapsed lease: the park loses the wake-up": [
+        _r("start", kind="beside"), _r("work", worker=0, hold=2, fail=False), _r("advance", seconds=25.0),
+        _r("poke", index=0), _r("drive")],
+    "7: replay while the singleton key has another active run": [
+        _r("start", kind="seq"), _r("advance", seconds=1.0), _r("work", worker=0, hold=0, fail=True),
+        _r("advance", seconds=1.0), _r("start", kind="seq"), _r("advance", seconds=1.0),
+        _r("start", kind="seq"), _r("replay", index=0), _r("drive")],
+    "7: two reruns of one singleton run": [
+        _r("start", kind="seq"), _r("drive"), _r("rerun", index=0, step=0), _r("rerun", index=0, step=0),
+        _r("drive")],
+    "9: an ambiguous commit retried inserts the wait row twice": [
+        _r("start", kind="beside"), _r("work", worker=0, hold=1, fail=False), _r("lose_a_commit", worker=0),
+        _r("release", worker=0), _r("drive")],
+    "9: an ambiguous commit retried starts the child twice": [
+        _r("start", kind="fork"), _r("work", worker=0, hold=1, fail=False), _r("lose_a_commit", worker=0),
+        _r("release", worker=0), _r("drive")],
+}
+
+
+def _replay(machine: type[StatefulModel], steps: list[Step]) -> str | None:
+    """The first invariant failure of the sequence, or ``None``."""
+    model = machine()
+    try:
+        for number, (rule_name, args) in enumerate(steps, 1):
+            getattr(model, rule_name)(**args)
+            for name in INVARIANTS:
+                try:
+                    getattr(model, name)()
+                except AssertionError as exc:
+                    return f"after rule {number} ({rule_name}): {name}: {exc}"
+        return None
+    except AssertionError as exc:
+        return f"in a rule: {exc}"
+    finally:
+        model.teardown()
+
+
+def test_pinned_sequences_keep_the_promise(db_url: str) -> None:
+    harness = Harness(db_url)
+    try:
+        machine = type("StatefulModel", (StatefulModel,), {"harness": harness})
+        failures = {name: _replay(machine, steps) for name, steps in PINNED.items()}
+    finally:
+        harness.close()
+    assert not {k: v for k, v in failures.items() if v}, "\n".join(
+        f"{name}\n    {why}" for name, why in failures.items() if why)

@@ -1,0 +1,52 @@
+"""Standalone reproductions of what the stateful test (test_stateful.py) found
+beyond the defects issue 12 listed, on both stores.
+
+A fenced-out checkpoint on PostgreSQL: the fence raises on the server
+(SQLSTATE SS001) inside a pipelined transaction, so the statements sent after
+it are skipped. When one of them crossed psycopg's prepare threshold in that
+pipeline, psycopg records it as prepared although the server never prepared
+it: every later transaction on that writer connection that uses the statement
+fails with ``prepared statement "_pg3_N" does not exist`` (a ``StoreError``,
+not retried), so every checkpoint it carries fails, for good.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from stepstone.errors import LeaseLostError
+from stepstone.store.base import Store, Tx, make_store
+from stepstone.store.rows import CancelFlag, Fence
+
+from .test_store_contract import NOW, add_runs, lease, step
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    opened = make_store(db_url)
+    opened.migrate()
+    yield opened
+    opened.close()
+
+
+def test_refused_checkpoints_leave_the_writer_able_to_commit(store: Store) -> None:
+    """Two workers alternate on one writer connection: the one that lost its
+    lease is refused, the owner's checkpoints all commit. (Pairs of refusals,
+    so that whichever statement count reaches psycopg's prepare threshold, it
+    does so inside a refused transaction at some point.)"""
+    add_runs(store, ["r"])
+    [old] = store.transact_sync(lambda tx: lease(tx, "w1", 1, NOW, NOW + 1))
+    [new] = store.transact_sync(lambda tx: lease(tx, "w2", 1, NOW + 2, NOW + 10))
+    stale, fence = Fence("r", "w1", old.epoch), Fence("r", "w2", new.epoch)
+
+    def checkpoint(as_of: Fence, step_id: str, position: int) -> Callable[[Tx], CancelFlag]:
+        return lambda tx: tx.checkpoint(as_of, [step("r", step_id, position=position)], [])
+
+    for n in range(6):
+        for attempt in range(2):
+            with pytest.raises(LeaseLostError):
+                store.transact_sync(checkpoint(stale, f"stale{n}.{attempt}", n))
+        store.transact_sync(checkpoint(fence, f"s{n}", n))
+    assert [s.step_id for s in store.read_sync(lambda tx: tx.get_steps("r"))] == [f"s{n}" for n in range(6)]

@@ -95,6 +95,11 @@ class Reader:
         return [(r[0], r[1]) for r in self.rows(
             "SELECT parent_run_id, parent_step_id FROM runs WHERE parent_run_id IS NOT NULL")]
 
+    def completed_outputs(self) -> dict[tuple[str, str], str | None]:
+        """The output of every completed step."""
+        return {(r[0], r[1]): r[2] for r in self.rows(
+            "SELECT run_id, step_id, output FROM steps WHERE status = 'completed'")}
+
     def step_statuses(self) -> dict[tuple[str, str], str]:
         return {(r[0], r[1]): r[2] for r in self.rows("SELECT run_id, step_id, status FROM steps")}
 

@@ -19,13 +19,15 @@ leased); an invoke of a child (steps and a sleep); an invoke beside a step.
 Rules: start runs, send the events waits look for, cancel, replay, rerun from
 a step, advance the clock, lease and execute (holding the 1st or 2nd executed
 step or not; failing the first, which fails the run), heartbeat (extend the
-leases of invocations in flight), release held steps, crash, lose a commit,
+leases of invocations in flight), release held steps (a worker's, or one),
+crash, lose a commit,
 and drive everything to its end.
 
 Invariants, after every rule (read from the tables with SQL, and the ledger):
 - a step never starts while the database holds it completed, nor in a run the
   database holds cancelled (checked as each execution starts; a step in flight
-  at a crash has no checkpoint, so running it again is allowed);
+  at a crash has no checkpoint, so running it again is allowed); a completed
+  step's memo never changes or goes;
 - no two live invocations of a run hold the same fence (owner, epoch);
 - ``execute`` never raises;
 - every run is ended (with no queue item) or has a queue item; every queue
@@ -281,6 +283,7 @@ class StatefulModel(RuleBasedStateMachine):
         self.sent = 0
         self.names = itertools.count()
         self.replays: Counter[str] = Counter()  # a replay runs an unfinished invoke again
+        self.completed: dict[tuple[str, str], str | None] = {}  # outputs seen committed
 
     def teardown(self) -> None:
         for inv in self.invocations:
@@ -436,7 +439,16 @@ class StatefulModel(RuleBasedStateMachine):
     @rule(worker=st.integers(0, 1))
     def release(self, worker: int) -> None:
         """The held steps of a worker return; their invocations go on unheld."""
-        released = [i for i in self.invocations if i.worker == worker and i.live and i.hold]
+        self._release([i for i in self.invocations if i.worker == worker and i.live and i.hold])
+
+    @precondition(lambda self: any(i.at_hold for i in self.invocations if i.live))
+    @rule(index=st.integers(0, 3))
+    def release_one(self, index: int) -> None:
+        """One held step returns (e.g. the stale invocation before the current one)."""
+        held = [i for i in self.invocations if i.live and i.hold]
+        self._release([held[index % len(held)]])
+
+    def _release(self, released: list[Invocation]) -> None:
         for inv in released:
             inv.hold = False
             inv.at_hold = None
@@ -507,6 +519,18 @@ class StatefulModel(RuleBasedStateMachine):
         if "steps_ran_once_and_never_after_cancel" in IGNORED:
             return
         assert not self.violations, self.violations
+
+    @invariant()
+    def completed_steps_never_change(self) -> None:
+        """A completed step's memo is final: nothing (a stale invocation's
+        commit above all) overwrites its output or removes it (not even a replay)."""
+        if "completed_steps_never_change" in IGNORED:
+            return
+        now = self.db.completed_outputs()
+        changed = {key: (old, now.get(key, "<gone>")) for key, old in self.completed.items()
+                   if now.get(key, "<gone>") != old}
+        self.completed.update(now)
+        assert not changed, f"completed steps whose memo changed (before, after): {changed}"
 
     @invariant()
     def invocations_raise_nothing(self) -> None:
@@ -633,7 +657,8 @@ def test_races_and_faults_keep_the_promise(db_url: str) -> None:
 # Rule sequences that reproduce issue 12's defects (as hypothesis found them or
 # shorter), replayed rule by rule with every invariant checked after each, on
 # both stores: the model's own regression tests.
-INVARIANTS = ("steps_ran_once_and_never_after_cancel", "invocations_raise_nothing",
+INVARIANTS = ("steps_ran_once_and_never_after_cancel", "completed_steps_never_change",
+              "invocations_raise_nothing",
               "no_two_invocations_share_a_fence", "status_and_queue_agree",
               "every_unended_run_can_wake", "effects_happened_once",
               "one_active_run_per_singleton_key")
@@ -649,6 +674,10 @@ PINNED: dict[str, list[Step]] = {
         _r("start", kind="seq"), _r("work", worker=0, hold=1, fail=False), _r("advance", seconds=16.0),
         _r("cancel", index=0), _r("replay", index=0), _r("work", worker=0, hold=1, fail=False),
         _r("release", worker=0), _r("drive")],
+    "1: ... and the stale invocation overwrites the step the current one completed": [
+        _r("start", kind="seq"), _r("work", worker=0, hold=1, fail=False), _r("advance", seconds=16.0),
+        _r("cancel", index=0), _r("replay", index=0), _r("work", worker=0, hold=2, fail=False),
+        _r("release_one", index=0), _r("release_one", index=0), _r("drive")],
     "2: a cancel that arrives just before a wait is lost": [
         _r("start", kind="forever"), _r("work", worker=0, hold=1, fail=False), _r("cancel", index=0),
         _r("release", worker=0), _r("drive")],

@@ -40,9 +40,10 @@ Invariants, after every rule (read from the tables with SQL, and the ledger):
 - ``drive`` (release everything, run every due time, send every awaited
   event) ends every run.
 
-Budget: by default 80 examples on SQLite and 40 on PostgreSQL of up to 30
-rules (about 15 s and 25 s on 2 shared cores when nothing fails; finding and
-shrinking a failure takes longer). ``STEPSTONE_LONG=1`` searches for minutes.
+Budget: by default 200 examples on SQLite and 120 on PostgreSQL of up to 50
+rules (about 15 s each on 2 shared cores when nothing fails; finding and
+shrinking a failure takes longer). ``STEPSTONE_LONG=1`` searches for about
+10 minutes per store (5000 examples of up to 80 rules).
 ``STEPSTONE_STATEFUL_IGNORE=name,...`` leaves invariants unchecked (method
 names, ``drive`` for its final check), to search past a known defect.
 
@@ -634,13 +635,13 @@ async def _gather(tasks: list[asyncio.Task[Any]]) -> None:
 
 
 def _settings(db_url: str) -> settings:
-    """About 15 s on SQLite and 25 s on PostgreSQL (2 shared cores) when nothing
-    fails; ``STEPSTONE_LONG=1``: 1000 examples of up to 60 rules (minutes)."""
+    """About 15 s on each store (2 shared cores) when nothing fails;
+    ``STEPSTONE_LONG=1``: 5000 examples of up to 80 rules (about 10 minutes on SQLite)."""
     if LONG:
-        return settings(max_examples=1000, stateful_step_count=60, deadline=None,
+        return settings(max_examples=5000, stateful_step_count=80, deadline=None,
                         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-    examples = 80 if db_url.startswith("sqlite:") else 40
-    return settings(max_examples=examples, stateful_step_count=30, deadline=None,
+    examples = 200 if db_url.startswith("sqlite:") else 120
+    return settings(max_examples=examples, stateful_step_count=50, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -183,6 +183,12 @@ class Harness:
             self.db.execute(f"DELETE FROM {table}")
         self.model = model
 
+    def reopen(self) -> None:
+        """A new store (new connections) for the app: what a refused commit, a
+        crash or an error left in a connection must not reach the next example."""
+        self.app._rebind(self.url, self.clock)
+        self.app.store  # noqa: B018 - open it now
+
     def close(self) -> None:
         self.app.close()
         self.db.close()
@@ -290,7 +296,10 @@ class StatefulModel(RuleBasedStateMachine):
         for inv in self.invocations:
             if inv.live and inv.task is not None:
                 inv.task.cancel()
-        self.call(_gather([i.task for i in self.invocations if i.task is not None]))
+        tasks = [i.task for i in self.invocations if i.task is not None]
+        self.call(_gather(tasks))
+        if any(t.cancelled() or t.exception() is not None or t.result() is None for t in tasks):
+            type(self).harness.reopen()
 
     async def effect(self, run_id: str, step: str) -> str:
         """A step's side effect: checked against what is committed, recorded, maybe held."""

@@ -265,8 +265,8 @@ class StatefulModel(RuleBasedStateMachine):
         """What the worker's heartbeat does: extend the leases of its runs in flight."""
         sim = self.workers[worker]
         held = [i.run_id for i in self.invocations if i.worker == worker and i.live]
-        owner, until = sim.owner, self.clock.now() + TTL
-        self.call(self.app.store.transact(lambda tx: tx.extend_leases(owner, held, until)))
+        owner, now = sim.owner, self.clock.now()
+        self.call(self.app.store.transact(lambda tx: tx.extend_leases(owner, held, now + TTL, now)))
 
     @precondition(lambda self: any(i.at_hold for i in self.invocations if i.live))
     @rule(worker=st.integers(0, 1))

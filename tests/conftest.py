@@ -58,6 +58,18 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
+def store(db_url: str) -> Iterator[Any]:
+    """A migrated store on ``db_url`` (both backends), for tests that drive
+    store operations directly."""
+    from stepstone.store.base import make_store
+
+    opened = make_store(db_url)
+    opened.migrate()
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
 def make_app(db_url: str) -> Iterator[Callable[..., ss.App]]:
     apps: list[ss.App] = []
 

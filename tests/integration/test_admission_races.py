@@ -10,7 +10,6 @@ the store with explicit times, on both stores.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -22,7 +21,7 @@ from stepstone.lifecycle import cancel_run
 from stepstone.registry import Registry
 from stepstone.scheduler.leasing import lease
 from stepstone.scheduler.maintenance import timeouts_op
-from stepstone.store.base import Store, Tx, make_store
+from stepstone.store.base import Store, Tx
 from stepstone.store.rows import RunFilter
 
 from ..conftest import query
@@ -43,14 +42,6 @@ def _registry(kind: str) -> Registry:
 
 
 KINDS = ("debounce", "batch")
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    opened = make_store(db_url)
-    opened.migrate()
-    yield opened
-    opened.close()
 
 
 def _send(store: Store, registry: Registry, event_id: str, now: float) -> None:

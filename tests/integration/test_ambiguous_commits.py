@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 import stepstone as ss
 from stepstone.store import faults
-from stepstone.store.base import Store, Tx, make_store
+from stepstone.store.base import Store, Tx
 from stepstone.store.rows import COMPLETED, SLEEPING, Fence, StepRow, WaitRow
 from tests.conftest import FAST, query
 from tests.faultrun import Driver, virtual_app
@@ -291,14 +291,6 @@ def test_a_child_ended_before_the_retry_of_its_ambiguous_invoke_is_not_started_a
 
 
 # -- the store contract behind it (explicit times, both stores) ---------------------------
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    opened = make_store(db_url)
-    opened.migrate()
-    yield opened
-    opened.close()
-
 
 def test_a_repeated_wait_commit_changes_nothing_even_after_the_wait_was_resolved(
         store: Store, db_url: str) -> None:

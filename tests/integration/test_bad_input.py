@@ -22,7 +22,7 @@ import stepstone as ss
 from stepstone.events import InvalidEventError
 from stepstone.ingest import ingest, prepare
 from stepstone.interpreter import WAITING_STEP
-from stepstone.store.base import Store, Tx, make_store
+from stepstone.store.base import Store, Tx
 from stepstone.store.rows import COMPLETED, NewRun, RunFilter, StepRow, WaitRow
 from stepstone.waits import build_wait
 
@@ -111,14 +111,6 @@ def test_run_filters_that_fail_select_nothing_and_raise_nothing(app: ss.App) -> 
 
 
 NOW = 1_000_000.0
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    opened = make_store(db_url)
-    opened.migrate()
-    yield opened
-    opened.close()
 
 
 def park(store: Store, run_id: str, condition: str) -> None:

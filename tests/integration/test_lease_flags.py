@@ -11,7 +11,6 @@ the matrix and the hypothesis test check the class.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,7 +22,7 @@ from stepstone.errors import ErrorInfo, LeaseLostError
 from stepstone.lifecycle import cancel_run, end_run, park_run
 from stepstone.registry import Registry
 from stepstone.scheduler.maintenance import timeouts_op
-from stepstone.store.base import Store, Tx, make_store
+from stepstone.store.base import Store, Tx
 from stepstone.store.rows import (
     CANCELLED,
     COMPLETED,
@@ -48,14 +47,6 @@ def _registry() -> Registry:
 
 
 MATCHER = _registry()
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    opened = make_store(db_url)
-    opened.migrate()
-    yield opened
-    opened.close()
 
 
 def add_run(store: Store, run_id: str, at: float = NOW, finish_timeout: float | None = None) -> None:

@@ -12,23 +12,15 @@ not retried), so every checkpoint it carries fails, for good.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
 from stepstone.errors import LeaseLostError, StoreError
-from stepstone.store.base import Store, Tx, make_store
+from stepstone.store.base import Store, Tx
 from stepstone.store.rows import CancelFlag, Fence
 
 from .test_store_contract import NOW, add_run, add_runs, lease, step
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    opened = make_store(db_url)
-    opened.migrate()
-    yield opened
-    opened.close()
 
 
 def test_refused_checkpoints_leave_the_writer_able_to_commit(store: Store) -> None:

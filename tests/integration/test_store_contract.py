@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -46,14 +45,6 @@ def lease(tx: Tx, owner: str, wanted: int, now: float, until: float,
           app_version: str | None = None) -> list[LeasedRun]:
     """A worker's lease pass over function ``f``, sorted by run id."""
     return sorted(lease_pass(tx, owner, F_ONLY, wanted, now, until, app_version), key=lambda lr: lr.run.id)
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    opened = make_store(db_url)
-    opened.migrate()
-    yield opened
-    opened.close()
 
 
 def add_run(tx: Tx, run_id: str, *, function_id: str = "f", at: float = NOW,

@@ -44,14 +44,6 @@ def registry() -> Registry:
 REGISTRY = registry()
 
 
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    opened = make_store(db_url)
-    opened.migrate()
-    yield opened
-    opened.close()
-
-
 def data_of(field: str, value: Any) -> dict[str, Any]:
     return {} if value is MISSING else {field: value}
 

@@ -10,6 +10,7 @@ the store with explicit times, on both stores.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -153,6 +154,30 @@ def _cancel_by_operator(store: Store, registry: Registry, holder: str, now: floa
 CANCELS = {"singleton": _cancel_by_singleton, "operator": _cancel_by_operator}
 
 
+def _racing_a_held_lease(db_url: str, registry: Registry, at: float, action: Callable[[], object]) -> list[Any]:
+    """Run ``action`` in another thread while a lease pass at ``at`` holds its
+    transaction open (until the action waits on it or is done); returns what
+    the pass leased. The action's failure is raised here."""
+    taken: list[Any] = []
+    done = threading.Event()
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            action()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            failures.append(exc)
+        done.set()
+
+    thread = threading.Thread(target=run)
+    with uncommitted(db_url, lambda tx: taken.extend(lease(tx, "w1", registry, 1, at, at + 60))):
+        thread.start()
+        wait_for(lambda: done.is_set() or _blocked_backends(db_url) > 0, 10, "the racing action to wait or finish")
+    thread.join(10)
+    assert not failures, failures
+    return taken
+
+
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 @pytest.mark.parametrize("how", sorted(CANCELS))
 def test_a_cancel_racing_an_uncommitted_lease_flags_the_leased_run(db_url: str, store: Store, how: str) -> None:
@@ -164,25 +189,8 @@ def test_a_cancel_racing_an_uncommitted_lease_flags_the_leased_run(db_url: str, 
     registry = _singleton_registry()
     _send(store, registry, "first", NOW)
     [holder] = _events_by_run(store)
-    until = NOW + 60
-    taken: list[Any] = []
-    done = threading.Event()
-    failures: list[BaseException] = []
-
-    def cancel() -> None:
-        try:
-            CANCELS[how](store, registry, holder, NOW + 1)
-        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
-            failures.append(exc)
-        done.set()
-
-    thread = threading.Thread(target=cancel)
-    with uncommitted(db_url, lambda tx: taken.extend(lease(tx, "w1", registry, 1, NOW, until))):
-        assert [lr.run.id for lr in taken] == [holder]
-        thread.start()
-        wait_for(lambda: done.is_set() or _blocked_backends(db_url) > 0, 10, "the cancel to wait or finish")
-    thread.join(10)
-    assert not failures, failures
+    taken = _racing_a_held_lease(db_url, registry, NOW, lambda: CANCELS[how](store, registry, holder, NOW + 1))
+    assert [lr.run.id for lr in taken] == [holder]
     assert query(db_url, f"SELECT owner, cancel_requested FROM queue WHERE run_id = '{holder}'") == [("w1", 1)]
     assert query(db_url, f"SELECT status FROM runs WHERE id = '{holder}'") == [("running",)]
 
@@ -197,24 +205,8 @@ def test_a_start_timeout_racing_an_uncommitted_lease_leaves_the_started_run(db_u
     registry = app.registry
     _send(store, registry, "first", NOW)
     [run_id] = _events_by_run(store)
-    late, until = NOW + 2, NOW + 62
-    taken: list[Any] = []
-    done = threading.Event()
-    failures: list[BaseException] = []
-
-    def duty() -> None:
-        try:
-            store.transact_sync(timeouts_op(late, registry))
-        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
-            failures.append(exc)
-        done.set()
-
-    thread = threading.Thread(target=duty)
-    with uncommitted(db_url, lambda tx: taken.extend(lease(tx, "w1", registry, 1, late, until))):
-        assert [lr.run.id for lr in taken] == [run_id]
-        thread.start()
-        wait_for(lambda: done.is_set() or _blocked_backends(db_url) > 0, 10, "the duty to wait or finish")
-    thread.join(10)
-    assert not failures, failures
+    late = NOW + 2
+    taken = _racing_a_held_lease(db_url, registry, late, lambda: store.transact_sync(timeouts_op(late, registry)))
+    assert [lr.run.id for lr in taken] == [run_id]
     assert query(db_url, f"SELECT owner, cancel_requested FROM queue WHERE run_id = '{run_id}'") == [("w1", 0)]
     assert query(db_url, f"SELECT status FROM runs WHERE id = '{run_id}'") == [("running",)]

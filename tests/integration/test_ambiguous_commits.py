@@ -69,8 +69,8 @@ def test_an_ambiguous_commit_carrying_an_invoke_starts_one_child(db_url: str) ->
         app.close()
 
 
-def test_an_ambiguous_commit_carrying_a_wait_inserts_one_wait_row(db_url: str) -> None:
-    app = virtual_app(db_url)
+def with_a_wait_beside_a_step(app: ss.App) -> None:
+    """A function whose wait commits in a flush (a step runs beside it), not at a park."""
 
     @app.function(id="waiter", trigger=ss.on_event("go"), retries=0)
     async def waiter(ctx: ss.Context) -> Any:
@@ -78,6 +78,12 @@ def test_an_ambiguous_commit_carrying_a_wait_inserts_one_wait_row(db_url: str) -
             ctx.step.wait_for_event("w", event="answer", timeout="1h"),
             ctx.step.run("other", lambda: "x"))
         return found.data if found else None
+
+
+def test_an_ambiguous_commit_carrying_a_wait_inserts_one_wait_row(db_url: str) -> None:
+    app = virtual_app(db_url)
+
+    with_a_wait_beside_a_step(app)
 
     async def main() -> None:
         driver = Driver(app)
@@ -217,12 +223,7 @@ def test_a_wait_resolved_before_the_retry_of_its_ambiguous_commit_stays_resolved
     caplog.set_level(logging.WARNING, "stepstone")
     app = virtual_app(db_url)
 
-    @app.function(id="waiter", trigger=ss.on_event("go"), retries=0)
-    async def waiter(ctx: ss.Context) -> Any:
-        found, _ = await asyncio.gather(
-            ctx.step.wait_for_event("w", event="answer", timeout="1h"),
-            ctx.step.run("other", lambda: "x"))
-        return found.data if found else None
+    with_a_wait_beside_a_step(app)
 
     def answer() -> None:
         app.send(ss.Event("answer", {"v": 1}, id="answer-1"))

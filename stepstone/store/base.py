@@ -233,14 +233,11 @@ class Tx(Protocol):
         concurrency keys, throttle key); ``None`` if not recorded."""
         ...
 
-    def is_leased(self, run_id: str, now: float) -> bool:
-        """Whether a worker holds a live lease on the run."""
-        ...
-
     def lock_lease(self, run_id: str, now: float) -> bool:
-        """``is_leased`` for a writer about to act on the answer: the queue item
-        stays locked until the transaction ends, and one a lease pass holds is
-        waited for, so the answer cannot change before the caller acts on it."""
+        """Whether a worker holds a live lease on the run at ``now``, for a writer
+        about to act on the answer: the queue item stays locked until the
+        transaction ends, and one a lease pass holds is waited for, so the
+        answer cannot change before the caller acts on it."""
         ...
 
     def flag_cancel(self, run_id: str, now: float, reason: str | None = None) -> bool:

@@ -396,14 +396,8 @@ class SqlTx(SqlViews):
         raw = None if row is None else row["queue_spec"]
         return QueueSpec(**json.loads(raw)) if raw else None
 
-    def is_leased(self, run_id: str, now: float) -> bool:
-        return self._leased(self._one("queue_item", {"run_id": run_id}), now)
-
     def lock_lease(self, run_id: str, now: float) -> bool:
-        return self._leased(self._one("lease_of", {"run_id": run_id}), now)  # locked: see queries.sql
-
-    @staticmethod
-    def _leased(item: Any, now: float) -> bool:
+        item = self._one("lease_of", {"run_id": run_id})  # locked: see queries.sql
         return bool(item is not None and item["owner"] is not None
                     and item["available_at"] is not None and item["available_at"] > now)
 

@@ -177,9 +177,9 @@ def test_a_cancel_flag_reaches_the_worker_holding_the_run(store: Store) -> None:
     add_runs(store, ["held"])
     [leased] = store.transact_sync(lambda tx: lease(tx, "w", 1, NOW, NOW + 30))
     add_runs(store, ["idle"])
-    assert store.read_sync(lambda tx: tx.is_leased("held", NOW + 1)) is True
-    assert store.read_sync(lambda tx: tx.is_leased("idle", NOW + 1)) is False
-    assert store.read_sync(lambda tx: tx.is_leased("held", NOW + 31)) is False  # expired
+    assert store.transact_sync(lambda tx: tx.lock_lease("held", NOW + 1)) is True
+    assert store.transact_sync(lambda tx: tx.lock_lease("idle", NOW + 1)) is False
+    assert store.transact_sync(lambda tx: tx.lock_lease("held", NOW + 31)) is False  # expired
     fence = Fence("held", "w", leased.epoch)
     assert store.transact_sync(lambda tx: tx.checkpoint(fence, [], []))() is False
     assert store.transact_sync(lambda tx: tx.flag_cancel("idle", NOW + 1)) is False  # nobody to tell

@@ -26,6 +26,7 @@ from stepstone.errors import (
     StepError,
     StepstoneError,
     StoreError,
+    StoreUnavailableError,
 )
 from stepstone.events import Event, InvalidEventError
 from stepstone.function import (
@@ -100,4 +101,5 @@ __all__ = [
     "StepError",
     "StepstoneError",
     "StoreError",
+    "StoreUnavailableError",
 ]

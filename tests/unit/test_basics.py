@@ -67,3 +67,17 @@ def test_ids_sort_by_time_and_are_unique() -> None:
     assert ids == sorted(ids)
     assert len({new_id(5.0) for _ in range(1000)}) == 1000
     assert all(len(i) == 26 for i in ids)
+
+
+def test_every_public_name_is_documented_in_the_readme() -> None:
+    """The curated surface (``stepstone.__all__``) is the contract: each name is
+    in the README, as ``ss.Name`` or in backquotes."""
+    import re
+    from pathlib import Path
+
+    import stepstone
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    undocumented = [name for name in stepstone.__all__
+                    if not re.search(r"(ss\.|`)" + re.escape(name) + r"\b", readme)]
+    assert undocumented == []

@@ -21,7 +21,8 @@ from stepstone.ingest import ingest, prepare
 from stepstone.lifecycle import cancel_run, end_run
 from stepstone.registry import Registry
 from stepstone.runs import _bulk, _replay_op, _rerun_op
-from stepstone.store.base import Store, Tx, make_store
+from stepstone.store import make_store
+from stepstone.store.base import Store, Tx
 from stepstone.store.rows import ACTIVE_STATUSES, COMPLETED, FAILED, RunFilter, StepRow
 
 NOW = 1_000_000.0

@@ -26,7 +26,8 @@ import stepstone as ss
 from stepstone.ingest import ingest, prepare
 from stepstone.interpreter import WAITING_STEP
 from stepstone.registry import Registry
-from stepstone.store.base import Store, Tx, make_store
+from stepstone.store import make_store
+from stepstone.store.base import Store, Tx
 from stepstone.store.rows import CANCELLED, COMPLETED, NewRun, StepRow, WaitRow
 from stepstone.waits import build_wait
 

@@ -31,7 +31,6 @@ from stepstone.errors import (
 )
 from stepstone.events import Event
 from stepstone.function import FunctionDef
-from stepstone.ingest import ingest, prepare
 from stepstone.interpreter import (
     CancelSignal,
     Ingest,
@@ -43,10 +42,12 @@ from stepstone.interpreter import (
     retry_at,
 )
 from stepstone.journal import RunJournal
-from stepstone.lifecycle import end_run, park_run
 from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import INVOKE_EVENT, Registry
-from stepstone.scheduler.admission import start_run
+from stepstone.runtime.admission import start_run
+from stepstone.runtime.ingestion import ingest, prepare
+from stepstone.runtime.lifecycle import end_run, park_run
+from stepstone.runtime.waits import build_wait
 from stepstone.steps import AsyncStep, SyncStep
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import (
@@ -61,7 +62,6 @@ from stepstone.store.rows import (
     SpanRow,
     WaitRow,
 )
-from stepstone.waits import build_wait
 
 log = logging.getLogger("stepstone.executor")
 user_log = logging.getLogger("stepstone.run")

@@ -17,9 +17,9 @@ import psycopg
 import pytest
 
 import stepstone as ss
-from stepstone.ingest import ingest, prepare
-from stepstone.lifecycle import cancel_run
 from stepstone.registry import Registry
+from stepstone.runtime.ingestion import ingest, prepare
+from stepstone.runtime.lifecycle import cancel_run
 from stepstone.scheduler.leasing import lease
 from stepstone.scheduler.maintenance import timeouts_op
 from stepstone.store.base import Store, Tx

@@ -17,8 +17,8 @@ from typing import Any
 from stepstone import limits, serde
 from stepstone.errors import ErrorInfo
 from stepstone.events import Event
-from stepstone.ingest import ingest, prepare
 from stepstone.registry import CANCELLED_EVENT, FAILED_EVENT, FINISHED_EVENT, Registry
+from stepstone.runtime.ingestion import ingest, prepare
 from stepstone.store.base import Tx
 from stepstone.store.rows import CANCELLED, COMPLETED, ENDED_STATUSES, FAILED, Fence, RunRow
 

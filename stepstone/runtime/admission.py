@@ -17,14 +17,14 @@ from stepstone import limits, serde
 from stepstone.errors import ErrorInfo
 from stepstone.function import FunctionDef
 from stepstone.ids import new_id
+from stepstone.runtime.waits import build_wait, canonical
 from stepstone.scheduler import gcra
 from stepstone.store.base import Tx
 from stepstone.store.rows import ENDED_STATUSES, SKIPPED, NewRun, QueueSpec
-from stepstone.waits import build_wait, canonical
 
 if TYPE_CHECKING:
-    from stepstone.ingest import PreparedEvent
     from stepstone.registry import Registry
+    from stepstone.runtime.ingestion import PreparedEvent
 
 FOREVER = 100 * 365 * 86400.0  # a claim held until released
 PRIORITY_RANGE = 600.0
@@ -198,7 +198,7 @@ def _singleton(tx: Tx, fn: FunctionDef, run_id: str, variables: dict[str, Any], 
     if holder is not None:
         if config.mode == "skip":
             return None, f"singleton: run {holder} is active for this key"
-        from stepstone.lifecycle import cancel_run
+        from stepstone.runtime.lifecycle import cancel_run
 
         cancel_run(tx, holder, now, registry,
                    ErrorInfo("Cancelled", f"replaced by run {run_id} (singleton)"))

@@ -18,11 +18,11 @@ from stepstone.errors import ErrorInfo
 from stepstone.events import Event, InvalidEventError, encode_event_data, now_ms, validate_event
 from stepstone.ids import new_id
 from stepstone.registry import Registry
-from stepstone.scheduler.admission import start_run
+from stepstone.runtime.admission import start_run
+from stepstone.runtime.waits import match_event
 from stepstone.store.base import Tx
 from stepstone.store.rows import COMPLETED, WaitRow
 from stepstone.tracing import current_context
-from stepstone.waits import match_event
 
 __all__ = ["PreparedEvent", "ingest", "prepare", "start_run"]
 
@@ -86,7 +86,7 @@ def ingest(tx: Tx, events: Sequence[PreparedEvent], registry: Registry, now: flo
 
 def _resolve(tx: Tx, wait: WaitRow, event: PreparedEvent, registry: Registry, now: float) -> None:
     if wait.kind == "cancel":
-        from stepstone.lifecycle import cancel_run
+        from stepstone.runtime.lifecycle import cancel_run
 
         cancel_run(tx, wait.run_id, now, registry,
                    ErrorInfo("Cancelled", f"cancelled by event {event.name!r} ({event.id})"))

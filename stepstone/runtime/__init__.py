@@ -1,0 +1,1 @@
+"""Inside one transaction: events in, runs admitted, runs ended."""

@@ -36,7 +36,7 @@ from stepstone.function import (
 from stepstone.middleware import Hooks, Middleware, run_blocking
 from stepstone.registry import Registry
 from stepstone.runs import Runs
-from stepstone.runtime.ingestion import ingest, prepare
+from stepstone.runtime import ingest, prepare
 from stepstone.store import make_store
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import WorkerRow

@@ -44,9 +44,7 @@ from stepstone.interpreter import (
 from stepstone.journal import RunJournal
 from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import INVOKE_EVENT, Registry
-from stepstone.runtime.admission import start_run
-from stepstone.runtime.ingestion import ingest, prepare
-from stepstone.runtime.lifecycle import end_run, park_run
+from stepstone.runtime import end_run, ingest, park_run, prepare, start_run
 from stepstone.runtime.waits import build_wait
 from stepstone.steps import AsyncStep, SyncStep
 from stepstone.store.base import Store, Tx

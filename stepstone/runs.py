@@ -28,8 +28,7 @@ from stepstone.errors import (
 from stepstone.expressions import Expression, compile_expression
 from stepstone.ids import new_id
 from stepstone.registry import Registry
-from stepstone.runtime.admission import claim_singleton
-from stepstone.runtime.lifecycle import cancel_run
+from stepstone.runtime import cancel_run, claim_singleton
 from stepstone.store.base import Tx
 from stepstone.store.rows import (
     ACTIVE_STATUSES,

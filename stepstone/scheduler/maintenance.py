@@ -17,9 +17,7 @@ from stepstone.errors import ErrorInfo
 from stepstone.events import Event
 from stepstone.function import FunctionDef
 from stepstone.registry import Registry
-from stepstone.runtime.admission import start_run
-from stepstone.runtime.ingestion import prepare
-from stepstone.runtime.lifecycle import end_run
+from stepstone.runtime import end_run, prepare, start_run
 from stepstone.scheduler.cron import latest_tick, next_tick
 from stepstone.store.base import Tx
 from stepstone.store.rows import CANCELLED

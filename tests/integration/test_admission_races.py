@@ -18,8 +18,7 @@ import pytest
 
 import stepstone as ss
 from stepstone.registry import Registry
-from stepstone.runtime.ingestion import ingest, prepare
-from stepstone.runtime.lifecycle import cancel_run
+from stepstone.runtime import cancel_run, ingest, prepare
 from stepstone.scheduler.leasing import lease
 from stepstone.scheduler.maintenance import timeouts_op
 from stepstone.store.base import Store, Tx

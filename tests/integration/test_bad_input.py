@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import stepstone as ss
 from stepstone.events import InvalidEventError
 from stepstone.interpreter import WAITING_STEP
-from stepstone.runtime.ingestion import ingest, prepare
+from stepstone.runtime import ingest, prepare
 from stepstone.runtime.waits import build_wait
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import COMPLETED, NewRun, RunFilter, StepRow, WaitRow

@@ -19,8 +19,7 @@ import stepstone as ss
 from stepstone.errors import ErrorInfo, InvalidStateError
 from stepstone.registry import Registry
 from stepstone.runs import _bulk, _replay_op, _rerun_op
-from stepstone.runtime.ingestion import ingest, prepare
-from stepstone.runtime.lifecycle import cancel_run, end_run
+from stepstone.runtime import cancel_run, end_run, ingest, prepare
 from stepstone.store import make_store
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import ACTIVE_STATUSES, COMPLETED, FAILED, RunFilter, StepRow

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import stepstone as ss
 from stepstone.interpreter import WAITING_STEP
 from stepstone.registry import Registry
-from stepstone.runtime.ingestion import ingest, prepare
+from stepstone.runtime import ingest, prepare
 from stepstone.runtime.waits import build_wait
 from stepstone.store import make_store
 from stepstone.store.base import Store, Tx

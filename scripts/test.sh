@@ -7,6 +7,7 @@ cd "$ROOT"
 source scripts/_services.sh
 echo "== ruff";  ruff check stepstone tests bench examples
 echo "== mypy";  mypy
+echo "== imports"; lint-imports --no-logo  # the layers of docs/architecture.md (pyproject.toml)
 # The PostgreSQL tests start a private cluster (tests/pgcluster.py); with CI set,
 # a missing PostgreSQL fails them instead of skipping them.
 export CI="${CI:-1}"

@@ -33,11 +33,12 @@ from stepstone.function import (
     build_flow,
     build_function,
 )
-from stepstone.ingest import ingest, prepare
 from stepstone.middleware import Hooks, Middleware, run_blocking
 from stepstone.registry import Registry
 from stepstone.runs import Runs
-from stepstone.store.base import Store, Tx, make_store
+from stepstone.runtime import ingest, prepare
+from stepstone.store import make_store
+from stepstone.store.base import Store, Tx
 from stepstone.store.rows import WorkerRow
 from stepstone.triggers import Trigger
 from stepstone.worker import Worker

@@ -12,7 +12,7 @@ import contextvars
 import inspect
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +23,7 @@ from stepstone.context import Context
 from stepstone.errors import (
     ErrorInfo,
     LeaseLostError,
+    LimitExceededError,
     NonRetriableError,
     RetryAfterError,
     StepError,
@@ -32,16 +33,19 @@ from stepstone.events import Event
 from stepstone.function import FunctionDef
 from stepstone.interpreter import (
     CancelSignal,
+    Ingest,
     Interpreter,
     LeaseLostSignal,
     PauseSignal,
+    StartChild,
     error_info,
     retry_at,
 )
 from stepstone.journal import RunJournal
-from stepstone.lifecycle import end_run, park_run
 from stepstone.middleware import Hooks, Middleware
-from stepstone.registry import Registry
+from stepstone.registry import INVOKE_EVENT, Registry
+from stepstone.runtime import end_run, ingest, park_run, prepare, start_run
+from stepstone.runtime.waits import build_wait
 from stepstone.steps import AsyncStep, SyncStep
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import (
@@ -54,6 +58,7 @@ from stepstone.store.rows import (
     Fence,
     LeasedRun,
     SpanRow,
+    WaitRow,
 )
 
 log = logging.getLogger("stepstone.executor")
@@ -82,6 +87,33 @@ class ExecEnv:
         if function_id is None:
             return None
         return self.registry.get(function_id) or self.matcher().get(function_id)
+
+    # The effects of orchestration steps (the interpreter's ``Services``).
+    def wait_row(self, *, run_id: str, step_id: str, event_name: str, condition: str | None,
+                 run_event: dict[str, Any] | None, now: float, expires_at: float | None) -> WaitRow:
+        return build_wait(run_id=run_id, step_id=step_id, kind="event", event_name=event_name,
+                          condition=condition, run_event=run_event, now=now, expires_at=expires_at,
+                          field="if_")
+
+    def send(self, events: Event | Sequence[Event], now: float) -> tuple[list[str], Ingest]:
+        prepared = prepare(events, now)
+
+        def ingest_sent(tx: Tx, matcher: Registry) -> None:
+            ingest(tx, prepared, matcher, now)
+
+        return [event.id for event in prepared], ingest_sent
+
+    def start_child(self, target: FunctionDef, data: dict[str, Any], now: float,
+                    parent: tuple[str, str]) -> StartChild:
+        [event] = prepare(Event(INVOKE_EVENT, data), now, system=True)
+        if len(event.data_json.encode()) > limits.MAX_EVENT_BYTES:
+            raise LimitExceededError(f"step {parent[1]!r}: invoke data over {limits.MAX_EVENT_BYTES} bytes")
+
+        def start(tx: Tx, matcher: Registry, run_id: str) -> str | None:
+            seq = tx.insert_event(event.id, event.name, event.data_json, event.ts, now)
+            return start_run(tx, target, [(seq, event)], now, matcher, parent=parent, run_id=run_id)
+
+        return start
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from stepstone.function import FunctionDef, ResolvedBackoff
 from stepstone.ids import new_id
 from stepstone.memos import callable_fingerprint, mismatch
 from stepstone.middleware import NO_HOOKS, Hooks
-from stepstone.registry import INVOKE_EVENT, Registry
+from stepstone.registry import Registry
 from stepstone.store.base import Tx
 from stepstone.store.rows import RUNNING, SLEEPING, WAITING, SpanRow, StepKind, StepRow, WaitRow
 
@@ -125,15 +125,43 @@ def retry_at(exc: RetryAfterError, now: float) -> float:
     return now + parse_duration(value, field="retry_after")
 
 
-class Services(Protocol):
-    """What orchestration steps need beyond memos (supplied by the executor)."""
+# Inside a transaction, with the functions that events may trigger.
+Ingest = Callable[[Tx, Registry], object]
+# ... and the child's run id; returns the run id (or the pending debounce or
+# batch run the child joined), or ``None`` when an idempotency key started none.
+StartChild = Callable[[Tx, Registry, str], str | None]
 
-    def matcher(self) -> Registry:
-        """Every function known to the store, for ingesting sent events."""
-        ...
+
+class Services(Protocol):
+    """What orchestration steps need beyond memos, supplied by the executor: the
+    functions a step can invoke, and the parts of the effects a step commits
+    with its memo (a wait row, a child run, sent events). The interpreter stages
+    those effects; it never ingests events or admits runs itself."""
 
     def function(self, ref: str | Callable[..., Any]) -> FunctionDef | None:
         """Resolve a function id or decorated handler."""
+        ...
+
+    def matcher(self) -> Registry:
+        """Every function known to the store, for the events a step sends."""
+        ...
+
+    def wait_row(self, *, run_id: str, step_id: str, event_name: str, condition: str | None,
+                 run_event: dict[str, Any] | None, now: float, expires_at: float | None) -> WaitRow:
+        """The wait row of ``wait_for_event``; raises ``StepstoneError`` if
+        ``condition`` is not a valid CEL condition."""
+        ...
+
+    def send(self, events: Event | Sequence[Event], now: float) -> tuple[list[str], Ingest]:
+        """Validate and encode ``events`` (raises ``StepstoneError`` if one is bad);
+        returns their ids, fixed now, and what ingests them inside a transaction."""
+        ...
+
+    def start_child(self, target: FunctionDef, data: dict[str, Any], now: float,
+                    parent: tuple[str, str]) -> StartChild:
+        """Encode the invoke event of ``parent`` (run id, step id) now (raises
+        ``LimitExceededError`` when its data is too large); returns what, inside a
+        transaction, records it and starts ``target``'s run with the given id."""
         ...
 
 
@@ -403,8 +431,6 @@ class Interpreter:
 
     async def wait_for_event(self, step_id: str, event: str, condition: str | None,
                              timeout: float | None) -> Event | None:
-        from stepstone.waits import build_wait
-
         memo = self._reach(step_id, StepKind.WAIT, event)
         if memo is not None:
             resolved = await self._resolved(memo)
@@ -413,9 +439,9 @@ class Interpreter:
         now = self.clock.now()
         expires = self._expiry(step_id, now, timeout)
         try:
-            wait = build_wait(run_id=self.run_id, step_id=step_id, kind="event", event_name=event,
-                              condition=condition, run_event=self.run_event, now=now,
-                              expires_at=expires, field="if_")
+            wait = self.services.wait_row(run_id=self.run_id, step_id=step_id, event_name=event,
+                                          condition=condition, run_event=self.run_event, now=now,
+                                          expires_at=expires)
         except StepstoneError as exc:
             raise NonRetriableError(f"step {step_id!r}: {exc}") from exc
         row = StepRow(self.run_id, step_id, self._position(step_id), "wait", WAITING_STEP, 0,
@@ -436,9 +462,6 @@ class Interpreter:
 
     async def invoke(self, step_id: str, function: str | Callable[..., Any], data: dict[str, Any],
                      timeout: float | None) -> Any:
-        from stepstone.ingest import prepare
-        from stepstone.scheduler.admission import start_run
-
         target_id = function if isinstance(function, str) else getattr(function, "__stepstone_id__", None)
         memo = self._reach(step_id, StepKind.INVOKE, target_id)
         if memo is not None:
@@ -449,9 +472,7 @@ class Interpreter:
             raise NonRetriableError(f"step {step_id!r}: no function {function!r} to invoke")
         now = self.clock.now()
         expires = self._expiry(step_id, now, timeout)
-        [event] = prepare(Event(INVOKE_EVENT, data), now, system=True)
-        if len(event.data_json.encode()) > limits.MAX_EVENT_BYTES:
-            raise LimitExceededError(f"step {step_id!r}: invoke data over {limits.MAX_EVENT_BYTES} bytes")
+        start = self.services.start_child(target, data, now, (self.run_id, step_id))
         run_id, matcher, child_id = self.run_id, self.services.matcher(), new_id(now)
 
         def start_child(tx: Tx) -> None:
@@ -460,9 +481,7 @@ class Interpreter:
             if not tx.start_wait(WaitRow(run_id, step_id, "invoke", "", match_value=child_id,
                                          created_at=now, expires_at=expires))():
                 return
-            seq = tx.insert_event(event.id, event.name, event.data_json, event.ts, now)
-            child = start_run(tx, target, [(seq, event)], now, matcher, parent=(run_id, step_id),
-                              run_id=child_id)
+            child = start(tx, matcher, child_id)
             if child is not None and child != child_id:  # joined a pending debounce or batch run
                 tx.set_wait_match(run_id, step_id, child)
             child_run = tx.get_run(child) if child else None
@@ -481,8 +500,6 @@ class Interpreter:
     # -- send_event ------------------------------------------------------------------------
     async def send_event(self, step_id: str, events: Event | Sequence[Event]) -> list[str]:
         """Ingest ``events`` in the same transaction as the step's memo: exactly once."""
-        from stepstone.ingest import ingest, prepare
-
         memo = self._reach(step_id, StepKind.SEND)
         if memo is not None and memo.status in (COMPLETED, FAILED):
             return list(self._outcome(memo))
@@ -493,20 +510,19 @@ class Interpreter:
                 await self.hooks.before_execution(self.ctx)
                 batch = [events] if isinstance(events, Event) else list(events)
                 events = await self.hooks.before_send_events(self.ctx, batch)
-            prepared = prepare(events, now)
+            ids, ingest = self.services.send(events, now)
         except StepstoneError as exc:
             info = error_info(exc)
             row = StepRow(self.run_id, step_id, self._position(step_id), "send", FAILED, 1, None,
                           serde.dumps(info.to_json(), what="error"), None, now, now)
             self._save(row, None)
             raise StepError(step_id, info.type, info.message) from exc
-        ids = [event.id for event in prepared]
-        matcher = self.services.matcher()
         row = StepRow(self.run_id, step_id, self._position(step_id), "send", COMPLETED, 1,
                       serde.dumps(ids, what="event ids"), None, None, now, now)
+        matcher = self.services.matcher()
 
         def ingest_sent(tx: Tx) -> None:  # ids fixed above: a repeated commit is deduplicated
-            ingest(tx, prepared, matcher, now)
+            ingest(tx, matcher)
 
         self._save(row, None, ingest_sent)
         await self.journal.flush()

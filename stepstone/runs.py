@@ -27,9 +27,8 @@ from stepstone.errors import (
 )
 from stepstone.expressions import Expression, compile_expression
 from stepstone.ids import new_id
-from stepstone.lifecycle import cancel_run
 from stepstone.registry import Registry
-from stepstone.scheduler.admission import claim_singleton
+from stepstone.runtime import cancel_run, claim_singleton
 from stepstone.store.base import Tx
 from stepstone.store.rows import (
     ACTIVE_STATUSES,

@@ -61,7 +61,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def store(db_url: str) -> Iterator[Any]:
     """A migrated store on ``db_url`` (both backends), for tests that drive
     store operations directly."""
-    from stepstone.store.base import make_store
+    from stepstone.store import make_store
 
     opened = make_store(db_url)
     opened.migrate()

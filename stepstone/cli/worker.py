@@ -10,7 +10,7 @@ import click
 from stepstone import metrics
 from stepstone.app import App
 from stepstone.cli.common import console, load_app, redacted, resolve_url
-from stepstone.store.base import make_store
+from stepstone.store import make_store
 from stepstone.worker import Worker
 
 

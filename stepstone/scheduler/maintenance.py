@@ -16,10 +16,8 @@ from stepstone import serde
 from stepstone.errors import ErrorInfo
 from stepstone.events import Event
 from stepstone.function import FunctionDef
-from stepstone.ingest import prepare
-from stepstone.lifecycle import end_run
 from stepstone.registry import Registry
-from stepstone.scheduler.admission import start_run
+from stepstone.runtime import end_run, prepare, start_run
 from stepstone.scheduler.cron import latest_tick, next_tick
 from stepstone.store.base import Tx
 from stepstone.store.rows import CANCELLED

@@ -455,19 +455,3 @@ class Store(Protocol):
 
     def close(self) -> None: ...
 
-
-def make_store(url: str) -> Store:
-    """Open the store for a ``sqlite:///path`` or ``postgresql://...`` URL."""
-    if url.startswith("sqlite:"):
-        from stepstone.store.sqlite import SqliteStore
-
-        return SqliteStore.from_url(url)
-    if url.startswith(("postgresql:", "postgres:")):
-        from stepstone.store.postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
-
-        store: Store = PostgresStore.from_url(url)
-        return store
-    from stepstone.errors import ConfigError
-
-    raise ConfigError("database_url", f"unsupported URL {url!r}; use sqlite:/// or postgresql://")
-

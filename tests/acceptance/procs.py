@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 
 import stepstone as ss
-from stepstone.store.base import make_store
+from stepstone.store import make_store
 
 from ..polling import wait_for
 

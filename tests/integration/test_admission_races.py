@@ -17,9 +17,8 @@ import psycopg
 import pytest
 
 import stepstone as ss
-from stepstone.ingest import ingest, prepare
-from stepstone.lifecycle import cancel_run
 from stepstone.registry import Registry
+from stepstone.runtime import cancel_run, ingest, prepare
 from stepstone.scheduler.leasing import lease
 from stepstone.scheduler.maintenance import timeouts_op
 from stepstone.store.base import Store, Tx

@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 
 import stepstone as ss
 from stepstone.events import InvalidEventError
-from stepstone.ingest import ingest, prepare
 from stepstone.interpreter import WAITING_STEP
+from stepstone.runtime import ingest, prepare
+from stepstone.runtime.waits import build_wait
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import COMPLETED, NewRun, RunFilter, StepRow, WaitRow
-from stepstone.waits import build_wait
 
 from ..conftest import query
 

@@ -23,7 +23,7 @@ from stepstone.scheduler.maintenance import (
     register_crons_op,
     schedules_of,
 )
-from stepstone.store.base import make_store
+from stepstone.store import make_store
 from stepstone.testing import VirtualClock
 from tests.conftest import run_of
 

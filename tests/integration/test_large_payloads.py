@@ -30,7 +30,8 @@ import pytest
 import stepstone as ss
 from stepstone import limits, serde
 from stepstone.errors import ErrorInfo, LeaseLostError
-from stepstone.store.base import Store, Tx, make_store
+from stepstone.store import make_store
+from stepstone.store.base import Store, Tx
 from stepstone.store.rows import COMPLETED, FAILED, Fence, SpanRow, StepRow
 from tests.integration.test_store_contract import NOW, add_runs, lease
 

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 import stepstone as ss
 from stepstone.errors import ErrorInfo, LeaseLostError
-from stepstone.lifecycle import cancel_run, end_run, park_run
 from stepstone.registry import Registry
+from stepstone.runtime import cancel_run, end_run, park_run
 from stepstone.scheduler.maintenance import timeouts_op
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import (

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 
 import stepstone as ss
 from stepstone.errors import ErrorInfo, InvalidStateError
-from stepstone.ingest import ingest, prepare
-from stepstone.lifecycle import cancel_run, end_run
 from stepstone.registry import Registry
 from stepstone.runs import _bulk, _replay_op, _rerun_op
-from stepstone.store.base import Store, Tx, make_store
+from stepstone.runtime import cancel_run, end_run, ingest, prepare
+from stepstone.store import make_store
+from stepstone.store.base import Store, Tx
 from stepstone.store.rows import ACTIVE_STATUSES, COMPLETED, FAILED, RunFilter, StepRow
 
 NOW = 1_000_000.0

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import stepstone as ss
-from stepstone.store.base import make_store
+from stepstone.store import make_store
 
 from ..conftest import FAST, send_and_wait
 

@@ -13,7 +13,8 @@ import stepstone as ss
 from stepstone.errors import LeaseLostError, StoreError, StoreUnavailableError
 from stepstone.registry import Registry
 from stepstone.scheduler.leasing import lease as lease_pass
-from stepstone.store.base import Store, Tx, make_store
+from stepstone.store import make_store
+from stepstone.store.base import Store, Tx
 from stepstone.store.rows import (
     CANCELLED,
     COMPLETED,

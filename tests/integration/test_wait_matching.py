@@ -23,12 +23,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stepstone as ss
-from stepstone.ingest import ingest, prepare
 from stepstone.interpreter import WAITING_STEP
 from stepstone.registry import Registry
-from stepstone.store.base import Store, Tx, make_store
+from stepstone.runtime import ingest, prepare
+from stepstone.runtime.waits import build_wait
+from stepstone.store import make_store
+from stepstone.store.base import Store, Tx
 from stepstone.store.rows import CANCELLED, COMPLETED, NewRun, StepRow, WaitRow
-from stepstone.waits import build_wait
 
 NOW = 1_000_000.0
 MISSING: Any = object()  # the field is absent from the event's data

@@ -53,7 +53,7 @@ def test_equality_shape() -> None:
 
 
 def test_index_values_give_cel_equal_values_one_text() -> None:
-    from stepstone.waits import index_value
+    from stepstone.runtime.waits import index_value
 
     assert index_value(1) == index_value(1.0) == "1"
     assert index_value({"b": [2.0], "a": -0.0}) == index_value({"a": 0, "b": [2]}) == '{"a":0,"b":[2]}'

@@ -14,8 +14,8 @@ import stepstone as ss
 from stepstone import limits, serde
 from stepstone.errors import ErrorInfo
 from stepstone.events import Event
-from stepstone.lifecycle import system_events
 from stepstone.registry import FINISHED_EVENT
+from stepstone.runtime.lifecycle import system_events
 from stepstone.store.base import Tx
 from stepstone.store.rows import CANCELLED, COMPLETED, FAILED, RunRow
 from stepstone.truncate import clip

@@ -11,20 +11,19 @@ their limits, throttle key, priority.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from stepstone import limits, serde
 from stepstone.errors import ErrorInfo
 from stepstone.function import FunctionDef
 from stepstone.ids import new_id
+from stepstone.registry import Registry
+from stepstone.runtime.incoming import PreparedEvent
+from stepstone.runtime.lifecycle import Publish, cancel_run
+from stepstone.runtime.waits import build_wait, canonical
 from stepstone.scheduler import gcra
 from stepstone.store.base import Tx
 from stepstone.store.rows import ENDED_STATUSES, SKIPPED, NewRun, QueueSpec
-from stepstone.waits import build_wait, canonical
-
-if TYPE_CHECKING:
-    from stepstone.ingest import PreparedEvent
-    from stepstone.registry import Registry
 
 FOREVER = 100 * 365 * 86400.0  # a claim held until released
 PRIORITY_RANGE = 600.0
@@ -61,13 +60,14 @@ def priority_seconds(fn: FunctionDef, variables: dict[str, Any]) -> float:
 
 def start_run(
     tx: Tx, fn: FunctionDef, events: Sequence[tuple[int, PreparedEvent]], now: float,
-    registry: Registry, *, parent: tuple[str, str] | None = None,
+    registry: Registry, *, publish: Publish, parent: tuple[str, str] | None = None,
     available_at: float | None = None, run_id: str | None = None,
 ) -> str | None:
     """Admit ``events`` to ``fn``; returns the run id (new, skipped, or the pending
     debounce/batch run they joined), or ``None`` if an idempotency key already
     started a run. A new run gets ``run_id`` if given (fixed by the caller
-    before its transaction, so that a repeated commit names the same run)."""
+    before its transaction, so that a repeated commit names the same run).
+    ``publish`` ingests the system events of a singleton holder it cancels."""
     flow, variables = fn.flow, events[0][1].variables
     if flow.batch is not None:
         joined = _join_batch(tx, fn, events, now, variables)
@@ -87,7 +87,7 @@ def start_run(
             return joined
     singleton_key = None
     if not skipped:
-        singleton_key, skipped = _singleton(tx, fn, run_id, variables, now, registry)
+        singleton_key, skipped = _singleton(tx, fn, run_id, variables, now, registry, publish)
     due = now if available_at is None else available_at
     if flow.debounce is not None:
         due = now + flow.debounce[1]
@@ -188,7 +188,7 @@ def _cancel_waits(tx: Tx, fn: FunctionDef, run_id: str, variables: dict[str, Any
 
 
 def _singleton(tx: Tx, fn: FunctionDef, run_id: str, variables: dict[str, Any], now: float,
-               registry: Registry) -> tuple[str | None, str | None]:
+               registry: Registry, publish: Publish) -> tuple[str | None, str | None]:
     """Claim the singleton key; returns ``(key, skip reason)``."""
     if fn.flow.singleton is None:
         return None, None
@@ -198,10 +198,8 @@ def _singleton(tx: Tx, fn: FunctionDef, run_id: str, variables: dict[str, Any], 
     if holder is not None:
         if config.mode == "skip":
             return None, f"singleton: run {holder} is active for this key"
-        from stepstone.lifecycle import cancel_run
-
         cancel_run(tx, holder, now, registry,
-                   ErrorInfo("Cancelled", f"replaced by run {run_id} (singleton)"))
+                   ErrorInfo("Cancelled", f"replaced by run {run_id} (singleton)"), publish=publish)
         tx.release_key(key, holder)
         tx.claim_key(key, run_id, now + FOREVER, now)
     return key, None

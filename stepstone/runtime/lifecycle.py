@@ -7,25 +7,32 @@ locked first), and the holder's park honours it in its own transaction.
 A system event embeds the run's first event (up to the event size limit
 itself), its error (bounded by ``ErrorInfo``) and, for ``function.finished``,
 its output (up to 4 MB): each is kept within the event size limit like any
-other event (``fit_event_data``).
+other event (``fit_event_data``). They are ingested through ``publish``, which
+the caller passes down (``runtime.ingestion.ingest``; ``stepstone.runtime``
+binds it): ingesting may start runs, and starting one may end another.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from stepstone import limits, serde
 from stepstone.errors import ErrorInfo
 from stepstone.events import Event
-from stepstone.ingest import ingest, prepare
 from stepstone.registry import CANCELLED_EVENT, FAILED_EVENT, FINISHED_EVENT, Registry
+from stepstone.runtime.incoming import PreparedEvent, prepare
 from stepstone.store.base import Tx
 from stepstone.store.rows import CANCELLED, COMPLETED, ENDED_STATUSES, FAILED, Fence, RunRow
+
+# Ingest prepared events in the transaction: ``ingest(tx, events, matcher, now)``.
+Publish = Callable[[Tx, Sequence[PreparedEvent], Registry, float], object]
 
 
 def end_run(
     tx: Tx, run: RunRow, status: str, output: str | None, error: ErrorInfo | None, now: float,
-    matcher: Registry, *, fence: Fence | None = None, events: list[Event] | None = None,
+    matcher: Registry, *, publish: Publish, fence: Fence | None = None,
+    events: list[Event] | None = None,
 ) -> bool:
     """End ``run`` with ``status``; ``False`` if it had already ended. A run
     cancelled without a reason gets the one its pending cancel flag carries."""
@@ -43,12 +50,12 @@ def end_run(
         events = [Event(e.name, serde.loads(e.data), e.id, e.ts) for e in tx.get_events(run.id)]
     system = system_events(tx, matcher, run, status, output, error, events)
     if system:
-        ingest(tx, prepare(system, now, system=True), matcher, now)
+        publish(tx, prepare(system, now, system=True), matcher, now)
     return True
 
 
 def cancel_run(tx: Tx, run_id: str, now: float, matcher: Registry,
-               reason: ErrorInfo | None = None) -> str:
+               reason: ErrorInfo | None = None, *, publish: Publish) -> str:
     """Cancel at once if no worker holds the run; otherwise flag it so the worker
     cancels it at its next step boundary or park. Returns the run's status."""
     run = tx.get_run(run_id)
@@ -60,19 +67,19 @@ def cancel_run(tx: Tx, run_id: str, now: float, matcher: Registry,
     # then flags only a live lease.
     if tx.lock_lease(run_id, now) and tx.flag_cancel(run_id, now, reason_json):
         return run.status
-    end_run(tx, run, CANCELLED, None, reason, now, matcher)
+    end_run(tx, run, CANCELLED, None, reason, now, matcher, publish=publish)
     return CANCELLED
 
 
 def park_run(tx: Tx, run: RunRow, fence: Fence, status: str, wake_at: float | None,
              attempt: int | None, now: float, matcher: Registry,
-             events: list[Event] | None = None) -> str:
+             events: list[Event] | None = None, *, publish: Publish) -> str:
     """Park the held ``run`` (sleep, wait, invoke, retry back-off) until ``wake_at``,
     or, if its cancellation was requested while it was held, end it cancelled
     in this same transaction. Returns the status the run is left in."""
     if not tx.reschedule(fence, status, wake_at, attempt, now):
         return status
-    end_run(tx, run, CANCELLED, None, None, now, matcher, events=events)
+    end_run(tx, run, CANCELLED, None, None, now, matcher, publish=publish, events=events)
     return CANCELLED
 
 

@@ -1,0 +1,76 @@
+"""Inside one transaction: events in, runs admitted, runs ended.
+
+The modules form a one-way order, each importing only those below it:
+
+    ingestion   events -> runs: dedupe, resolve waits, start triggered runs
+    admission   event -> run of one function: flow control, queue placement
+    lifecycle   how runs end: finish, clean up, wake a parent; cancel, park
+    waits       wait rows and event matching
+    incoming    events validated and encoded before anything is written
+
+The operations are recursive all the same: a run's end publishes system
+events, ingesting an event starts runs, and starting a singleton run may cancel
+(end) the run holding its key. So the way down is a parameter: lifecycle and
+admission take ``publish`` (ingest prepared events in the transaction), and
+ingestion passes itself. This package binds it once; callers outside use the
+operations below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from stepstone.errors import ErrorInfo
+from stepstone.events import Event
+from stepstone.function import FunctionDef
+from stepstone.registry import Registry
+from stepstone.runtime import admission, lifecycle
+from stepstone.runtime.admission import claim_singleton
+from stepstone.runtime.incoming import PreparedEvent, prepare
+from stepstone.runtime.ingestion import ingest
+from stepstone.store.base import Tx
+from stepstone.store.rows import Fence, RunRow
+
+__all__ = [
+    "PreparedEvent",
+    "cancel_run",
+    "claim_singleton",
+    "end_run",
+    "ingest",
+    "park_run",
+    "prepare",
+    "start_run",
+]
+
+
+def start_run(
+    tx: Tx, fn: FunctionDef, events: Sequence[tuple[int, PreparedEvent]], now: float,
+    registry: Registry, *, parent: tuple[str, str] | None = None,
+    available_at: float | None = None, run_id: str | None = None,
+) -> str | None:
+    """``admission.start_run``, publishing through ``ingest``."""
+    return admission.start_run(tx, fn, events, now, registry, publish=ingest, parent=parent,
+                               available_at=available_at, run_id=run_id)
+
+
+def end_run(
+    tx: Tx, run: RunRow, status: str, output: str | None, error: ErrorInfo | None, now: float,
+    matcher: Registry, *, fence: Fence | None = None, events: list[Event] | None = None,
+) -> bool:
+    """``lifecycle.end_run``, publishing through ``ingest``."""
+    return lifecycle.end_run(tx, run, status, output, error, now, matcher, publish=ingest,
+                             fence=fence, events=events)
+
+
+def cancel_run(tx: Tx, run_id: str, now: float, matcher: Registry,
+               reason: ErrorInfo | None = None) -> str:
+    """``lifecycle.cancel_run``, publishing through ``ingest``."""
+    return lifecycle.cancel_run(tx, run_id, now, matcher, reason, publish=ingest)
+
+
+def park_run(tx: Tx, run: RunRow, fence: Fence, status: str, wake_at: float | None,
+             attempt: int | None, now: float, matcher: Registry,
+             events: list[Event] | None = None) -> str:
+    """``lifecycle.park_run``, publishing through ``ingest``."""
+    return lifecycle.park_run(tx, run, fence, status, wake_at, attempt, now, matcher, events,
+                              publish=ingest)

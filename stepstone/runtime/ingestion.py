@@ -1,0 +1,55 @@
+"""From events to runs, inside one transaction.
+
+Events arrive prepared (``incoming.prepare``: validated and encoded before
+anything is written). ``ingest`` then, in one transaction, dedupes each event
+by id (24 h), appends it to the event log, resolves the waits it satisfies
+(``wait_for_event``, ``cancel_on``) and starts a run of every function it
+triggers. It is the top of the runtime's order (see ``stepstone.runtime``):
+it hands itself down to admission and lifecycle as the way a run's end
+publishes its system events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from stepstone import limits, serde
+from stepstone.errors import ErrorInfo
+from stepstone.registry import Registry
+from stepstone.runtime.admission import start_run
+from stepstone.runtime.incoming import PreparedEvent
+from stepstone.runtime.lifecycle import cancel_run
+from stepstone.runtime.waits import match_event
+from stepstone.store.base import Tx
+from stepstone.store.rows import COMPLETED, WaitRow
+
+__all__ = ["ingest"]
+
+
+def ingest(tx: Tx, events: Sequence[PreparedEvent], registry: Registry, now: float) -> list[str]:
+    """Record ``events``, resolve the waits they satisfy and start the runs they
+    trigger; returns their ids."""
+    ids = []
+    for event in events:
+        ids.append(event.id)
+        if tx.claim_key(f"event:{event.id}", event.id, now + limits.DEDUPE_WINDOW_SECONDS, now) is not None:
+            continue  # the same id was seen in the last 24 h
+        seq = tx.insert_event(event.id, event.name, event.data_json, event.ts, now, event.trace)
+
+        def resolve(wait: WaitRow, event: PreparedEvent = event) -> None:
+            _resolve(tx, wait, event, registry, now)
+
+        match_event(tx, event.name, event.data, event.variables, now, resolve)
+        for fn in registry.match(event.name, event.variables):
+            start_run(tx, fn, [(seq, event)], now, registry, publish=ingest)
+    return ids
+
+
+def _resolve(tx: Tx, wait: WaitRow, event: PreparedEvent, registry: Registry, now: float) -> None:
+    if wait.kind == "cancel":
+        cancel_run(tx, wait.run_id, now, registry,
+                   ErrorInfo("Cancelled", f"cancelled by event {event.name!r} ({event.id})"), publish=ingest)
+        return
+    output = serde.dumps(event.as_json(), what="event")
+    if tx.complete_waiting_step(wait.run_id, wait.step_id, COMPLETED, output, None, now):
+        tx.wake_run(wait.run_id, now)

@@ -3,7 +3,8 @@
 It mirrors ``app.send`` and ``app.runs`` (same names, same ``ss.Run`` /
 ``ss.Span`` results, same errors). The async methods are the implementation;
 each sync method is derived from its ``_async`` twin by ``_sync`` and runs it on
-a private event loop thread. httpx clients are kept per event loop.
+the client's portal (``bridge.Portal``: an event loop thread). httpx clients are
+kept per event loop.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from stepstone import errors
+from stepstone.bridge import Portal
 from stepstone.durations import Duration, parse_duration
 from stepstone.events import Event, validate_event
 from stepstone.inventory import FunctionInfo
@@ -45,24 +47,6 @@ def _sync(fn: Callable[Concatenate[S, P], Coroutine[Any, Any, T]]) -> Callable[C
     method.__qualname__ = fn.__qualname__.removesuffix("_async")
     method.__doc__ = fn.__doc__
     return method
-
-
-class _Portal:
-    """An event loop on a daemon thread that runs the sync surface's coroutines."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="stepstone-client",
-                                       daemon=True)
-        self.thread.start()
-
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join()
-        self.loop.close()
 
 
 class _Remote:
@@ -128,15 +112,15 @@ class Client(_Remote):
         self.workers = RemoteWorkers(self)
         self._client = self
         self._lock = threading.Lock()
-        self._portal_: _Portal | None = None
+        self._portal_: Portal | None = None
         self._http_: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
             weakref.WeakKeyDictionary())
 
     # -- plumbing ------------------------------------------------------------------------------
-    def _portal(self) -> _Portal:
+    def _portal(self) -> Portal:
         with self._lock:
             if self._portal_ is None:
-                self._portal_ = _Portal()
+                self._portal_ = Portal("stepstone-client")
             return self._portal_
 
     def _http(self) -> httpx.AsyncClient:

@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from stepstone import serde
-from stepstone.bridge import Portal
+from stepstone.bridge import Plan, Portal, async_face, coroutine_call, sync_face
 from stepstone.catalog import Catalog
 from stepstone.clock import SYSTEM_CLOCK, Clock, DatabaseClock, SystemClock
 from stepstone.clocksync import sync_at_start
@@ -37,7 +37,7 @@ from stepstone.function import (
 from stepstone.ingest import ingest, prepare
 from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
-from stepstone.runs import Runs
+from stepstone.runs import Runs, write_call
 from stepstone.store.base import Store, Tx, make_store
 from stepstone.store.rows import WorkerRow
 from stepstone.triggers import Trigger
@@ -224,35 +224,24 @@ class App:
         return self._store_ready()
 
     # -- events --------------------------------------------------------------------------------
-    def send(self, events: Event | Sequence[Event]) -> list[str]:
+    def _send(self, events: Event | Sequence[Event]) -> Plan[list[str]]:
         """Record events and start the runs they trigger; returns the event ids.
         An event whose ``id`` was seen in the last 24 h starts nothing new."""
         hooks = Hooks(self.middleware)
         if hooks.has("before_send_events"):
-            events = self._portal().call(hooks.before_send_events(None, _as_list(events)))
+            events = yield coroutine_call(hooks.before_send_events(None, _as_list(events)), self._portal)
         now = self.clock.now()
         prepared = prepare(events, now)
         store = self._store_ready()
         registry = self.catalog.registry(store)
-        ids = store.transact_sync(lambda tx: ingest(tx, prepared, registry, now))
+        ids: list[str] = yield write_call(store, lambda tx: ingest(tx, prepared, registry, now))
         self._notify_workers()
         if hooks.has("after_send_events"):
-            self._portal().call(hooks.after_send_events(None, ids))
+            yield coroutine_call(hooks.after_send_events(None, ids), self._portal)
         return ids
 
-    async def send_async(self, events: Event | Sequence[Event]) -> list[str]:
-        hooks = Hooks(self.middleware)
-        if hooks.has("before_send_events"):
-            events = await hooks.before_send_events(None, _as_list(events))
-        now = self.clock.now()
-        prepared = prepare(events, now)
-        store = self._store_ready()
-        registry = self.catalog.registry(store)
-        ids = await store.transact(lambda tx: ingest(tx, prepared, registry, now))
-        self._notify_workers()
-        if hooks.has("after_send_events"):
-            await hooks.after_send_events(None, ids)
-        return ids
+    send = sync_face(_send)
+    send_async = async_face(_send)
 
     # -- in-process notifications ------------------------------------------------------------------
     def _notify_workers(self) -> None:

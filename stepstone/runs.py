@@ -30,7 +30,7 @@ from stepstone.ids import new_id
 from stepstone.lifecycle import cancel_run
 from stepstone.registry import Registry
 from stepstone.scheduler.admission import claim_singleton
-from stepstone.store.base import Tx
+from stepstone.store.base import Store, Tx
 from stepstone.store.rows import (
     ACTIVE_STATUSES,
     CANCELLED,
@@ -318,6 +318,16 @@ def _bulk(action: str, now: float, matcher: Registry, *, function_id: str | None
     return _Bulk(where, condition, cancel if action == "cancel" else replay)
 
 
+def read_call(store: Store, op: Callable[[Tx], T]) -> Call[T]:
+    """A plan's read of ``op`` in one snapshot."""
+    return Call(lambda: store.read_sync(op), lambda: store.read(op))
+
+
+def write_call(store: Store, op: Callable[[Tx], T]) -> Call[T]:
+    """A plan's transaction running ``op``."""
+    return Call(lambda: store.transact_sync(op), lambda: store.transact(op))
+
+
 class Runs:
     """``app.runs``. Each operation is written once, as a plan (``bridge``);
     its blocking method and its ``_async`` twin are derived from it."""
@@ -326,12 +336,10 @@ class Runs:
         self._app = app
 
     def _read(self, op: Callable[[Tx], T]) -> Call[T]:
-        store = self._app._store_ready()
-        return Call(lambda: store.read_sync(op), lambda: store.read(op))
+        return read_call(self._app._store_ready(), op)
 
     def _write(self, op: Callable[[Tx], T]) -> Plan[T]:
-        store = self._app._store_ready()
-        result: T = yield Call(lambda: store.transact_sync(op), lambda: store.transact(op))
+        result: T = yield write_call(self._app._store_ready(), op)
         self._app._notify_workers()
         return result
 

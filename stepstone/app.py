@@ -234,7 +234,11 @@ class App:
         prepared = prepare(events, now)
         store = self._store_ready()
         registry = self.catalog.registry(store)
-        ids: list[str] = yield write_call(store, lambda tx: ingest(tx, prepared, registry, now))
+
+        def op(tx: Tx) -> list[str]:
+            return ingest(tx, prepared, registry, now)
+
+        ids: list[str] = yield write_call(store, op)
         self._notify_workers()
         if hooks.has("after_send_events"):
             yield coroutine_call(hooks.after_send_events(None, ids), self._portal)

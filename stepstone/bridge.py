@@ -9,7 +9,8 @@ onto a loop that something else runs: the worker's loop, for the step
 bookkeeping of plain ``def`` handlers.
 
 Every synchronous surface goes through here: ``App.start``/``stop`` and
-``app.send``'s middleware hooks, ``ss.Client``'s blocking methods, ``TestEnv``,
+``app.send``'s middleware hooks, ``ss.Client``'s blocking methods
+(``portal_face``), ``TestEnv``,
 and ``ctx.step`` in plain ``def`` handlers. The blocking and ``async`` faces of
 ``App`` and ``app.runs`` are both derived from one body (a plan, below).
 """
@@ -124,13 +125,13 @@ async def run_async(plan: Plan[T]) -> T:
             value, resume = exc, plan.throw
 
 
-def _named(face: Callable[..., Any], plan: Callable[..., Any], suffix: str) -> None:
-    name = plan.__name__.removeprefix("_") + suffix
+def _named(face: Callable[..., Any], source: Callable[..., Any], name: str) -> None:
+    """``face`` is called ``name`` and shows ``source``'s docstring and parameters
+    (not its return type: a plan or a coroutine) to help() and IDEs."""
     face.__name__ = name
-    face.__qualname__ = plan.__qualname__.removesuffix(plan.__name__) + name
-    face.__doc__ = plan.__doc__
-    # help() and IDEs show the plan's parameters (its return type is a Plan: left out)
-    face.__signature__ = inspect.signature(plan).replace(  # type: ignore[attr-defined]
+    face.__qualname__ = source.__qualname__.removesuffix(source.__name__) + name
+    face.__doc__ = source.__doc__
+    face.__signature__ = inspect.signature(source).replace(  # type: ignore[attr-defined]
         return_annotation=inspect.Signature.empty)
 
 
@@ -140,7 +141,7 @@ def sync_face(plan: Callable[Concatenate[S, P], Plan[T]]) -> Callable[Concatenat
     def method(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return run_sync(plan(self, *args, **kwargs))
 
-    _named(method, plan, "")
+    _named(method, plan, plan.__name__.removeprefix("_"))
     return method
 
 
@@ -152,8 +153,22 @@ def async_face(
     async def method(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return await run_async(plan(self, *args, **kwargs))
 
-    _named(method, plan, "_async")
+    _named(method, plan, plan.__name__.removeprefix("_") + "_async")
     return method
+
+
+def portal_face(
+    method: Callable[Concatenate[S, P], Coroutine[Any, Any, T]], portal: Callable[[S], Portal],
+) -> Callable[Concatenate[S, P], T]:
+    """The blocking twin ``name`` of an ``async`` method ``name_async`` whose
+    coroutines need a loop of their own (``ss.Client``: httpx clients are per
+    loop): it runs them on ``portal(self)``."""
+
+    def blocking(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return portal(self).call(method(self, *args, **kwargs))
+
+    _named(blocking, method, method.__name__.removesuffix("_async"))
+    return blocking
 
 
 class Wakeup:

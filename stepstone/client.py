@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from stepstone import errors
-from stepstone.bridge import Portal
+from stepstone.bridge import Portal, portal_face
 from stepstone.durations import Duration, parse_duration
 from stepstone.events import Event, validate_event
 from stepstone.inventory import FunctionInfo
@@ -38,15 +38,12 @@ PAGE = 500  # the server's largest page
 
 
 def _sync(fn: Callable[Concatenate[S, P], Coroutine[Any, Any, T]]) -> Callable[Concatenate[S, P], T]:
-    """The blocking twin of an ``async`` method."""
+    """The blocking twin of an ``async`` method, run on the client's portal."""
+    return portal_face(fn, _portal_of)
 
-    def method(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return self._client._portal().call(fn(self, *args, **kwargs))
 
-    method.__name__ = fn.__name__.removesuffix("_async")
-    method.__qualname__ = fn.__qualname__.removesuffix("_async")
-    method.__doc__ = fn.__doc__
-    return method
+def _portal_of(remote: _Remote) -> Portal:
+    return remote._client._portal()
 
 
 class _Remote:

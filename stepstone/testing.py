@@ -32,7 +32,7 @@ from stepstone.bridge import Portal
 from stepstone.durations import Duration, parse_duration
 from stepstone.errors import RunTimeoutError
 from stepstone.events import Event
-from stepstone.runs import Run
+from stepstone.runs import Run, Runs
 from stepstone.store.base import Tx
 from stepstone.worker import Worker
 
@@ -160,6 +160,6 @@ class TestEnv:
         return self.app.store.read_sync(op)
 
     @property
-    def runs(self) -> Any:
+    def runs(self) -> Runs:
         return self.app.runs
 

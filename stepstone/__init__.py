@@ -45,6 +45,7 @@ from stepstone.inventory import FunctionInfo
 from stepstone.middleware import Middleware
 from stepstone.runs import Run, Span, StepRecord
 from stepstone.server import asgi
+from stepstone.steps import AsyncStep, SyncStep
 from stepstone.tracing import OpenTelemetryMiddleware
 from stepstone.triggers import on_cron, on_event
 
@@ -52,6 +53,8 @@ __all__ = [
     # the application
     "App",
     "Context",
+    "AsyncStep",
+    "SyncStep",
     "Event",
     # triggers
     "on_cron",

@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from stepstone import serde
+from stepstone.bridge import Plan, Portal, async_face, coroutine_call, sync_face
 from stepstone.catalog import Catalog
 from stepstone.clock import SYSTEM_CLOCK, Clock, DatabaseClock, SystemClock
 from stepstone.clocksync import sync_at_start
@@ -33,9 +34,9 @@ from stepstone.function import (
     build_flow,
     build_function,
 )
-from stepstone.middleware import Hooks, Middleware, run_blocking
+from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
-from stepstone.runs import Runs
+from stepstone.runs import Runs, write_call
 from stepstone.runtime import ingest, prepare
 from stepstone.store import make_store
 from stepstone.store.base import Store, Tx
@@ -114,7 +115,7 @@ class App:
         self._lock = threading.RLock()
         self._local_workers: list[Worker] = []
         self._watchers: dict[str, set[Callable[[], Any]]] = {}
-        self._background: _Background | None = None
+        self._portal_: Portal | None = None
 
     # -- functions -------------------------------------------------------------------------
     def function(
@@ -224,35 +225,28 @@ class App:
         return self._store_ready()
 
     # -- events --------------------------------------------------------------------------------
-    def send(self, events: Event | Sequence[Event]) -> list[str]:
+    def _send(self, events: Event | Sequence[Event]) -> Plan[list[str]]:
         """Record events and start the runs they trigger; returns the event ids.
         An event whose ``id`` was seen in the last 24 h starts nothing new."""
         hooks = Hooks(self.middleware)
         if hooks.has("before_send_events"):
-            events = run_blocking(hooks.before_send_events(None, _as_list(events)))
+            events = yield coroutine_call(hooks.before_send_events(None, _as_list(events)), self._portal)
         now = self.clock.now()
         prepared = prepare(events, now)
         store = self._store_ready()
         registry = self.catalog.registry(store)
-        ids = store.transact_sync(lambda tx: ingest(tx, prepared, registry, now))
+
+        def op(tx: Tx) -> list[str]:
+            return ingest(tx, prepared, registry, now)
+
+        ids: list[str] = yield write_call(store, op)
         self._notify_workers()
         if hooks.has("after_send_events"):
-            run_blocking(hooks.after_send_events(None, ids))
+            yield coroutine_call(hooks.after_send_events(None, ids), self._portal)
         return ids
 
-    async def send_async(self, events: Event | Sequence[Event]) -> list[str]:
-        hooks = Hooks(self.middleware)
-        if hooks.has("before_send_events"):
-            events = await hooks.before_send_events(None, _as_list(events))
-        now = self.clock.now()
-        prepared = prepare(events, now)
-        store = self._store_ready()
-        registry = self.catalog.registry(store)
-        ids = await store.transact(lambda tx: ingest(tx, prepared, registry, now))
-        self._notify_workers()
-        if hooks.has("after_send_events"):
-            await hooks.after_send_events(None, ids)
-        return ids
+    send = sync_face(_send)
+    send_async = async_face(_send)
 
     # -- in-process notifications ------------------------------------------------------------------
     def _notify_workers(self) -> None:
@@ -316,23 +310,32 @@ class App:
     def start(self, *, concurrency: int = 10, instance_id: str | None = None,
               lease_ttl: float = 15.0) -> None:
         """Start workers in a background thread of this process."""
-        with self._lock:
-            if self._background is None:
-                self._background = _Background()
-        self._background.call(
+        self._portal().call(
             self.start_async(concurrency=concurrency, instance_id=instance_id, lease_ttl=lease_ttl)
         )
 
     def stop(self, drain_timeout: float = 30.0) -> None:
         """Drain the background workers (in-flight steps finish) and stop them."""
         with self._lock:
-            background, self._background = self._background, None
-        if background is not None:
-            background.call(self.stop_async(drain_timeout))
-            background.close()
+            portal = self._portal_
+        if portal is not None:
+            portal.call(self.stop_async(drain_timeout))
+
+    def _portal(self) -> Portal:
+        """The event loop thread of this app's synchronous calls: the workers
+        ``start`` runs and ``send``'s middleware hooks. Made on first use,
+        closed by ``close``."""
+        with self._lock:
+            if self._portal_ is None:
+                self._portal_ = Portal("stepstone-loop")
+            return self._portal_
 
     def close(self) -> None:
         self.stop()
+        with self._lock:
+            portal, self._portal_ = self._portal_, None
+        if portal is not None:
+            portal.close()
         with self._lock:
             if self._store is not None:
                 self._store.close()
@@ -344,20 +347,3 @@ class App:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-class _Background:
-    """An event loop on a daemon thread, for the synchronous ``start``/``stop``."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="stepstone-loop",
-                                       daemon=True)
-        self.thread.start()
-
-    def call(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join()
-        self.loop.close()

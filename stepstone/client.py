@@ -3,7 +3,8 @@
 It mirrors ``app.send`` and ``app.runs`` (same names, same ``ss.Run`` /
 ``ss.Span`` results, same errors). The async methods are the implementation;
 each sync method is derived from its ``_async`` twin by ``_sync`` and runs it on
-a private event loop thread. httpx clients are kept per event loop.
+the client's portal (``bridge.Portal``: an event loop thread). httpx clients are
+kept per event loop.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from stepstone import errors
+from stepstone.bridge import Portal, portal_face
 from stepstone.durations import Duration, parse_duration
 from stepstone.events import Event, validate_event
 from stepstone.inventory import FunctionInfo
@@ -36,33 +38,12 @@ PAGE = 500  # the server's largest page
 
 
 def _sync(fn: Callable[Concatenate[S, P], Coroutine[Any, Any, T]]) -> Callable[Concatenate[S, P], T]:
-    """The blocking twin of an ``async`` method."""
-
-    def method(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return self._client._portal().call(fn(self, *args, **kwargs))
-
-    method.__name__ = fn.__name__.removesuffix("_async")
-    method.__qualname__ = fn.__qualname__.removesuffix("_async")
-    method.__doc__ = fn.__doc__
-    return method
+    """The blocking twin of an ``async`` method, run on the client's portal."""
+    return portal_face(fn, _portal_of)
 
 
-class _Portal:
-    """An event loop on a daemon thread that runs the sync surface's coroutines."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="stepstone-client",
-                                       daemon=True)
-        self.thread.start()
-
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join()
-        self.loop.close()
+def _portal_of(remote: _Remote) -> Portal:
+    return remote._client._portal()
 
 
 class _Remote:
@@ -128,15 +109,15 @@ class Client(_Remote):
         self.workers = RemoteWorkers(self)
         self._client = self
         self._lock = threading.Lock()
-        self._portal_: _Portal | None = None
+        self._portal_: Portal | None = None
         self._http_: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
             weakref.WeakKeyDictionary())
 
     # -- plumbing ------------------------------------------------------------------------------
-    def _portal(self) -> _Portal:
+    def _portal(self) -> Portal:
         with self._lock:
             if self._portal_ is None:
-                self._portal_ = _Portal()
+                self._portal_ = Portal("stepstone-client")
             return self._portal_
 
     def _http(self) -> httpx.AsyncClient:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
 
 from stepstone.errors import ErrorInfo
 from stepstone.events import Event
@@ -12,9 +12,16 @@ from stepstone.interpreter import Interpreter, current_step
 from stepstone.steps import AsyncStep, SyncStep
 
 if TYPE_CHECKING:
+    from typing_extensions import TypeVar
+
     LoggerBase = logging.LoggerAdapter[logging.Logger]
+    # A bare ``Context`` annotation leaves ``ctx.step`` untyped, as it always was.
+    StepT = TypeVar("StepT", bound=AsyncStep | SyncStep, default=Any)
 else:
+    from typing import TypeVar
+
     LoggerBase = logging.LoggerAdapter
+    StepT = TypeVar("StepT", bound=AsyncStep | SyncStep)  # typing's takes a default from 3.13
 
 
 class RunLogger(LoggerBase):
@@ -45,10 +52,13 @@ class RunLogger(LoggerBase):
         return msg, kwargs
 
 
-class Context:
+class Context(Generic[StepT]):
     """``ctx`` passed to every handler.
 
-    ``event`` is the triggering event, ``events`` the whole batch (one event
+    ``step`` is the step API: an ``AsyncStep`` in ``async def`` handlers, a
+    ``SyncStep`` in plain ``def`` ones (annotate ``ctx: Context[AsyncStep]``
+    or ``Context[SyncStep]`` for a type checker to know which). ``event`` is the triggering event,
+    ``events`` the whole batch (one event
     unless the function batches), ``attempt`` the 0-based attempt of the step
     executing now (outside steps: of the invocation), ``error`` the failure an
     ``on_failure`` handler is handling (``None`` elsewhere), ``state`` a dict
@@ -63,7 +73,7 @@ class Context:
         run_id: str,
         function_id: str,
         run_attempt: int,
-        step: AsyncStep | SyncStep,
+        step: StepT,
         interp: Interpreter,
         logger: logging.Logger,
         error: ErrorInfo | None = None,
@@ -75,7 +85,7 @@ class Context:
         self.run_id = run_id
         self.function_id = function_id
         self.run_attempt = run_attempt
-        self.step: Any = step
+        self.step = step
         self.error = error
         self.failed_run_id = failed_run_id
         self.trace_context = trace_context

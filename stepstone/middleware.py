@@ -11,9 +11,7 @@ runs once, after the run's failure is committed.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -134,25 +132,3 @@ class Hooks:
 
 NO_HOOKS = Hooks(())
 
-
-def run_blocking(coro: Any) -> Any:
-    """Run a coroutine to completion from synchronous code (``app.send``), even
-    when the calling thread already runs an event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = asyncio.run(coro)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, name="stepstone-middleware")
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")

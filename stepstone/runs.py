@@ -1,15 +1,14 @@
 """Reading and managing runs: ``app.runs.get/list/wait/cancel/replay/rerun_from``.
 
-Every operation is a store operation built once (``_*_op``); the sync method and
-its ``_async`` twin differ only in how they submit it.
+Every operation is a store operation built once (``_*_op``), submitted by one
+plan (``Runs._get``...) from which the blocking method and its ``_async`` twin
+are derived (``bridge.sync_face``/``async_face``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import dataclasses
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from stepstone import serde
+from stepstone.bridge import Call, Plan, Wakeup, async_face, sync_face
 from stepstone.durations import Duration, parse_duration
 from stepstone.errors import (
     ConfigError,
@@ -29,7 +29,7 @@ from stepstone.expressions import Expression, compile_expression
 from stepstone.ids import new_id
 from stepstone.registry import Registry
 from stepstone.runtime import cancel_run, claim_singleton
-from stepstone.store.base import Tx
+from stepstone.store.base import Store, Tx
 from stepstone.store.rows import (
     ACTIVE_STATUSES,
     CANCELLED,
@@ -317,25 +317,28 @@ def _bulk(action: str, now: float, matcher: Registry, *, function_id: str | None
     return _Bulk(where, condition, cancel if action == "cancel" else replay)
 
 
+def read_call(store: Store, op: Callable[[Tx], T]) -> Call[T]:
+    """A plan's read of ``op`` in one snapshot."""
+    return Call(lambda: store.read_sync(op), lambda: store.read(op))
+
+
+def write_call(store: Store, op: Callable[[Tx], T]) -> Call[T]:
+    """A plan's transaction running ``op``."""
+    return Call(lambda: store.transact_sync(op), lambda: store.transact(op))
+
+
 class Runs:
-    """``app.runs``."""
+    """``app.runs``. Each operation is written once, as a plan (``bridge``);
+    its blocking method and its ``_async`` twin are derived from it."""
 
     def __init__(self, app: App) -> None:
         self._app = app
 
-    def _read(self, op: Callable[[Tx], T]) -> T:
-        return self._app._store_ready().read_sync(op)
+    def _read(self, op: Callable[[Tx], T]) -> Call[T]:
+        return read_call(self._app._store_ready(), op)
 
-    async def _aread(self, op: Callable[[Tx], T]) -> T:
-        return await self._app._store_ready().read(op)
-
-    def _write(self, op: Callable[[Tx], T]) -> T:
-        result = self._app._store_ready().transact_sync(op)
-        self._app._notify_workers()
-        return result
-
-    async def _awrite(self, op: Callable[[Tx], T]) -> T:
-        result = await self._app._store_ready().transact(op)
+    def _write(self, op: Callable[[Tx], T]) -> Plan[T]:
+        result: T = yield write_call(self._app._store_ready(), op)
         self._app._notify_workers()
         return result
 
@@ -346,127 +349,97 @@ class Runs:
         return self._app.catalog.registry(self._app._store_ready())
 
     # -- reading -----------------------------------------------------------------------
-    def get(self, run_id: str) -> Run:
+    def _get(self, run_id: str) -> Plan[Run]:
         """The run with its steps; ``NotFoundError`` if there is none."""
-        return self._read(_get_op(run_id))
+        run: Run = yield self._read(_get_op(run_id))
+        return run
 
-    async def get_async(self, run_id: str) -> Run:
-        return await self._aread(_get_op(run_id))
+    def _list(self, *, function_id: str | None = None, event_id: str | None = None,
+              status: str | Sequence[str] | None = None, since: Moment | None = None,
+              until: Moment | None = None, limit: int = 100,
+              before: str | None = None) -> Plan[builtins.list[Run]]:
+        """Newest first, at most ``limit`` (1 to 1000) runs; ``status`` one or several
+        run statuses, ``since``/``until`` bounds on the creation time, ``before`` a
+        run id (the last of the previous page)."""
+        where = _filter(function_id=function_id, event_id=event_id, status=status, since=since,
+                        until=until, limit=limit, before=before)
+        runs: builtins.list[Run] = yield self._read(_list_op(where))
+        return runs
 
-    def list(self, **filters: Any) -> builtins.list[Run]:
-        """Newest first. Filters: ``function_id``, ``event_id``, ``status``, ``since``,
-        ``until``, ``limit`` (default 100), ``before`` (a run id, for the next page)."""
-        return self._read(_list_op(_filter(**filters)))
-
-    async def list_async(self, **filters: Any) -> builtins.list[Run]:
-        return await self._aread(_list_op(_filter(**filters)))
-
-    def trace(self, run_id: str) -> builtins.list[Span]:
+    def _trace(self, run_id: str) -> Plan[builtins.list[Span]]:
         """Every step attempt, sleep, wait and warning of the run, in order."""
-        return self._read(_trace_op(run_id))
-
-    async def trace_async(self, run_id: str) -> builtins.list[Span]:
-        return await self._aread(_trace_op(run_id))
+        spans: builtins.list[Span] = yield self._read(_trace_op(run_id))
+        return spans
 
     # -- acting --------------------------------------------------------------------------
-    def cancel(self, run_id: str) -> str:
+    def _cancel(self, run_id: str) -> Plan[str]:
         """Cancel a run; a run executing a step ends after that step. Returns its status."""
-        return self._write(_cancel_op(run_id, self._now(), self._matcher()))
+        return (yield from self._write(_cancel_op(run_id, self._now(), self._matcher())))
 
-    async def cancel_async(self, run_id: str) -> str:
-        return await self._awrite(_cancel_op(run_id, self._now(), self._matcher()))
-
-    def replay(self, run_id: str) -> None:
+    def _replay(self, run_id: str) -> Plan[None]:
         """Resume a failed or cancelled run from its last successful step."""
-        self._write(_replay_op(run_id, self._now()))
+        yield from self._write(_replay_op(run_id, self._now()))
 
-    async def replay_async(self, run_id: str) -> None:
-        await self._awrite(_replay_op(run_id, self._now()))
-
-    def rerun_from(self, run_id: str, step_id: str) -> str:
+    def _rerun_from(self, run_id: str, step_id: str) -> Plan[str]:
         """Fork a new run that keeps the steps before ``step_id`` and re-executes from it."""
-        return self._write(_rerun_op(run_id, step_id, self._now()))
-
-    async def rerun_from_async(self, run_id: str, step_id: str) -> str:
-        return await self._awrite(_rerun_op(run_id, step_id, self._now()))
+        return (yield from self._write(_rerun_op(run_id, step_id, self._now())))
 
     # -- bulk ----------------------------------------------------------------------------
-    def cancel_many(self, *, function_id: str | None = None, since: Moment | None = None,
-                    until: Moment | None = None, if_: str | None = None,
-                    progress: Progress | None = None) -> int:
+    def _cancel_many(self, *, function_id: str | None = None, since: Moment | None = None,
+                     until: Moment | None = None, if_: str | None = None,
+                     progress: Progress | None = None) -> Plan[int]:
         """Cancel every active run matching the filters (``if_`` is CEL over the
         run's ``event``); returns how many were cancelled or flagged."""
-        bulk = _bulk("cancel", self._now(), self._matcher(), function_id=function_id, status=ACTIVE_STATUSES,
-                     since=since, until=until, if_=if_)
-        return self._drive(bulk, progress)
+        bulk = _bulk("cancel", self._now(), self._matcher(), function_id=function_id,
+                     status=ACTIVE_STATUSES, since=since, until=until, if_=if_)
+        return (yield from self._drive(bulk, progress))
 
-    async def cancel_many_async(self, *, function_id: str | None = None, since: Moment | None = None,
-                                until: Moment | None = None, if_: str | None = None,
-                                progress: Progress | None = None) -> int:
-        bulk = _bulk("cancel", self._now(), self._matcher(), function_id=function_id, status=ACTIVE_STATUSES,
-                     since=since, until=until, if_=if_)
-        return await self._adrive(bulk, progress)
-
-    def replay_many(self, *, function_id: str | None = None, status: str | Sequence[str] = FAILED,
-                    since: Moment | None = None, until: Moment | None = None, if_: str | None = None,
-                    progress: Progress | None = None) -> int:
+    def _replay_many(self, *, function_id: str | None = None, status: str | Sequence[str] = FAILED,
+                     since: Moment | None = None, until: Moment | None = None,
+                     if_: str | None = None, progress: Progress | None = None) -> Plan[int]:
         """Replay every failed (or ``status``: failed/cancelled) run matching the
         filters; returns how many were replayed."""
         bulk = _bulk("replay", self._now(), self._matcher(), function_id=function_id,
-                     status=_replayable(status),
-                     since=since, until=until, if_=if_)
-        return self._drive(bulk, progress)
+                     status=_replayable(status), since=since, until=until, if_=if_)
+        return (yield from self._drive(bulk, progress))
 
-    async def replay_many_async(self, *, function_id: str | None = None,
-                                status: str | Sequence[str] = FAILED, since: Moment | None = None,
-                                until: Moment | None = None, if_: str | None = None,
-                                progress: Progress | None = None) -> int:
-        bulk = _bulk("replay", self._now(), self._matcher(), function_id=function_id,
-                     status=_replayable(status),
-                     since=since, until=until, if_=if_)
-        return await self._adrive(bulk, progress)
-
-    def _drive(self, bulk: _Bulk, progress: Progress | None) -> int:
+    def _drive(self, bulk: _Bulk, progress: Progress | None) -> Plan[int]:
         while not bulk.finished:
-            self._write(bulk.page_op())
-            if progress is not None:
-                progress(bulk.done, bulk.examined)
-        return bulk.done
-
-    async def _adrive(self, bulk: _Bulk, progress: Progress | None) -> int:
-        while not bulk.finished:
-            await self._awrite(bulk.page_op())
+            yield from self._write(bulk.page_op())
             if progress is not None:
                 progress(bulk.done, bulk.examined)
         return bulk.done
 
     # -- waiting -------------------------------------------------------------------------
-    def wait(self, run_id: str, timeout: Duration = "30s") -> Run:
-        """Block until the run ends; ``RunTimeoutError`` (a ``TimeoutError``) if not."""
+    def _wait(self, run_id: str, timeout: Duration = "30s") -> Plan[Run]:
+        """Wait until the run ends; ``RunTimeoutError`` (a ``TimeoutError``) if not."""
         waiter = _Waiter(run_id, timeout)
-        signal = threading.Event()
-        with self._app._watching(run_id, signal.set):
+        wakeup = Wakeup()
+        with self._app._watching(run_id, wakeup.set):
             while True:
-                pause = waiter.check(self.get(run_id))
+                pause = waiter.check((yield from self._get(run_id)))
                 if isinstance(pause, Run):
                     return pause
-                signal.wait(pause)
-                signal.clear()
+                yield wakeup.wait(pause)
 
-    async def wait_async(self, run_id: str, timeout: Duration = "30s") -> Run:
-        waiter = _Waiter(run_id, timeout)
-        signal = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        with self._app._watching(run_id, lambda: loop.call_soon_threadsafe(signal.set)):
-            while True:
-                pause = waiter.check(await self.get_async(run_id))
-                if isinstance(pause, Run):
-                    return pause
-                try:
-                    await asyncio.wait_for(signal.wait(), pause)
-                except TimeoutError:
-                    pass
-                signal.clear()
+    get = sync_face(_get)
+    get_async = async_face(_get)
+    list = sync_face(_list)
+    list_async = async_face(_list)
+    trace = sync_face(_trace)
+    trace_async = async_face(_trace)
+    cancel = sync_face(_cancel)
+    cancel_async = async_face(_cancel)
+    replay = sync_face(_replay)
+    replay_async = async_face(_replay)
+    rerun_from = sync_face(_rerun_from)
+    rerun_from_async = async_face(_rerun_from)
+    cancel_many = sync_face(_cancel_many)
+    cancel_many_async = async_face(_cancel_many)
+    replay_many = sync_face(_replay_many)
+    replay_many_async = async_face(_replay_many)
+    wait = sync_face(_wait)
+    wait_async = async_face(_wait)
 
 
 class _Waiter:

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
+from stepstone.bridge import call_in
 from stepstone.durations import Duration, parse_duration
 from stepstone.errors import Interrupt, NonRetriableError
 from stepstone.events import Event
@@ -110,7 +111,7 @@ class SyncStep:
         self._loop = loop
 
     def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        return call_in(self._loop, coro)
 
     def run(self, id: str, fn: Callable[..., Any], *args: Any,
             retries: int | None = None) -> Any:

@@ -19,24 +19,22 @@ are sent with ``send``. Nothing runs in the background between calls::
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from stepstone.app import App
+from stepstone.bridge import Portal
 from stepstone.durations import Duration, parse_duration
 from stepstone.errors import RunTimeoutError
 from stepstone.events import Event
-from stepstone.runs import Run
+from stepstone.runs import Run, Runs
 from stepstone.store.base import Tx
 from stepstone.worker import Worker
-
-T = TypeVar("T")
 
 __all__ = ["TestEnv", "VirtualClock"]
 
@@ -71,30 +69,24 @@ class TestEnv:
         self._concurrency = concurrency
         self._folder = tempfile.mkdtemp(prefix="stepstone-test-")
         self._saved: tuple[Any, ...] | None = None
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name="stepstone-testenv")
+        self._portal: Portal | None = None
         self._worker: Worker | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> TestEnv:
         self._saved = self.app._rebind(f"sqlite:///{self._folder}/test.db", self.clock)
-        self._thread.start()
+        self._portal = Portal("stepstone-testenv")
         self._worker = self.app.worker(concurrency=self._concurrency, instance_id="testenv")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        if self._portal is not None:
+            self._portal.close()
         if self._worker is not None:
             self._worker.threads.shutdown(wait=False)
         if self._saved is not None:
             self.app._rebind(*self._saved)
         shutil.rmtree(self._folder, ignore_errors=True)
-
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     # -- time --------------------------------------------------------------------------------
     @property
@@ -118,8 +110,9 @@ class TestEnv:
     # -- running -------------------------------------------------------------------------------
     def run_until_idle(self) -> None:
         """Execute every run and duty due at the current virtual time."""
-        assert self._worker is not None, "use TestEnv as a context manager"
-        self._call(self._worker.drain())
+        assert self._worker is not None and self._portal is not None, \
+            "use TestEnv as a context manager"
+        self._portal.call(self._worker.drain())
 
     def send(self, events: Event | Sequence[Event]) -> list[Run]:
         """Send events, run what is due now, and return the runs the events started."""
@@ -167,6 +160,6 @@ class TestEnv:
         return self.app.store.read_sync(op)
 
     @property
-    def runs(self) -> Any:
+    def runs(self) -> Runs:
         return self.app.runs
 

@@ -270,7 +270,7 @@ def plan_of(seen: Counter[str], *, full: bool) -> list[tuple[str, int]]:
     return chosen
 
 
-OTHER_SITES = {"App._register.op", "App.send_async.<lambda>", "Worker._lease.op",
+OTHER_SITES = {"App._register.op", "App._send.op", "Worker._lease.op",
                "Worker._duties.<lambda>", "timeouts_op.op", "_cancel_op.op", "register_crons_op.op"}
 SITES = sorted(JOURNAL_SITES | OTHER_SITES)
 _baseline: list[Outcome] = []

@@ -70,11 +70,19 @@ class Listener:
                 return
             self._stop.set()
             thread = self._thread
+        self._wake_and_release(thread, timeout)
+
+    def _wake_and_release(self, thread: threading.Thread | None, timeout: float) -> None:
+        """Wake the thread (stop already set) and free the pipe once it ended."""
         os.write(self._stop_w, b"x")
-        if thread is None:
-            self._close_pipe()
-        else:  # the thread closes the pipe on its way out
+        if thread is not None:
             thread.join(timeout)
+            if thread.is_alive():
+                return  # still selecting on the pipe: leave it open rather than close it under it
+        # Closed here, after the thread ended: had the thread closed it on its
+        # way out (its select may time out and see the stop flag before this
+        # write), the write above could hit a closed or reused descriptor.
+        self._close_pipe()
 
     def _close_pipe(self) -> None:
         os.close(self._stop_r)
@@ -92,10 +100,7 @@ class Listener:
                 log.exception("postgresql: a wake-up subscriber failed")
 
     def _loop(self) -> None:
-        try:
-            self._reconnecting()
-        finally:
-            self._close_pipe()
+        self._reconnecting()
 
     def _reconnecting(self) -> None:
         delay = 0.05

@@ -379,3 +379,24 @@ def test_a_lease_cannot_change_hands_inside_a_checkpoint(pg_url: str, pg_store: 
     [taken] = pg_store.transact_sync(lambda tx: lease(tx, "w2", F_ONLY, 1, NOW + 21, NOW + 80))
     assert taken.epoch == held.epoch + 1
     assert [s.step_id for s in taken.steps] == ["charge"]  # the new owner sees the checkpoint
+
+
+def test_closing_a_listener_never_writes_to_a_closed_pipe(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``close`` sets the stop flag, then wakes the listener thread through a
+    pipe. The thread may see the flag first (its select timed out) and end
+    before that write: the pipe must outlive the write (the thread used to
+    close it on its way out, and the write failed with EBADF, a flaky error in
+    test teardowns, or could hit a reused descriptor). The interleaving is
+    forced here: the flag is set, the thread ends, then close wakes it."""
+    from stepstone.store import pglisten
+
+    monkeypatch.setattr(pglisten, "PING_EVERY", 0.01)  # the thread looks at the flag often
+    listener = pglisten.Listener(lambda: psycopg.connect(pg_url, autocommit=True), CHANNEL)
+    listener.start()
+    assert listener.connected.wait(10)
+    thread = listener._thread
+    assert thread is not None
+    listener._stop.set()  # close()'s first half
+    thread.join(10)  # the thread saw it before being woken
+    assert not thread.is_alive()
+    listener._wake_and_release(thread, 5.0)  # close()'s second half: raised OSError (EBADF)

@@ -10,6 +10,7 @@ from stepstone.errors import ErrorInfo
 from stepstone.events import Event
 from stepstone.interpreter import Interpreter, current_step
 from stepstone.steps import AsyncStep, SyncStep
+from stepstone.store.rows import StepStatus
 
 if TYPE_CHECKING:
     LoggerBase = logging.LoggerAdapter[logging.Logger]
@@ -86,7 +87,7 @@ class Context:
     def step_attempt(self, step_id: str) -> int:
         """The 0-based attempt a step is on (its failed attempts so far)."""
         memo = self._interp.memo.get(step_id)
-        return memo.attempts if memo is not None and memo.status == "retrying" else 0
+        return memo.attempts if memo is not None and memo.status == StepStatus.RETRYING else 0
 
     @property
     def attempt(self) -> int:

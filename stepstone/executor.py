@@ -44,17 +44,7 @@ from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
 from stepstone.steps import AsyncStep, SyncStep
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import (
-    CANCELLED,
-    COMPLETED,
-    FAILED,
-    RUNNING,
-    SLEEPING,
-    WAITING,
-    Fence,
-    LeasedRun,
-    SpanRow,
-)
+from stepstone.store.rows import Fence, LeasedRun, RunStatus, SpanRow, StepStatus
 
 log = logging.getLogger("stepstone.executor")
 user_log = logging.getLogger("stepstone.run")
@@ -105,12 +95,12 @@ async def execute(leased: LeasedRun, env: ExecEnv) -> Outcome | None:
     try:
         if fn is None:
             err = ErrorInfo("UnknownFunction", f"no function {run.function_id!r} in this worker")
-            return await _finish(journal, env, leased, FAILED, None, err)
+            return await _finish(journal, env, leased, RunStatus.FAILED, None, err)
         if leased.cancel_requested:
-            return await _finish(journal, env, leased, CANCELLED, None, None)
+            return await _finish(journal, env, leased, RunStatus.CANCELLED, None, None)
         if leased.start_deadline is not None and leased.start_deadline <= env.clock.now():
             err = ErrorInfo("Timeout", "the run did not start within timeouts.start")
-            return await _finish(journal, env, leased, CANCELLED, None, err)
+            return await _finish(journal, env, leased, RunStatus.CANCELLED, None, err)
         return await _invoke(fn, leased, journal, env)
     except LeaseLostError:
         log.warning("run %s: lease lost; another worker owns it now", run.id)
@@ -129,7 +119,8 @@ async def _invoke(fn: FunctionDef, leased: LeasedRun, journal: RunJournal,
     ctx = _context(fn, leased, events, interp)
     try:
         if hooks.has("transform_input"):
-            values = {s.step_id: serde.loads(s.output) for s in leased.steps if s.status == COMPLETED}
+            values = {s.step_id: serde.loads(s.output) for s in leased.steps
+                      if s.status == StepStatus.COMPLETED}
             interp.memo_values = await hooks.transform_input(ctx, values)
         output = await _call_handler(fn, ctx, interp, env)
         outcome: tuple[str, Any] = ("return", output)
@@ -143,7 +134,7 @@ async def _invoke(fn: FunctionDef, leased: LeasedRun, journal: RunJournal,
             await hooks.before_execution(ctx)
         await hooks.after_execution(ctx)
     result = await _conclude(outcome, fn, leased, interp, journal, env)
-    if hooks.has("on_failure") and result is not None and result.status == FAILED:
+    if hooks.has("on_failure") and result is not None and result.status == RunStatus.FAILED:
         await hooks.on_failure(ctx, result.error or ErrorInfo("Error", "the run failed"))
     return result
 
@@ -192,10 +183,10 @@ async def _conclude(outcome: tuple[str, Any], fn: FunctionDef, leased: LeasedRun
                 encoded = serde.dumps(kept, what=f"function {fn.id!r} output",
                                       limit=limits.MAX_STEP_OUTPUT_BYTES)
         except StepstoneError as exc:
-            return await _finish(journal, env, leased, FAILED, None, error_info(exc))
-        return await _finish(journal, env, leased, COMPLETED, encoded, None)
+            return await _finish(journal, env, leased, RunStatus.FAILED, None, error_info(exc))
+        return await _finish(journal, env, leased, RunStatus.COMPLETED, encoded, None)
     if isinstance(value, CancelSignal) or journal.cancel_requested:
-        return await _finish(journal, env, leased, CANCELLED, None, None)
+        return await _finish(journal, env, leased, RunStatus.CANCELLED, None, None)
     if isinstance(value, PauseSignal):
         return await _park(journal, interp, leased, env)
     failure: Exception = value
@@ -203,7 +194,7 @@ async def _conclude(outcome: tuple[str, Any], fn: FunctionDef, leased: LeasedRun
         info = error_info(failure)
         if isinstance(failure, StepError):
             info = ErrorInfo(failure.error_type, failure.message, info.traceback)
-        return await _finish(journal, env, leased, FAILED, None, info)
+        return await _finish(journal, env, leased, RunStatus.FAILED, None, info)
     return await _retry_invocation(failure, fn, leased, journal, env)
 
 
@@ -212,7 +203,8 @@ async def _park(journal: RunJournal, interp: Interpreter, leased: LeasedRun,
     wakes = [p.wake_at for p in interp.pauses if p.wake_at is not None]
     wake_at = min(wakes) if wakes else None
     statuses = {p.status for p in interp.pauses}
-    status = RUNNING if RUNNING in statuses else SLEEPING if SLEEPING in statuses else WAITING
+    status = (RunStatus.RUNNING if RunStatus.RUNNING in statuses
+              else RunStatus.SLEEPING if RunStatus.SLEEPING in statuses else RunStatus.WAITING)
     return await _park_or_cancel(journal, env, leased, status, wake_at, leased.run.attempt)
 
 
@@ -226,8 +218,8 @@ async def _park_or_cancel(journal: RunJournal, env: ExecEnv, leased: LeasedRun, 
     def park(tx: Tx) -> str:
         return park_run(tx, leased.run, fence, status, wake_at, attempt, now, matcher)
 
-    if await journal.finish(park) == CANCELLED:
-        return Outcome(CANCELLED)
+    if await journal.finish(park) == RunStatus.CANCELLED:
+        return Outcome(RunStatus.CANCELLED)
     return Outcome(status, wake_at)
 
 
@@ -237,12 +229,12 @@ async def _retry_invocation(exc: Exception, fn: FunctionDef, leased: LeasedRun,
     failures = leased.run.attempt + 1
     info = error_info(exc)
     if failures > fn.retries:
-        return await _finish(journal, env, leased, FAILED, None, info)
+        return await _finish(journal, env, leased, RunStatus.FAILED, None, info)
     now = env.clock.now()
     wake_at = retry_at(exc, now) if isinstance(exc, RetryAfterError) else now + fn.backoff.delay(failures)
-    journal.spans.append(SpanRow(leased.run.id, "invocation", "handler", now, now, "retrying",
+    journal.spans.append(SpanRow(leased.run.id, "invocation", "handler", now, now, StepStatus.RETRYING,
                                  leased.run.attempt, serde.dumps(info.to_json(), what="error")))
-    return await _park_or_cancel(journal, env, leased, RUNNING, wake_at, failures)
+    return await _park_or_cancel(journal, env, leased, RunStatus.RUNNING, wake_at, failures)
 
 
 async def _finish(journal: RunJournal, env: ExecEnv, leased: LeasedRun, status: str,

@@ -20,7 +20,7 @@ from stepstone.ids import new_id
 from stepstone.registry import Registry
 from stepstone.scheduler.admission import start_run
 from stepstone.store.base import Tx
-from stepstone.store.rows import COMPLETED, WaitRow
+from stepstone.store.rows import StepStatus, WaitKind, WaitRow
 from stepstone.tracing import current_context
 from stepstone.waits import match_event
 
@@ -85,12 +85,12 @@ def ingest(tx: Tx, events: Sequence[PreparedEvent], registry: Registry, now: flo
 
 
 def _resolve(tx: Tx, wait: WaitRow, event: PreparedEvent, registry: Registry, now: float) -> None:
-    if wait.kind == "cancel":
+    if wait.kind == WaitKind.CANCEL:
         from stepstone.lifecycle import cancel_run
 
         cancel_run(tx, wait.run_id, now, registry,
                    ErrorInfo("Cancelled", f"cancelled by event {event.name!r} ({event.id})"))
         return
     output = serde.dumps(event.as_json(), what="event")
-    if tx.complete_waiting_step(wait.run_id, wait.step_id, COMPLETED, output, None, now):
+    if tx.complete_waiting_step(wait.run_id, wait.step_id, StepStatus.COMPLETED, output, None, now):
         tx.wake_run(wait.run_id, now)

@@ -20,7 +20,7 @@ from stepstone.events import Event
 from stepstone.ingest import ingest, prepare
 from stepstone.registry import CANCELLED_EVENT, FAILED_EVENT, FINISHED_EVENT, Registry
 from stepstone.store.base import Tx
-from stepstone.store.rows import CANCELLED, COMPLETED, ENDED_STATUSES, FAILED, Fence, RunRow
+from stepstone.store.rows import ENDED_STATUSES, Fence, RunRow, RunStatus, StepStatus
 
 
 def end_run(
@@ -29,7 +29,7 @@ def end_run(
 ) -> bool:
     """End ``run`` with ``status``; ``False`` if it had already ended. A run
     cancelled without a reason gets the one its pending cancel flag carries."""
-    if status == CANCELLED and error is None:
+    if status == RunStatus.CANCELLED and error is None:
         flagged = tx.cancel_reason(run.id)
         error = None if flagged is None else ErrorInfo.from_json(serde.loads(flagged))
     error_json = None if error is None else serde.dumps(error.to_json(), what="error")
@@ -60,8 +60,8 @@ def cancel_run(tx: Tx, run_id: str, now: float, matcher: Registry,
     # then flags only a live lease.
     if tx.lock_lease(run_id, now) and tx.flag_cancel(run_id, now, reason_json):
         return run.status
-    end_run(tx, run, CANCELLED, None, reason, now, matcher)
-    return CANCELLED
+    end_run(tx, run, RunStatus.CANCELLED, None, reason, now, matcher)
+    return RunStatus.CANCELLED
 
 
 def park_run(tx: Tx, run: RunRow, fence: Fence, status: str, wake_at: float | None,
@@ -72,8 +72,8 @@ def park_run(tx: Tx, run: RunRow, fence: Fence, status: str, wake_at: float | No
     in this same transaction. Returns the status the run is left in."""
     if not tx.reschedule(fence, status, wake_at, attempt, now):
         return status
-    end_run(tx, run, CANCELLED, None, None, now, matcher, events=events)
-    return CANCELLED
+    end_run(tx, run, RunStatus.CANCELLED, None, None, now, matcher, events=events)
+    return RunStatus.CANCELLED
 
 
 def _resolve_parents(tx: Tx, child_id: str, status: str, output: str | None,
@@ -81,13 +81,13 @@ def _resolve_parents(tx: Tx, child_id: str, status: str, output: str | None,
     for wait in tx.child_waits(child_id):
         if wait.id is None or not tx.claim_wait(wait.id):
             continue
-        if status == COMPLETED:
-            tx.complete_waiting_step(wait.run_id, wait.step_id, COMPLETED, output, None, now)
+        if status == RunStatus.COMPLETED:
+            tx.complete_waiting_step(wait.run_id, wait.step_id, StepStatus.COMPLETED, output, None, now)
         else:
-            info = error or ErrorInfo("Cancelled" if status == CANCELLED else "Failed",
+            info = error or ErrorInfo("Cancelled" if status == RunStatus.CANCELLED else "Failed",
                                       f"invoked run {child_id} ended {status}")
             failure = serde.dumps({"type": info.type, "message": info.message}, what="error")
-            tx.complete_waiting_step(wait.run_id, wait.step_id, FAILED, None, failure, now)
+            tx.complete_waiting_step(wait.run_id, wait.step_id, StepStatus.FAILED, None, failure, now)
         tx.wake_run(wait.run_id, now)
 
 
@@ -101,13 +101,13 @@ def system_events(tx: Tx, matcher: Registry, run: RunRow, status: str, output: s
     }
     err = None if error is None else {"type": error.type, "message": error.message}
     found: list[Event] = []
-    if status == FAILED:
+    if status == RunStatus.FAILED:
         found.append(Event(FAILED_EVENT, fit_event_data({**base, "error": err})))
-    elif status == CANCELLED:
+    elif status == RunStatus.CANCELLED:
         found.append(Event(CANCELLED_EVENT, fit_event_data({**base, "error": err})))
-    if status in (COMPLETED, FAILED) and (matcher.listens_to(FINISHED_EVENT)
+    if status in (RunStatus.COMPLETED, RunStatus.FAILED) and (matcher.listens_to(FINISHED_EVENT)
                                           or tx.wait_keys(FINISHED_EVENT)):
-        result = {"result": serde.loads(output)} if status == COMPLETED else {"error": err}
+        result = {"result": serde.loads(output)} if status == RunStatus.COMPLETED else {"error": err}
         found.append(Event(FINISHED_EVENT, fit_event_data({**base, "status": status, **result})))
     return found
 

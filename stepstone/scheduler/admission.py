@@ -19,7 +19,7 @@ from stepstone.function import FunctionDef
 from stepstone.ids import new_id
 from stepstone.scheduler import gcra
 from stepstone.store.base import Tx
-from stepstone.store.rows import ENDED_STATUSES, SKIPPED, NewRun, QueueSpec
+from stepstone.store.rows import ENDED_STATUSES, NewRun, QueueSpec, RunStatus, WaitKind
 from stepstone.waits import build_wait, canonical
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def start_run(
         id=run_id, function_id=fn.id, event_seqs=[seq for seq, _ in events],
         event_ids=[event.id for _, event in events], available_at=due,
         sort_at=due - priority_seconds(fn, variables), created_at=now,
-        status=SKIPPED if skipped else "queued",
+        status=RunStatus.SKIPPED if skipped else RunStatus.QUEUED,
         meta=serde.dumps({"skipped": skipped}, what="meta") if skipped else None,
         parent_run_id=parent[0] if parent else None, parent_step_id=parent[1] if parent else None,
         start_deadline=None if flow.start_timeout is None else now + flow.start_timeout,
@@ -181,7 +181,7 @@ def _open_accumulators(tx: Tx, fn: FunctionDef, run_id: str, variables: dict[str
 def _cancel_waits(tx: Tx, fn: FunctionDef, run_id: str, variables: dict[str, Any], now: float) -> None:
     for i, (cancel, _condition, timeout) in enumerate(fn.flow.cancel_on):
         tx.insert_wait(build_wait(
-            run_id=run_id, step_id=f"cancel_on[{i}]", kind="cancel", event_name=cancel.event,
+            run_id=run_id, step_id=f"cancel_on[{i}]", kind=WaitKind.CANCEL, event_name=cancel.event,
             condition=cancel.if_, run_event=variables["event"], now=now,
             expires_at=None if timeout is None else now + timeout, field=f"cancel_on[{i}].if_",
         ))

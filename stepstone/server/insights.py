@@ -16,7 +16,13 @@ from stepstone.expressions import Expression
 from stepstone.inventory import FunctionInfo, list_functions
 from stepstone.server.search import event_variables
 from stepstone.store.base import Tx
-from stepstone.store.rows import ACTIVE_STATUSES, ENDED_STATUSES, FAILED, KeyBacklogRow, RunFilter
+from stepstone.store.rows import (
+    ACTIVE_STATUSES,
+    ENDED_STATUSES,
+    KeyBacklogRow,
+    RunFilter,
+    RunStatus,
+)
 
 HOUR = 3600.0
 PREVIEW_SCAN = 5000
@@ -30,7 +36,7 @@ def status_counts_op(function_id: str | None, since: float | None,
                      until: float | None) -> Callable[[Tx], dict[str, int]]:
     """Runs created in [since, until) per status (every status present, zeros included)."""
     def op(tx: Tx) -> dict[str, int]:
-        counts = dict.fromkeys(ACTIVE_STATUSES + ENDED_STATUSES, 0)
+        counts: dict[str, int] = dict.fromkeys(ACTIVE_STATUSES + ENDED_STATUSES, 0)
         for row in tx.count_runs(function_id, since, until):
             counts[row.status] = counts.get(row.status, 0) + row.count
         return counts
@@ -59,7 +65,7 @@ def functions_op(now: float) -> Callable[[Tx], list[FunctionLoad]]:
             if row.function_id in loads:
                 loads[row.function_id].active[row.status] = row.count
         for row in tx.count_runs(None, now - HOUR, None):
-            if row.status == FAILED and row.function_id in loads:
+            if row.status == RunStatus.FAILED and row.function_id in loads:
                 loads[row.function_id].failed_last_hour = row.count
         for key in tx.key_backlog(now, KEY_ROWS):
             if key.function_id in loads:
@@ -114,7 +120,7 @@ def timeline_op(function_id: str | None, since: float, until: float,
         for row in tx.run_timeline(function_id, origin, until, width):
             bucket = buckets[min(max(row.bucket, 0), count - 1)]
             bucket.created += row.count
-            if row.status in ("completed", "failed", "cancelled"):
+            if row.status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED):
                 setattr(bucket, row.status, getattr(bucket, row.status) + row.count)
             bucket.started += row.started
             bucket.delay_sum += row.delay_sum

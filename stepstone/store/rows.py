@@ -8,12 +8,45 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-# Run statuses (DESIGN §1).
-QUEUED, RUNNING, SLEEPING, WAITING = "queued", "running", "sleeping", "waiting"
-COMPLETED, FAILED, CANCELLED, SKIPPED = "completed", "failed", "cancelled", "skipped"
-ACTIVE_STATUSES = (QUEUED, RUNNING, SLEEPING, WAITING)
-ENDED_STATUSES = (COMPLETED, FAILED, CANCELLED, SKIPPED)
+# The domain's words. Members are ``str``s: stored values, JSON and comparisons
+# with plain strings are unchanged. queries.sql spells some of them as SQL
+# literals; tests/unit/test_rows.py checks each is a member.
+
+
+class RunStatus(StrEnum):
+    """Where a run is (DESIGN §1): active until it ends, then final."""
+
+    QUEUED = "queued"  #: created, not started yet (or replayed)
+    RUNNING = "running"  #: held by a worker, or due again after a retry back-off
+    SLEEPING = "sleeping"  #: parked until a step.sleep wakes it
+    WAITING = "waiting"  #: parked until an event or an invoked run wakes it
+    COMPLETED = "completed"  #: the handler returned
+    FAILED = "failed"  #: out of retries, or a step failed for good
+    CANCELLED = "cancelled"  #: cancelled before it ended
+    SKIPPED = "skipped"  #: never started: a rate limit or a singleton skipped it
+
+
+ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.SLEEPING, RunStatus.WAITING)
+ENDED_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.SKIPPED)
 RUN_STATUSES = ACTIVE_STATUSES + ENDED_STATUSES
+
+
+class StepStatus(StrEnum):
+    """A step memo's latest state."""
+
+    COMPLETED = "completed"  #: returned a value (a sleep: woke; a wait: got its event)
+    FAILED = "failed"  #: failed for good: replays raise StepError again
+    RETRYING = "retrying"  #: failed; runs again after its back-off (``wake_at``)
+    SLEEPING = "sleeping"  #: a sleep until ``wake_at``
+    WAITING = "waiting"  #: a wait for an event or for an invoked run
+
+
+class WaitKind(StrEnum):
+    """What a wait row waits for (``WaitRow.kind``)."""
+
+    EVENT = "event"  #: step.wait_for_event
+    CANCEL = "cancel"  #: a cancel_on event that cancels the run
+    INVOKE = "invoke"  #: the end of a child run (step.invoke)
 
 
 @dataclass(frozen=True)
@@ -39,7 +72,7 @@ class NewRun:
     created_at: float
     partition: str = ""
     sort_at: float | None = None
-    status: str = QUEUED
+    status: str = RunStatus.QUEUED
     error: str | None = None
     parent_run_id: str | None = None
     parent_step_id: str | None = None
@@ -284,9 +317,18 @@ class EventRunRow:
     status: str
 
 
-# Job statuses: a job is active while queued or running.
-JOB_ACTIVE_STATUSES = ("queued", "running")
-JOB_STATUSES = (*JOB_ACTIVE_STATUSES, "completed", "failed", "interrupted")
+class JobStatus(StrEnum):
+    """Where a background operator job is: active while queued or running."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"  #: its server stopped (or died) before it finished
+
+
+JOB_ACTIVE_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING)
+JOB_STATUSES = tuple(JobStatus)
 
 
 @dataclass(frozen=True)

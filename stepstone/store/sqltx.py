@@ -25,6 +25,7 @@ from stepstone.store.rows import (
     QueueSpec,
     RunFilter,
     RunRow,
+    RunStatus,
     SpanRow,
     StepRow,
     TimedOut,
@@ -386,7 +387,8 @@ class SqlTx(SqlViews):
             return
         for step_id in reset_steps or ():
             self._exec("delete_step", {"run_id": run_id, "step_id": step_id})
-        self._exec("reopen_run", {"id": run_id, "status": "queued" if run.started_at is None else "running"})
+        self._exec("reopen_run", {"id": run_id, "status": RunStatus.QUEUED if run.started_at is None
+                                             else RunStatus.RUNNING})
         if self._one("queue_item", {"run_id": run_id}) is None:
             spec = self.queue_spec(run_id) or QueueSpec(run.function_id)
             self._enqueue(run_id, run.function_id, spec, now, now, None, None)

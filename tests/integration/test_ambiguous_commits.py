@@ -16,7 +16,7 @@ import pytest
 import stepstone as ss
 from stepstone.store import faults
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import COMPLETED, SLEEPING, Fence, StepRow, WaitRow
+from stepstone.store.rows import Fence, RunStatus, StepRow, StepStatus, WaitRow
 from tests.conftest import FAST, query
 from tests.faultrun import Driver, virtual_app
 from tests.integration.test_store_contract import NOW, add_runs, lease
@@ -314,12 +314,12 @@ def test_a_repeated_wait_commit_changes_nothing_even_after_the_wait_was_resolved
 
     def resolve(tx: Tx) -> None:  # an event wins the wait
         assert tx.claim_step_waits("r", "w")
-        tx.complete_waiting_step("r", "w", COMPLETED, '{"v": 1}', None, NOW + 1)
+        tx.complete_waiting_step("r", "w", StepStatus.COMPLETED, '{"v": 1}', None, NOW + 1)
 
     store.transact_sync(resolve)
     assert store.transact_sync(commit)() is False  # a late retry: nothing waits again
     [memo] = store.read_sync(lambda tx: tx.get_steps("r"))
-    assert (memo.status, memo.output) == (COMPLETED, '{"v": 1}')
+    assert (memo.status, memo.output) == (StepStatus.COMPLETED, '{"v": 1}')
     assert waits() == []
 
 
@@ -335,10 +335,10 @@ def test_a_park_and_an_end_record_the_invocation_that_wrote_them(store: Store) -
     add_runs(store, ["r"])
     [first] = store.transact_sync(lambda tx: lease(tx, "w1", 1, NOW, NOW + 5))
     parked = Fence("r", "w1", first.epoch, token="first")
-    store.transact_sync(lambda tx: tx.reschedule(parked, SLEEPING, NOW + 10, None, NOW))
+    store.transact_sync(lambda tx: tx.reschedule(parked, RunStatus.SLEEPING, NOW + 10, None, NOW))
     assert store.read_sync(lambda tx: tx.written_by("r")) == "first"
     [second] = store.transact_sync(lambda tx: lease(tx, "w2", 1, NOW + 10, NOW + 20))
     ended = Fence("r", "w2", second.epoch, token="second")
-    assert store.transact_sync(lambda tx: tx.finish_run(ended, "r", COMPLETED, "1", None, NOW + 11))
+    assert store.transact_sync(lambda tx: tx.finish_run(ended, "r", RunStatus.COMPLETED, "1", None, NOW + 11))
     assert store.read_sync(lambda tx: tx.written_by("r")) == "second"
     assert store.read_sync(lambda tx: tx.written_by("missing")) is None

@@ -31,7 +31,7 @@ import stepstone as ss
 from stepstone import limits, serde
 from stepstone.errors import ErrorInfo, LeaseLostError
 from stepstone.store.base import Store, Tx, make_store
-from stepstone.store.rows import COMPLETED, FAILED, Fence, SpanRow, StepRow
+from stepstone.store.rows import Fence, RunStatus, SpanRow, StepRow, StepStatus
 from tests.integration.test_store_contract import NOW, add_runs, lease
 
 DEADLINE = 30.0  # seconds for one commit (or one batch) of the largest payloads
@@ -57,9 +57,9 @@ def outputs(fence: Fence) -> Callable[[Tx], Any]:
     payload = json_text(limits.MAX_STEP_OUTPUT_BYTES)
 
     def op(tx: Tx) -> Any:
-        step = StepRow(fence.run_id, "last", 0, "run", COMPLETED, 1, payload, None, None, NOW, NOW)
+        step = StepRow(fence.run_id, "last", 0, "run", StepStatus.COMPLETED, 1, payload, None, None, NOW, NOW)
         cancel = tx.checkpoint(fence, [step], [])
-        assert tx.finish_run(fence, fence.run_id, COMPLETED, payload, None, NOW + 1)
+        assert tx.finish_run(fence, fence.run_id, RunStatus.COMPLETED, payload, None, NOW + 1)
         return cancel
 
     return op
@@ -74,7 +74,7 @@ def event(fence: Fence) -> Callable[[Tx], Any]:
     def op(tx: Tx) -> Any:
         cancel = tx.checkpoint(fence, [], [])
         tx.insert_event(f"big-{fence.run_id}", "big", data, 1, NOW)
-        assert tx.finish_run(fence, fence.run_id, COMPLETED, "null", None, NOW + 1)
+        assert tx.finish_run(fence, fence.run_id, RunStatus.COMPLETED, "null", None, NOW + 1)
         return cancel
 
     return op
@@ -85,10 +85,10 @@ def error(fence: Fence) -> Callable[[Tx], Any]:
     err = largest_error()
 
     def op(tx: Tx) -> Any:
-        step = StepRow(fence.run_id, "last", 0, "run", FAILED, 2, None, err, None, NOW, NOW)
+        step = StepRow(fence.run_id, "last", 0, "run", StepStatus.FAILED, 2, None, err, None, NOW, NOW)
         span = SpanRow(fence.run_id, "step", "last", NOW, NOW, "retrying", 0, err)
         cancel = tx.checkpoint(fence, [step], [span])
-        assert tx.finish_run(fence, fence.run_id, FAILED, None, err, NOW + 1)
+        assert tx.finish_run(fence, fence.run_id, RunStatus.FAILED, None, err, NOW + 1)
         return cancel
 
     return op
@@ -104,7 +104,7 @@ def failing(fence: Fence) -> Callable[[Tx], Any]:
     payload = json_text(limits.MAX_STEP_OUTPUT_BYTES)
 
     def op(tx: Tx) -> Any:
-        step = StepRow(fence.run_id, "doomed", 0, "run", COMPLETED, 1, payload, None, None, NOW, NOW)
+        step = StepRow(fence.run_id, "doomed", 0, "run", StepStatus.COMPLETED, 1, payload, None, None, NOW, NOW)
         tx.checkpoint(fence, [step], [])
         raise LeaseLostError("this operation fails after its large write")
 
@@ -222,13 +222,13 @@ def test_the_largest_payloads_commit_in_every_commit_mode(store: Store, payload:
     for fence in fences:
         status, output, err = stored(store, fence.run_id)
         if payload == "outputs":
-            assert (status, len(output or "")) == (COMPLETED, limits.MAX_STEP_OUTPUT_BYTES)
+            assert (status, len(output or "")) == (RunStatus.COMPLETED, limits.MAX_STEP_OUTPUT_BYTES)
             [memo] = store.read_sync(lambda tx, f=fence: tx.get_steps(f.run_id))
             assert len(memo.output or "") == limits.MAX_STEP_OUTPUT_BYTES
         elif payload == "error":
-            assert (status, err) == (FAILED, largest_error())
+            assert (status, err) == (RunStatus.FAILED, largest_error())
         else:
-            assert status == COMPLETED
+            assert status == RunStatus.COMPLETED
     if mode == "savepoint":  # the failed operation's large write was rolled back alone
         assert store.read_sync(lambda tx: tx.get_steps("doomed")) == []
 
@@ -242,7 +242,7 @@ def test_lone_pipelined_checkpoints_of_the_largest_statements_never_hang(store: 
     fences = leased(store, 4)
     for fence in fences:
         commit(store, "alone", [fence], outputs)
-    assert {stored(store, f.run_id)[0] for f in fences} == {COMPLETED}
+    assert {stored(store, f.run_id)[0] for f in fences} == {RunStatus.COMPLETED}
 
 
 def test_runs_with_4mb_outputs_complete_together(make_app: Callable[..., ss.App]) -> None:

@@ -89,7 +89,7 @@ async def execute(leased: LeasedRun, env: ExecEnv) -> Outcome | None:
     """Run one invocation; returns its outcome, or ``None`` if the lease was lost."""
     run = leased.run
     fn = env.registry.get(run.function_id)
-    fence = Fence(run.id, env.owner, leased.epoch, token=secrets.token_hex(8))
+    fence = Fence(run_id=run.id, owner=env.owner, epoch=leased.epoch, token=secrets.token_hex(8))
     journal = RunJournal(env.store, fence, env.clock, held=lambda: env.lease_held(run.id))
     journal.function_id = run.function_id
     try:
@@ -232,8 +232,9 @@ async def _retry_invocation(exc: Exception, fn: FunctionDef, leased: LeasedRun,
         return await _finish(journal, env, leased, RunStatus.FAILED, None, info)
     now = env.clock.now()
     wake_at = retry_at(exc, now) if isinstance(exc, RetryAfterError) else now + fn.backoff.delay(failures)
-    journal.spans.append(SpanRow(leased.run.id, "invocation", "handler", now, now, StepStatus.RETRYING,
-                                 leased.run.attempt, serde.dumps(info.to_json(), what="error")))
+    journal.spans.append(SpanRow(run_id=leased.run.id, kind="invocation", name="handler", started_at=now,
+                                 ended_at=now, status=StepStatus.RETRYING, attempt=leased.run.attempt,
+                                 error=serde.dumps(info.to_json(), what="error")))
     return await _park_or_cancel(journal, env, leased, RunStatus.RUNNING, wake_at, failures)
 
 

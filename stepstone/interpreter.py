@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import hashlib
 import inspect
 from collections.abc import Callable, Sequence
@@ -235,9 +236,9 @@ class Interpreter:
 
     def _save(self, row: StepRow, span: SpanRow | None, effect: Effect | None = None) -> None:
         if row.step_id in self._calls:
-            row.fingerprint = self._calls[row.step_id][1]
+            row = dataclasses.replace(row, fingerprint=self._calls[row.step_id][1])
         elif (recorded := self.memo.get(row.step_id)) is not None:
-            row.fingerprint = recorded.fingerprint
+            row = dataclasses.replace(row, fingerprint=recorded.fingerprint)
         self.memo[row.step_id] = row
         self.journal.stage(row, span, effect)
 

@@ -40,6 +40,7 @@ from stepstone.store.rows import (
     RunRow,
     RunStatus,
     SpanRow,
+    StepKind,
     StepRow,
     StepStatus,
 )
@@ -181,7 +182,7 @@ def _trace_op(run_id: str) -> Callable[[Tx], list[Span]]:
     return op
 
 
-_STEP_SPAN_KIND = {"run": "step"}
+_STEP_SPAN_KIND = {StepKind.RUN: "step"}
 _SPAN_ORDER = {"run": 0, "queued": 1}
 
 
@@ -189,9 +190,9 @@ def _step_span(row: StepRow) -> Span:
     started = _dt(row.started_at) or datetime.now(UTC)
     return Span(
         kind=_STEP_SPAN_KIND.get(row.kind, row.kind), name=row.step_id, status=row.status,
-        attempt=max(0, row.attempts - 1) if row.kind == "run" else 0, started_at=started,
+        attempt=max(0, row.attempts - 1) if row.kind == StepKind.RUN else 0, started_at=started,
         ended_at=_dt(row.ended_at), error=ErrorInfo.from_json(serde.loads(row.error))
-        if row.status == RunStatus.FAILED else None,
+        if row.status == StepStatus.FAILED else None,
         detail={"wake_at": row.wake_at} if row.wake_at is not None else None,
     )
 
@@ -214,12 +215,12 @@ def _replay_op(run_id: str, now: float) -> Callable[[Tx], None]:
         _claim_singleton(tx, run, run_id, now, "replay")
         unfinished = [s for s in tx.get_steps(run_id) if s.status != StepStatus.COMPLETED]
         # The failed attempt's memo is about to go: keep it in the trace.
-        kept = [SpanRow(run_id, "step", s.step_id, s.started_at, s.ended_at, s.status,
-                        max(0, s.attempts - 1), s.error)
+        kept = [SpanRow(run_id=run_id, kind="step", name=s.step_id, started_at=s.started_at,
+                        ended_at=s.ended_at, status=s.status, attempt=max(0, s.attempts - 1), error=s.error)
                 for s in unfinished if s.status == StepStatus.FAILED and s.started_at is not None]
         tx.requeue_run(run_id, now, [s.step_id for s in unfinished])
-        tx.save_steps([], [*kept, SpanRow(run_id, "replay", "replay", now, now, "ok",
-                                          detail=f"replayed from {run.status}")])
+        tx.save_steps([], [*kept, SpanRow(run_id=run_id, kind="replay", name="replay", started_at=now,
+                                          ended_at=now, status="ok", detail=f"replayed from {run.status}")])
     return op
 
 
@@ -254,10 +255,10 @@ def _rerun_op(run_id: str, step_id: str, now: float) -> Callable[[Tx], str]:
             meta=serde.dumps({"rerun_of": run_id, "from_step": step_id}, what="meta"),
             singleton_key=run.singleton_key, spec=tx.queue_spec(run_id),
         ))
-        kept = [StepRow(**{**s.__dict__, "run_id": new_run}) for s in steps
+        kept = [dataclasses.replace(s, run_id=new_run) for s in steps
                 if s.position < cut and s.status == StepStatus.COMPLETED]
-        tx.save_steps(kept, [SpanRow(new_run, "rerun", step_id, now, now, "ok",
-                                     detail=f"forked from run {run_id} at step {step_id!r}")])
+        tx.save_steps(kept, [SpanRow(run_id=new_run, kind="rerun", name=step_id, started_at=now, ended_at=now,
+                                     status="ok", detail=f"forked from run {run_id} at step {step_id!r}")])
         return new_run
     return op
 

@@ -47,7 +47,8 @@ def queue_spec(fn: FunctionDef, variables: dict[str, Any]) -> QueueSpec:
     padded: list[tuple[str | None, int | None]] = [*keys, (None, None), (None, None)]
     (ckey1, limit1), (ckey2, limit2) = padded[:2]
     partition = fn.id if ckey1 is None else f"{fn.id}|{ckey1}"
-    return QueueSpec(partition, ckey1, limit1, ckey2, limit2, throttle_key)
+    return QueueSpec(partition_key=partition, ckey1=ckey1, limit1=limit1, ckey2=ckey2, limit2=limit2,
+                     throttle_key=throttle_key)
 
 
 def priority_seconds(fn: FunctionDef, variables: dict[str, Any]) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from stepstone.expressions import Expression
 from stepstone.inventory import FunctionInfo, list_functions
@@ -148,7 +148,7 @@ def preview_op(function_id: str, statuses: Sequence[str], since: float | None, u
     def op(tx: Tx) -> Preview:
         if condition is None:
             counts = status_counts_op(function_id, since, until)(tx)
-            sample = [r.id for r in tx.list_runs(RunFilter(**{**where.__dict__, "limit": SAMPLE}))]
+            sample = [r.id for r in tx.list_runs(replace(where, limit=SAMPLE))]
             total = sum(counts[s] for s in statuses)
             return Preview(total, total, True, sample)
         return _scan(tx, where, condition, scan)
@@ -159,7 +159,7 @@ def _scan(tx: Tx, where: RunFilter, condition: Expression, scan: int) -> Preview
     matched: list[str] = []
     examined, before = 0, None
     while examined < scan:
-        rows = tx.list_runs(RunFilter(**{**where.__dict__, "before_id": before}))
+        rows = tx.list_runs(replace(where, before_id=before))
         for row in rows[:scan - examined]:
             events = tx.get_events(row.id)
             if condition.test(event_variables(events[0] if events else None)):

@@ -330,8 +330,9 @@ class WorkerOut(BaseModel):
                    functions=row.functions)
 
     def to_row(self) -> WorkerRow:
-        return WorkerRow(self.id, self.app, self.app_version, self.concurrency,
-                         self.started_at.timestamp(), self.heartbeat_at.timestamp(), self.functions)
+        return WorkerRow(id=self.id, app=self.app, app_version=self.app_version,
+                         concurrency=self.concurrency, started_at=self.started_at.timestamp(),
+                         heartbeat_at=self.heartbeat_at.timestamp(), functions=self.functions)
 
 
 class WorkerList(BaseModel):

@@ -11,8 +11,6 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from stepstone.store.rows import EventRow
-
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.M)
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
@@ -54,11 +52,6 @@ class Dialect:
             text = _PARAM.sub(r"%(\1)s", text.replace("%", "%%"))
         self._cache[key] = text
         return text
-
-
-def event_row(row: Mapping[str, Any]) -> EventRow:
-    return EventRow(row["seq"], row["id"], row["name"], row["data"], row["ts"], row["received_at"],
-                    row["trace"])
 
 
 class SqlPlumbing:

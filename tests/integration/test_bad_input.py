@@ -117,7 +117,7 @@ def park(store: Store, run_id: str, condition: str) -> None:
         seq = tx.insert_event(f"ev-{run_id}", "start", json.dumps(DATA), 7, NOW)
         tx.create_run(NewRun(id=run_id, function_id="f", event_seqs=[seq], event_ids=[f"ev-{run_id}"],
                              available_at=NOW, created_at=NOW))
-        tx.save_steps([StepRow(run_id, "w", 0, "wait", StepStatus.WAITING, started_at=NOW)], [])
+        tx.save_steps([StepRow(run_id=run_id, step_id="w", position=0, kind="wait", status=StepStatus.WAITING, started_at=NOW)], [])
         run_event = {"name": "start", "data": DATA, "id": f"ev-{run_id}", "ts": 7}
         tx.insert_wait(build_wait(run_id=run_id, step_id="w", kind="event", event_name="reply",
                                   condition=condition, run_event=run_event, now=NOW,

@@ -57,7 +57,7 @@ def outputs(fence: Fence) -> Callable[[Tx], Any]:
     payload = json_text(limits.MAX_STEP_OUTPUT_BYTES)
 
     def op(tx: Tx) -> Any:
-        step = StepRow(fence.run_id, "last", 0, "run", StepStatus.COMPLETED, 1, payload, None, None, NOW, NOW)
+        step = StepRow(run_id=fence.run_id, step_id="last", position=0, kind="run", status=StepStatus.COMPLETED, attempts=1, output=payload, error=None, wake_at=None, started_at=NOW, ended_at=NOW)
         cancel = tx.checkpoint(fence, [step], [])
         assert tx.finish_run(fence, fence.run_id, RunStatus.COMPLETED, payload, None, NOW + 1)
         return cancel
@@ -85,8 +85,8 @@ def error(fence: Fence) -> Callable[[Tx], Any]:
     err = largest_error()
 
     def op(tx: Tx) -> Any:
-        step = StepRow(fence.run_id, "last", 0, "run", StepStatus.FAILED, 2, None, err, None, NOW, NOW)
-        span = SpanRow(fence.run_id, "step", "last", NOW, NOW, "retrying", 0, err)
+        step = StepRow(run_id=fence.run_id, step_id="last", position=0, kind="run", status=StepStatus.FAILED, attempts=2, output=None, error=err, wake_at=None, started_at=NOW, ended_at=NOW)
+        span = SpanRow(run_id=fence.run_id, kind="step", name="last", started_at=NOW, ended_at=NOW, status="retrying", attempt=0, error=err)
         cancel = tx.checkpoint(fence, [step], [span])
         assert tx.finish_run(fence, fence.run_id, RunStatus.FAILED, None, err, NOW + 1)
         return cancel
@@ -104,7 +104,7 @@ def failing(fence: Fence) -> Callable[[Tx], Any]:
     payload = json_text(limits.MAX_STEP_OUTPUT_BYTES)
 
     def op(tx: Tx) -> Any:
-        step = StepRow(fence.run_id, "doomed", 0, "run", StepStatus.COMPLETED, 1, payload, None, None, NOW, NOW)
+        step = StepRow(run_id=fence.run_id, step_id="doomed", position=0, kind="run", status=StepStatus.COMPLETED, attempts=1, output=payload, error=None, wake_at=None, started_at=NOW, ended_at=NOW)
         tx.checkpoint(fence, [step], [])
         raise LeaseLostError("this operation fails after its large write")
 
@@ -144,7 +144,7 @@ def leased(store: Store, count: int) -> list[Fence]:
     add_runs(store, ids)
     runs = store.transact_sync(lambda tx: lease(tx, "w", count, NOW, NOW + 3600))
     assert [lr.run.id for lr in runs] == ids
-    return [Fence(lr.run.id, "w", lr.epoch) for lr in runs]
+    return [Fence(run_id=lr.run.id, owner="w", epoch=lr.epoch) for lr in runs]
 
 
 def tracked(op: Callable[[Tx], Any], seen: list[Tx]) -> Callable[[Tx], Any]:
@@ -198,7 +198,7 @@ def commit(store: Store, mode: str, fences: list[Fence],
     elif mode == "group":
         results = asyncio.run(commit_together(store, ops))
     else:  # "savepoint": a failing operation in the middle of the group
-        doomed = Fence("doomed", "w", 1)
+        doomed = Fence(run_id="doomed", owner="w", epoch=1)
         ops.insert(1, failing(doomed))
         results = asyncio.run(commit_together(store, ops))
         assert isinstance(results.pop(1), LeaseLostError)

@@ -69,7 +69,7 @@ def queue_row(tx: Tx, run_id: str) -> dict[str, Any] | None:
 
 
 def fence_of(leased: LeasedRun, owner: str) -> Fence:
-    return Fence(leased.run.id, owner, leased.epoch)
+    return Fence(run_id=leased.run.id, owner=owner, epoch=leased.epoch)
 
 
 def status(store: Store, run_id: str) -> str:
@@ -79,7 +79,7 @@ def status(store: Store, run_id: str) -> str:
 
 
 def memo(run_id: str, step_id: str, output: str) -> StepRow:
-    return StepRow(run_id, step_id, 0, "run", StepStatus.COMPLETED, 1, output, None, None, NOW, NOW)
+    return StepRow(run_id=run_id, step_id=step_id, position=0, kind="run", status=StepStatus.COMPLETED, attempts=1, output=output, error=None, wake_at=None, started_at=NOW, ended_at=NOW)
 
 
 def park(store: Store, fence: Fence, state: str, wake_at: float | None, now: float) -> str:

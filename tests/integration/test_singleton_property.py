@@ -58,7 +58,7 @@ def _act(store: Store, registry: Registry, action: str, key: int, pick: int, now
 
         def finish(tx: Tx) -> None:
             # A run's first step, so it can be re-run from.
-            tx.save_steps([StepRow(chosen.id, "s", 0, "run", StepStatus.COMPLETED, 1, "1", None, None, now, now)], [])
+            tx.save_steps([StepRow(run_id=chosen.id, step_id="s", position=0, kind="run", status=StepStatus.COMPLETED, attempts=1, output="1", error=None, wake_at=None, started_at=now, ended_at=now)], [])
             end_run(tx, chosen, status, None, error, now, registry)
 
         store.transact_sync(finish)

@@ -52,7 +52,7 @@ def add_runs(store: Store, ids: list[str], **kwargs: Any) -> None:
 
 
 def step(run_id: str, step_id: str, output: str = "1", position: int = 0) -> StepRow:
-    return StepRow(run_id, step_id, position, "run", StepStatus.COMPLETED, 1, output, None, None, NOW, NOW)
+    return StepRow(run_id=run_id, step_id=step_id, position=position, kind="run", status=StepStatus.COMPLETED, attempts=1, output=output, error=None, wake_at=None, started_at=NOW, ended_at=NOW)
 
 
 def test_claim_key_holds_until_it_expires(store: Store) -> None:
@@ -119,7 +119,7 @@ def test_checkpoints_are_fenced_by_owner_and_epoch(store: Store) -> None:
     add_runs(store, ["r"])
     [old] = store.transact_sync(lambda tx: lease(tx, "w1", 1, NOW, NOW + 1))
     [new] = store.transact_sync(lambda tx: lease(tx, "w2", 1, NOW + 2, NOW + 10))
-    stale = Fence("r", "w1", old.epoch)
+    stale = Fence(run_id="r", owner="w1", epoch=old.epoch)
     with pytest.raises(LeaseLostError):
         store.transact_sync(lambda tx: tx.checkpoint(stale, [step("r", "s", '"old"')], []))
 
@@ -136,8 +136,8 @@ def test_checkpoints_are_fenced_by_owner_and_epoch(store: Store) -> None:
         store.transact_sync(lambda tx: tx.finish_run(stale, "r", RunStatus.COMPLETED, '"old"', None, NOW))
     assert store.read_sync(lambda tx: tx.get_steps("r")) == []  # nothing of the stale owner landed
     assert store.read_sync(lambda tx: tx.list_events("x", None, None, 10)) == []
-    fence = Fence("r", "w2", new.epoch)
-    span = SpanRow("r", "step", "s", NOW, NOW, "failed", 0, '{"type": "E", "message": "m"}')
+    fence = Fence(run_id="r", owner="w2", epoch=new.epoch)
+    span = SpanRow(run_id="r", kind="step", name="s", started_at=NOW, ended_at=NOW, status="failed", attempt=0, error='{"type": "E", "message": "m"}')
     assert store.transact_sync(lambda tx: tx.checkpoint(fence, [step("r", "s", '"new"')], [span]))() is False
     assert [s.output for s in store.read_sync(lambda tx: tx.get_steps("r"))] == ['"new"']
     assert [s.status for s in store.read_sync(lambda tx: tx.get_spans("r"))] == ["failed"]
@@ -150,7 +150,7 @@ def test_checkpoints_are_fenced_by_owner_and_epoch(store: Store) -> None:
 def test_reschedule_parks_the_run_until_its_wake_time(store: Store) -> None:
     add_runs(store, ["r"])
     [leased] = store.transact_sync(lambda tx: lease(tx, "w1", 1, NOW, NOW + 5))
-    fence = Fence("r", "w1", leased.epoch)
+    fence = Fence(run_id="r", owner="w1", epoch=leased.epoch)
     store.transact_sync(lambda tx: tx.reschedule(fence, RunStatus.SLEEPING, NOW + 60, 2, NOW))
     run = store.read_sync(lambda tx: tx.get_run("r"))
     assert run is not None and (run.status, run.attempt) == (RunStatus.SLEEPING, 2)
@@ -168,7 +168,7 @@ def test_a_cancel_flag_reaches_the_worker_holding_the_run(store: Store) -> None:
     assert store.read_sync(lambda tx: tx.is_leased("held", NOW + 1)) is True
     assert store.read_sync(lambda tx: tx.is_leased("idle", NOW + 1)) is False
     assert store.read_sync(lambda tx: tx.is_leased("held", NOW + 31)) is False  # expired
-    fence = Fence("held", "w", leased.epoch)
+    fence = Fence(run_id="held", owner="w", epoch=leased.epoch)
     assert store.transact_sync(lambda tx: tx.checkpoint(fence, [], []))() is False
     assert store.transact_sync(lambda tx: tx.flag_cancel("idle", NOW + 1)) is False  # nobody to tell
     assert store.transact_sync(lambda tx: tx.flag_cancel("held", NOW + 31)) is False  # lease lapsed
@@ -180,7 +180,7 @@ def test_a_cancel_flag_reaches_the_worker_holding_the_run(store: Store) -> None:
 def test_requeue_forgets_the_given_steps(store: Store) -> None:
     add_runs(store, ["r"])
     [leased] = store.transact_sync(lambda tx: lease(tx, "w", 1, NOW, NOW + 5))
-    fence = Fence("r", "w", leased.epoch)
+    fence = Fence(run_id="r", owner="w", epoch=leased.epoch)
     store.transact_sync(lambda tx: tx.checkpoint(fence, [step("r", "a"), step("r", "b", position=1)], []))
     store.transact_sync(lambda tx: tx.finish_run(fence, "r", "failed", None, '{"type": "E"}', NOW))
     store.transact_sync(lambda tx: tx.requeue_run("r", NOW + 1, ["b"]))
@@ -192,7 +192,7 @@ def test_requeue_forgets_the_given_steps(store: Store) -> None:
 
 def test_worker_registry(store: Store) -> None:
     for name, beat in (("a", NOW), ("b", NOW - 100)):
-        row = WorkerRow(name, "app", "v1", 4, NOW - 200, beat, ["f", "g"])
+        row = WorkerRow(id=name, app="app", app_version="v1", concurrency=4, started_at=NOW - 200, heartbeat_at=beat, functions=["f", "g"])
         store.transact_sync(lambda tx, row=row: tx.upsert_worker(row))
     [alive] = store.read_sync(lambda tx: tx.list_workers(NOW - 60))
     assert (alive.id, alive.app_version, alive.concurrency, alive.functions) == ("a", "v1", 4, ["f", "g"])
@@ -231,9 +231,9 @@ def test_a_stale_checkpoint_fails_alone_among_others(store: Store) -> None:
     ids = ["a", "b", "c", "d", "e"]
     add_runs(store, ids)
     leased = store.transact_sync(lambda tx: lease(tx, "w1", 5, NOW, NOW + 1))
-    fences = {lr.run.id: Fence(lr.run.id, "w1", lr.epoch) for lr in leased}
+    fences = {lr.run.id: Fence(run_id=lr.run.id, owner="w1", epoch=lr.epoch) for lr in leased}
     store.transact_sync(lambda tx: lease_pass(tx, "w2", F_ONLY, 5, NOW + 2, NOW + 60))  # all taken over...
-    fences.update({lr.run.id: Fence(lr.run.id, "w2", lr.epoch)
+    fences.update({lr.run.id: Fence(run_id=lr.run.id, owner="w2", epoch=lr.epoch)
                    for lr in store.transact_sync(lambda tx: [tx.take("w2", "c", NOW + 2, NOW + 60)])
                    if lr is not None})
 

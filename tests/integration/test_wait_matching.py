@@ -61,7 +61,7 @@ def park(store: Store, kind: str, reply: str, condition: str, data: dict[str, An
         tx.create_run(NewRun(id=run_id, function_id="f", event_seqs=[seq], event_ids=[f"ev-{run_id}"],
                              available_at=NOW, created_at=NOW))
         if kind == "event":
-            tx.save_steps([StepRow(run_id, "w", 0, "wait", StepStatus.WAITING, started_at=NOW)], [])
+            tx.save_steps([StepRow(run_id=run_id, step_id="w", position=0, kind="wait", status=StepStatus.WAITING, started_at=NOW)], [])
         tx.insert_wait(build_wait(run_id=run_id, step_id="w", kind=kind, event_name=reply,
                                   condition=condition, run_event=run_event(run_id, data), now=NOW,
                                   expires_at=None, field="if_"))

@@ -77,7 +77,7 @@ def test_system_events_fit_within_the_event_limit(status: str, event_bytes: int,
     first = Event("go", {"blob": "b" * max(0, event_bytes - 11)}, "i" * event_id_chars, 1)
     output = serde.dumps("o" * max(0, output_bytes - 2), what="output") if status == RunStatus.COMPLETED else None
     error = None if status == RunStatus.COMPLETED else ErrorInfo("ValueError", "m" * message_bytes)
-    run = RunRow("r1", "f", status, ["e"], output, None, 1.0, 1.0, 2.0, 0, None, None, None)
+    run = RunRow(id="r1", function_id="f", status=status, event_ids=["e"], output=output, error=None, created_at=1.0, started_at=1.0, ended_at=2.0, attempt=0, app_version=None, parent_run_id=None, parent_step_id=None)
     found = system_events(cast(Tx, None), REGISTRY, run, status, output, error, [first])
     assert found  # completed: finished; failed: failed and finished; cancelled: cancelled
     for event in found:

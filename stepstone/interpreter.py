@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import dataclasses
 import hashlib
 import inspect
 from collections.abc import Callable, Sequence
@@ -234,11 +233,15 @@ class Interpreter:
         self.pauses.append(signal)
         return signal
 
+    def _fingerprint(self, step_id: str) -> str | None:
+        """What the step's call did, as its first call recorded it (``memos``)."""
+        call = self._calls.get(step_id)
+        if call is not None:
+            return call[1]
+        memo = self.memo.get(step_id)
+        return None if memo is None else memo.fingerprint
+
     def _save(self, row: StepRow, span: SpanRow | None, effect: Effect | None = None) -> None:
-        if row.step_id in self._calls:
-            row = dataclasses.replace(row, fingerprint=self._calls[row.step_id][1])
-        elif (recorded := self.memo.get(row.step_id)) is not None:
-            row = dataclasses.replace(row, fingerprint=recorded.fingerprint)
         self.memo[row.step_id] = row
         self.journal.stage(row, span, effect)
 
@@ -290,7 +293,7 @@ class Interpreter:
         if failure is None:
             row = StepRow(run_id=self.run_id, step_id=step_id, position=position, kind=StepKind.RUN,
                           status=StepStatus.COMPLETED, attempts=attempt + 1, output=stored,
-                          started_at=started, ended_at=now)
+                          started_at=started, ended_at=now, fingerprint=self._fingerprint(step_id))
             self._save(row, None)  # the memo itself is the final attempt's trace entry
             return serde.loads(encoded)
         info = error_info(failure)
@@ -299,14 +302,14 @@ class Interpreter:
         if isinstance(failure, NonRetriableError) or attempt >= allowed:
             row = StepRow(run_id=self.run_id, step_id=step_id, position=position, kind=StepKind.RUN,
                           status=StepStatus.FAILED, attempts=attempt + 1, error=error_json,
-                          started_at=started, ended_at=now)
+                          started_at=started, ended_at=now, fingerprint=self._fingerprint(step_id))
             self._save(row, None)
             raise StepError(step_id, info.type, info.message) from failure
         wake = (retry_at(failure, now) if isinstance(failure, RetryAfterError)
                 else now + self.backoff.delay(attempt + 1))
         row = StepRow(run_id=self.run_id, step_id=step_id, position=position, kind=StepKind.RUN,
                       status=StepStatus.RETRYING, attempts=attempt + 1, error=error_json, wake_at=wake,
-                      started_at=started)
+                      started_at=started, fingerprint=self._fingerprint(step_id))
         # A failed attempt that will be retried keeps its own trace entry.
         self._save(row, SpanRow(run_id=self.run_id, kind="step", name=step_id, started_at=started,
                                 ended_at=now, status=StepStatus.RETRYING, attempt=attempt,
@@ -359,12 +362,13 @@ class Interpreter:
         if wake_at <= now:
             row = StepRow(run_id=self.run_id, step_id=step_id, position=position, kind=StepKind.SLEEP,
                           status=StepStatus.COMPLETED, attempts=1, wake_at=wake_at, started_at=started,
-                          ended_at=now)
+                          ended_at=now, fingerprint=self._fingerprint(step_id))
             self._save(row, None)
             return
         if memo is None:
             row = StepRow(run_id=self.run_id, step_id=step_id, position=position, kind=StepKind.SLEEP,
-                          status=StepStatus.SLEEPING, wake_at=wake_at, started_at=started)
+                          status=StepStatus.SLEEPING, wake_at=wake_at, started_at=started,
+                          fingerprint=self._fingerprint(step_id))
             self._save(row, None)
         raise self._pause(wake_at, RunStatus.SLEEPING)
 
@@ -420,7 +424,8 @@ class Interpreter:
         except StepstoneError as exc:
             raise NonRetriableError(f"step {step_id!r}: {exc}") from exc
         row = StepRow(run_id=self.run_id, step_id=step_id, position=self._position(step_id),
-                      kind=StepKind.WAIT, status=StepStatus.WAITING, wake_at=expires, started_at=now)
+                      kind=StepKind.WAIT, status=StepStatus.WAITING, wake_at=expires, started_at=now,
+                      fingerprint=self._fingerprint(step_id))
 
         def insert_wait(tx: Tx) -> None:
             tx.start_wait(wait)  # nothing if this is a repeated commit
@@ -476,7 +481,8 @@ class Interpreter:
                 tx.wake_run(run_id, now)
 
         row = StepRow(run_id=self.run_id, step_id=step_id, position=self._position(step_id),
-                      kind=StepKind.INVOKE, status=StepStatus.WAITING, wake_at=expires, started_at=now)
+                      kind=StepKind.INVOKE, status=StepStatus.WAITING, wake_at=expires, started_at=now,
+                      fingerprint=self._fingerprint(step_id))
         self._save(row, None, start_child)
         raise self._pause(expires, RunStatus.WAITING)
 
@@ -500,14 +506,16 @@ class Interpreter:
             info = error_info(exc)
             row = StepRow(run_id=self.run_id, step_id=step_id, position=self._position(step_id),
                           kind=StepKind.SEND, status=StepStatus.FAILED, attempts=1,
-                          error=serde.dumps(info.to_json(), what="error"), started_at=now, ended_at=now)
+                          error=serde.dumps(info.to_json(), what="error"), started_at=now, ended_at=now,
+                          fingerprint=self._fingerprint(step_id))
             self._save(row, None)
             raise StepError(step_id, info.type, info.message) from exc
         ids = [event.id for event in prepared]
         matcher = self.services.matcher()
         row = StepRow(run_id=self.run_id, step_id=step_id, position=self._position(step_id),
                       kind=StepKind.SEND, status=StepStatus.COMPLETED, attempts=1,
-                      output=serde.dumps(ids, what="event ids"), started_at=now, ended_at=now)
+                      output=serde.dumps(ids, what="event ids"), started_at=now, ended_at=now,
+                      fingerprint=self._fingerprint(step_id))
 
         def ingest_sent(tx: Tx) -> None:  # ids fixed above: a repeated commit is deduplicated
             ingest(tx, prepared, matcher, now)

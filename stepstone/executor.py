@@ -76,7 +76,7 @@ class ExecEnv:
 
 @dataclass(frozen=True)
 class Outcome:
-    status: str
+    status: RunStatus
     wake_at: float | None = None
     error: ErrorInfo | None = None
 
@@ -208,14 +208,14 @@ async def _park(journal: RunJournal, interp: Interpreter, leased: LeasedRun,
     return await _park_or_cancel(journal, env, leased, status, wake_at, leased.run.attempt)
 
 
-async def _park_or_cancel(journal: RunJournal, env: ExecEnv, leased: LeasedRun, status: str,
+async def _park_or_cancel(journal: RunJournal, env: ExecEnv, leased: LeasedRun, status: RunStatus,
                           wake_at: float | None, attempt: int | None) -> Outcome:
     """Park the run, unless its cancellation was requested since the last
     checkpoint: then the same transaction ends it cancelled (reading the run's
     events only then: a park decodes nothing it does not need)."""
     fence, now, matcher = journal.fence, env.clock.now(), env.matcher()
 
-    def park(tx: Tx) -> str:
+    def park(tx: Tx) -> RunStatus:
         return park_run(tx, leased.run, fence, status, wake_at, attempt, now, matcher)
 
     if await journal.finish(park) == RunStatus.CANCELLED:
@@ -238,7 +238,7 @@ async def _retry_invocation(exc: Exception, fn: FunctionDef, leased: LeasedRun,
     return await _park_or_cancel(journal, env, leased, RunStatus.RUNNING, wake_at, failures)
 
 
-async def _finish(journal: RunJournal, env: ExecEnv, leased: LeasedRun, status: str,
+async def _finish(journal: RunJournal, env: ExecEnv, leased: LeasedRun, status: RunStatus,
                   output: str | None, error: ErrorInfo | None) -> Outcome:
     now = env.clock.now()
     matcher = env.matcher()

@@ -50,7 +50,7 @@ T = TypeVar("T")
 class PauseSignal(Interrupt):
     """The invocation must end; the run resumes at ``wake_at`` (``None``: when woken)."""
 
-    def __init__(self, wake_at: float | None, status: str) -> None:
+    def __init__(self, wake_at: float | None, status: RunStatus) -> None:
         super().__init__(wake_at, status)
         self.wake_at = wake_at
         self.status = status
@@ -228,7 +228,7 @@ class Interpreter:
         memo = self.memo.get(step_id)
         return memo.position if memo is not None else self._calls[step_id][0]
 
-    def _pause(self, wake_at: float | None, status: str) -> PauseSignal:
+    def _pause(self, wake_at: float | None, status: RunStatus) -> PauseSignal:
         signal = PauseSignal(wake_at, status)
         self.pauses.append(signal)
         return signal

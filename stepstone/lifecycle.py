@@ -24,7 +24,7 @@ from stepstone.store.rows import ENDED_STATUSES, Fence, RunRow, RunStatus, StepS
 
 
 def end_run(
-    tx: Tx, run: RunRow, status: str, output: str | None, error: ErrorInfo | None, now: float,
+    tx: Tx, run: RunRow, status: RunStatus, output: str | None, error: ErrorInfo | None, now: float,
     matcher: Registry, *, fence: Fence | None = None, events: list[Event] | None = None,
 ) -> bool:
     """End ``run`` with ``status``; ``False`` if it had already ended. A run
@@ -64,9 +64,9 @@ def cancel_run(tx: Tx, run_id: str, now: float, matcher: Registry,
     return RunStatus.CANCELLED
 
 
-def park_run(tx: Tx, run: RunRow, fence: Fence, status: str, wake_at: float | None,
+def park_run(tx: Tx, run: RunRow, fence: Fence, status: RunStatus, wake_at: float | None,
              attempt: int | None, now: float, matcher: Registry,
-             events: list[Event] | None = None) -> str:
+             events: list[Event] | None = None) -> RunStatus:
     """Park the held ``run`` (sleep, wait, invoke, retry back-off) until ``wake_at``,
     or, if its cancellation was requested while it was held, end it cancelled
     in this same transaction. Returns the status the run is left in."""
@@ -76,7 +76,7 @@ def park_run(tx: Tx, run: RunRow, fence: Fence, status: str, wake_at: float | No
     return RunStatus.CANCELLED
 
 
-def _resolve_parents(tx: Tx, child_id: str, status: str, output: str | None,
+def _resolve_parents(tx: Tx, child_id: str, status: RunStatus, output: str | None,
                      error: ErrorInfo | None, now: float) -> None:
     for wait in tx.child_waits(child_id):
         if wait.id is None or not tx.claim_wait(wait.id):
@@ -91,7 +91,7 @@ def _resolve_parents(tx: Tx, child_id: str, status: str, output: str | None,
         tx.wake_run(wait.run_id, now)
 
 
-def system_events(tx: Tx, matcher: Registry, run: RunRow, status: str, output: str | None,
+def system_events(tx: Tx, matcher: Registry, run: RunRow, status: RunStatus, output: str | None,
                   error: ErrorInfo | None, events: list[Event]) -> list[Event]:
     """``stepstone/function.*`` events for a run that ended (see README)."""
     base: dict[str, Any] = {

@@ -97,15 +97,15 @@ def checkpoint_breakdown(url: str, n: int = 2000) -> dict[str, list[float]]:
 
     def setup(tx: Any) -> Any:
         seq = tx.insert_event("e", "go", "{}", 0, 1.0)
-        tx.create_run(NewRun("r", "f", [seq], ["e"], 1.0, 1.0))
+        tx.create_run(NewRun(id="r", function_id="f", event_seqs=[seq], event_ids=["e"], available_at=1.0, created_at=1.0))
         return tx.take("w", "r", 1.0, 1e12)
 
     leased = store.transact_sync(setup)
-    fence = Fence("r", "w", leased.epoch)
+    fence = Fence(run_id="r", owner="w", epoch=leased.epoch)
     counter = itertools.count()
 
     def memo() -> list[StepRow]:
-        return [StepRow("r", f"s{next(counter)}", 0, "run", "completed", 1, "1", None, None, 1.0, 1.0)]
+        return [StepRow(run_id="r", step_id=f"s{next(counter)}", position=0, kind="run", status="completed", attempts=1, output="1", error=None, wake_at=None, started_at=1.0, ended_at=1.0)]
 
     sql_alone, pipelined, through_store = [], [], []
     with psycopg.connect(url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:

@@ -24,7 +24,7 @@ from stepstone.durations import Duration, parse_duration
 from stepstone.events import Event, validate_event
 from stepstone.inventory import FunctionInfo
 from stepstone.runs import Run, Span
-from stepstone.store.rows import WorkerRow
+from stepstone.store.rows import JobStatus, RunStatus, WorkerRow
 
 if TYPE_CHECKING:
     import httpx
@@ -256,7 +256,7 @@ class RemoteRuns(_Remote):
         body = {"function_id": function_id, "since": _moment(since), "until": _moment(until), "if": if_}
         return await self._job("/api/v1/runs/cancel-many", body, progress)
 
-    async def replay_many_async(self, *, function_id: str, status: str | Sequence[str] = "failed",
+    async def replay_many_async(self, *, function_id: str, status: str | Sequence[str] = RunStatus.FAILED,
                                 since: Moment | None = None, until: Moment | None = None,
                                 if_: str | None = None, progress: Progress | None = None) -> int:
         """Start a bulk replay job on the server and wait for it; returns the count."""
@@ -279,7 +279,7 @@ class RemoteRuns(_Remote):
             await asyncio.sleep(interval)
             interval = min(interval * 2, 0.5)
             job = JobOut.model_validate(await self._client.request("GET", f"/api/v1/jobs/{job.id}"))
-        if job.status != "completed":
+        if job.status != JobStatus.COMPLETED:
             raise errors.StepstoneError(f"bulk job {job.id} {job.status}: {job.error}")
         return job.done
 

@@ -10,6 +10,7 @@ from stepstone.errors import ErrorInfo
 from stepstone.events import Event
 from stepstone.interpreter import Interpreter, current_step
 from stepstone.steps import AsyncStep, SyncStep
+from stepstone.store.rows import StepStatus
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVar
@@ -96,7 +97,7 @@ class Context(Generic[StepT]):
     def step_attempt(self, step_id: str) -> int:
         """The 0-based attempt a step is on (its failed attempts so far)."""
         memo = self._interp.memo.get(step_id)
-        return memo.attempts if memo is not None and memo.status == "retrying" else 0
+        return memo.attempts if memo is not None and memo.status == StepStatus.RETRYING else 0
 
     @property
     def attempt(self) -> int:

@@ -48,18 +48,7 @@ from stepstone.runtime import end_run, ingest, park_run, prepare, start_run
 from stepstone.runtime.waits import build_wait
 from stepstone.steps import AsyncStep, SyncStep
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import (
-    CANCELLED,
-    COMPLETED,
-    FAILED,
-    RUNNING,
-    SLEEPING,
-    WAITING,
-    Fence,
-    LeasedRun,
-    SpanRow,
-    WaitRow,
-)
+from stepstone.store.rows import Fence, LeasedRun, RunStatus, SpanRow, StepStatus, WaitKind, WaitRow
 
 log = logging.getLogger("stepstone.executor")
 user_log = logging.getLogger("stepstone.run")
@@ -91,7 +80,7 @@ class ExecEnv:
     # The effects of orchestration steps (the interpreter's ``Services``).
     def wait_row(self, *, run_id: str, step_id: str, event_name: str, condition: str | None,
                  run_event: dict[str, Any] | None, now: float, expires_at: float | None) -> WaitRow:
-        return build_wait(run_id=run_id, step_id=step_id, kind="event", event_name=event_name,
+        return build_wait(run_id=run_id, step_id=step_id, kind=WaitKind.EVENT, event_name=event_name,
                           condition=condition, run_event=run_event, now=now, expires_at=expires_at,
                           field="if_")
 
@@ -118,7 +107,7 @@ class ExecEnv:
 
 @dataclass(frozen=True)
 class Outcome:
-    status: str
+    status: RunStatus
     wake_at: float | None = None
     error: ErrorInfo | None = None
 
@@ -131,18 +120,18 @@ async def execute(leased: LeasedRun, env: ExecEnv) -> Outcome | None:
     """Run one invocation; returns its outcome, or ``None`` if the lease was lost."""
     run = leased.run
     fn = env.registry.get(run.function_id)
-    fence = Fence(run.id, env.owner, leased.epoch, token=secrets.token_hex(8))
+    fence = Fence(run_id=run.id, owner=env.owner, epoch=leased.epoch, token=secrets.token_hex(8))
     journal = RunJournal(env.store, fence, env.clock, held=lambda: env.lease_held(run.id))
     journal.function_id = run.function_id
     try:
         if fn is None:
             err = ErrorInfo("UnknownFunction", f"no function {run.function_id!r} in this worker")
-            return await _finish(journal, env, leased, FAILED, None, err)
+            return await _finish(journal, env, leased, RunStatus.FAILED, None, err)
         if leased.cancel_requested:
-            return await _finish(journal, env, leased, CANCELLED, None, None)
+            return await _finish(journal, env, leased, RunStatus.CANCELLED, None, None)
         if leased.start_deadline is not None and leased.start_deadline <= env.clock.now():
             err = ErrorInfo("Timeout", "the run did not start within timeouts.start")
-            return await _finish(journal, env, leased, CANCELLED, None, err)
+            return await _finish(journal, env, leased, RunStatus.CANCELLED, None, err)
         return await _invoke(fn, leased, journal, env)
     except LeaseLostError:
         log.warning("run %s: lease lost; another worker owns it now", run.id)
@@ -161,7 +150,8 @@ async def _invoke(fn: FunctionDef, leased: LeasedRun, journal: RunJournal,
     ctx = _context(fn, leased, events, interp)
     try:
         if hooks.has("transform_input"):
-            values = {s.step_id: serde.loads(s.output) for s in leased.steps if s.status == COMPLETED}
+            values = {s.step_id: serde.loads(s.output) for s in leased.steps
+                      if s.status == StepStatus.COMPLETED}
             interp.memo_values = await hooks.transform_input(ctx, values)
         output = await _call_handler(fn, ctx, interp, env)
         outcome: tuple[str, Any] = ("return", output)
@@ -175,7 +165,7 @@ async def _invoke(fn: FunctionDef, leased: LeasedRun, journal: RunJournal,
             await hooks.before_execution(ctx)
         await hooks.after_execution(ctx)
     result = await _conclude(outcome, fn, leased, interp, journal, env)
-    if hooks.has("on_failure") and result is not None and result.status == FAILED:
+    if hooks.has("on_failure") and result is not None and result.status == RunStatus.FAILED:
         await hooks.on_failure(ctx, result.error or ErrorInfo("Error", "the run failed"))
     return result
 
@@ -224,10 +214,10 @@ async def _conclude(outcome: tuple[str, Any], fn: FunctionDef, leased: LeasedRun
                 encoded = serde.dumps(kept, what=f"function {fn.id!r} output",
                                       limit=limits.MAX_STEP_OUTPUT_BYTES)
         except StepstoneError as exc:
-            return await _finish(journal, env, leased, FAILED, None, error_info(exc))
-        return await _finish(journal, env, leased, COMPLETED, encoded, None)
+            return await _finish(journal, env, leased, RunStatus.FAILED, None, error_info(exc))
+        return await _finish(journal, env, leased, RunStatus.COMPLETED, encoded, None)
     if isinstance(value, CancelSignal) or journal.cancel_requested:
-        return await _finish(journal, env, leased, CANCELLED, None, None)
+        return await _finish(journal, env, leased, RunStatus.CANCELLED, None, None)
     if isinstance(value, PauseSignal):
         return await _park(journal, interp, leased, env)
     failure: Exception = value
@@ -235,7 +225,7 @@ async def _conclude(outcome: tuple[str, Any], fn: FunctionDef, leased: LeasedRun
         info = error_info(failure)
         if isinstance(failure, StepError):
             info = ErrorInfo(failure.error_type, failure.message, info.traceback)
-        return await _finish(journal, env, leased, FAILED, None, info)
+        return await _finish(journal, env, leased, RunStatus.FAILED, None, info)
     return await _retry_invocation(failure, fn, leased, journal, env)
 
 
@@ -244,22 +234,23 @@ async def _park(journal: RunJournal, interp: Interpreter, leased: LeasedRun,
     wakes = [p.wake_at for p in interp.pauses if p.wake_at is not None]
     wake_at = min(wakes) if wakes else None
     statuses = {p.status for p in interp.pauses}
-    status = RUNNING if RUNNING in statuses else SLEEPING if SLEEPING in statuses else WAITING
+    status = (RunStatus.RUNNING if RunStatus.RUNNING in statuses
+              else RunStatus.SLEEPING if RunStatus.SLEEPING in statuses else RunStatus.WAITING)
     return await _park_or_cancel(journal, env, leased, status, wake_at, leased.run.attempt)
 
 
-async def _park_or_cancel(journal: RunJournal, env: ExecEnv, leased: LeasedRun, status: str,
+async def _park_or_cancel(journal: RunJournal, env: ExecEnv, leased: LeasedRun, status: RunStatus,
                           wake_at: float | None, attempt: int | None) -> Outcome:
     """Park the run, unless its cancellation was requested since the last
     checkpoint: then the same transaction ends it cancelled (reading the run's
     events only then: a park decodes nothing it does not need)."""
     fence, now, matcher = journal.fence, env.clock.now(), env.matcher()
 
-    def park(tx: Tx) -> str:
+    def park(tx: Tx) -> RunStatus:
         return park_run(tx, leased.run, fence, status, wake_at, attempt, now, matcher)
 
-    if await journal.finish(park) == CANCELLED:
-        return Outcome(CANCELLED)
+    if await journal.finish(park) == RunStatus.CANCELLED:
+        return Outcome(RunStatus.CANCELLED)
     return Outcome(status, wake_at)
 
 
@@ -269,15 +260,16 @@ async def _retry_invocation(exc: Exception, fn: FunctionDef, leased: LeasedRun,
     failures = leased.run.attempt + 1
     info = error_info(exc)
     if failures > fn.retries:
-        return await _finish(journal, env, leased, FAILED, None, info)
+        return await _finish(journal, env, leased, RunStatus.FAILED, None, info)
     now = env.clock.now()
     wake_at = retry_at(exc, now) if isinstance(exc, RetryAfterError) else now + fn.backoff.delay(failures)
-    journal.spans.append(SpanRow(leased.run.id, "invocation", "handler", now, now, "retrying",
-                                 leased.run.attempt, serde.dumps(info.to_json(), what="error")))
-    return await _park_or_cancel(journal, env, leased, RUNNING, wake_at, failures)
+    journal.spans.append(SpanRow(run_id=leased.run.id, kind="invocation", name="handler", started_at=now,
+                                 ended_at=now, status=StepStatus.RETRYING, attempt=leased.run.attempt,
+                                 error=serde.dumps(info.to_json(), what="error")))
+    return await _park_or_cancel(journal, env, leased, RunStatus.RUNNING, wake_at, failures)
 
 
-async def _finish(journal: RunJournal, env: ExecEnv, leased: LeasedRun, status: str,
+async def _finish(journal: RunJournal, env: ExecEnv, leased: LeasedRun, status: RunStatus,
                   output: str | None, error: ErrorInfo | None) -> Outcome:
     now = env.clock.now()
     matcher = env.matcher()

@@ -43,19 +43,14 @@ from stepstone.memos import callable_fingerprint, mismatch
 from stepstone.middleware import NO_HOOKS, Hooks
 from stepstone.registry import Registry
 from stepstone.store.base import Tx
-from stepstone.store.rows import RUNNING, SLEEPING, WAITING, SpanRow, StepKind, StepRow, WaitRow
+from stepstone.store.rows import RunStatus, SpanRow, StepKind, StepRow, StepStatus, WaitKind, WaitRow
 
 T = TypeVar("T")
-
-# Step memo statuses.
-COMPLETED, FAILED, RETRYING = "completed", "failed", "retrying"
-SLEEPING_STEP, WAITING_STEP = "sleeping", "waiting"
-
 
 class PauseSignal(Interrupt):
     """The invocation must end; the run resumes at ``wake_at`` (``None``: when woken)."""
 
-    def __init__(self, wake_at: float | None, status: str) -> None:
+    def __init__(self, wake_at: float | None, status: RunStatus) -> None:
         super().__init__(wake_at, status)
         self.wake_at = wake_at
         self.status = status
@@ -261,16 +256,20 @@ class Interpreter:
         memo = self.memo.get(step_id)
         return memo.position if memo is not None else self._calls[step_id][0]
 
-    def _pause(self, wake_at: float | None, status: str) -> PauseSignal:
+    def _pause(self, wake_at: float | None, status: RunStatus) -> PauseSignal:
         signal = PauseSignal(wake_at, status)
         self.pauses.append(signal)
         return signal
 
+    def _fingerprint(self, step_id: str) -> str | None:
+        """What the step's call did, as its first call recorded it (``memos``)."""
+        call = self._calls.get(step_id)
+        if call is not None:
+            return call[1]
+        memo = self.memo.get(step_id)
+        return None if memo is None else memo.fingerprint
+
     def _save(self, row: StepRow, span: SpanRow | None, effect: Effect | None = None) -> None:
-        if row.step_id in self._calls:
-            row.fingerprint = self._calls[row.step_id][1]
-        elif (recorded := self.memo.get(row.step_id)) is not None:
-            row.fingerprint = recorded.fingerprint
         self.memo[row.step_id] = row
         self.journal.stage(row, span, effect)
 
@@ -280,12 +279,12 @@ class Interpreter:
         ``(False, attempt)`` meaning execute now (earlier writes are committed first)."""
         memo = self._reach(step_id, StepKind.RUN, callable_fingerprint(fn))
         if memo is not None:
-            if memo.status == COMPLETED:
+            if memo.status == StepStatus.COMPLETED:
                 return True, self.memo_value(memo)
-            if memo.status == FAILED:
+            if memo.status == StepStatus.FAILED:
                 raise _step_error(memo)
             if memo.wake_at is not None and memo.wake_at > self.clock.now():
-                raise self._pause(memo.wake_at, RUNNING)
+                raise self._pause(memo.wake_at, RunStatus.RUNNING)
         await self.journal.flush()
         if self.hooks.active:
             await self.hooks.before_execution(self.ctx)
@@ -320,26 +319,30 @@ class Interpreter:
             except StepstoneError as exc:
                 failure = exc
         if failure is None:
-            row = StepRow(self.run_id, step_id, position, "run", COMPLETED, attempt + 1,
-                          stored, None, None, started, now)
+            row = StepRow(run_id=self.run_id, step_id=step_id, position=position, kind=StepKind.RUN,
+                          status=StepStatus.COMPLETED, attempts=attempt + 1, output=stored,
+                          started_at=started, ended_at=now, fingerprint=self._fingerprint(step_id))
             self._save(row, None)  # the memo itself is the final attempt's trace entry
             return serde.loads(encoded)
         info = error_info(failure)
         error_json = serde.dumps(info.to_json(), what="error")
         allowed = self.retries if retries is None else retries
         if isinstance(failure, NonRetriableError) or attempt >= allowed:
-            row = StepRow(self.run_id, step_id, position, "run", FAILED, attempt + 1, None,
-                          error_json, None, started, now)
+            row = StepRow(run_id=self.run_id, step_id=step_id, position=position, kind=StepKind.RUN,
+                          status=StepStatus.FAILED, attempts=attempt + 1, error=error_json,
+                          started_at=started, ended_at=now, fingerprint=self._fingerprint(step_id))
             self._save(row, None)
             raise StepError(step_id, info.type, info.message) from failure
         wake = (retry_at(failure, now) if isinstance(failure, RetryAfterError)
                 else now + self.backoff.delay(attempt + 1))
-        row = StepRow(self.run_id, step_id, position, "run", RETRYING, attempt + 1, None,
-                      error_json, wake, started, None)
+        row = StepRow(run_id=self.run_id, step_id=step_id, position=position, kind=StepKind.RUN,
+                      status=StepStatus.RETRYING, attempts=attempt + 1, error=error_json, wake_at=wake,
+                      started_at=started, fingerprint=self._fingerprint(step_id))
         # A failed attempt that will be retried keeps its own trace entry.
-        self._save(row, SpanRow(self.run_id, "step", step_id, started, now, RETRYING, attempt,
-                                error_json))
-        raise self._pause(row.wake_at, RUNNING) from failure
+        self._save(row, SpanRow(run_id=self.run_id, kind="step", name=step_id, started_at=started,
+                                ended_at=now, status=StepStatus.RETRYING, attempt=attempt,
+                                error=error_json))
+        raise self._pause(row.wake_at, RunStatus.RUNNING) from failure
 
     async def run(self, step_id: str, fn: Callable[..., Any], args: tuple[Any, ...],
                   retries: int | None) -> Any:
@@ -373,7 +376,7 @@ class Interpreter:
         """Pause until ``wake_at`` unless that time has come; no I/O."""
         memo = self._reach(step_id, StepKind.SLEEP)
         now = self.clock.now()
-        if memo is not None and memo.status == COMPLETED:
+        if memo is not None and memo.status == StepStatus.COMPLETED:
             return
         if memo is None:
             if wake_at - now > limits.MAX_SLEEP_SECONDS:
@@ -385,27 +388,29 @@ class Interpreter:
         started = memo.started_at if memo and memo.started_at else now
         position = self._position(step_id)
         if wake_at <= now:
-            row = StepRow(self.run_id, step_id, position, "sleep", COMPLETED, 1, None, None,
-                          wake_at, started, now)
+            row = StepRow(run_id=self.run_id, step_id=step_id, position=position, kind=StepKind.SLEEP,
+                          status=StepStatus.COMPLETED, attempts=1, wake_at=wake_at, started_at=started,
+                          ended_at=now, fingerprint=self._fingerprint(step_id))
             self._save(row, None)
             return
         if memo is None:
-            row = StepRow(self.run_id, step_id, position, "sleep", SLEEPING_STEP, 0, None, None,
-                          wake_at, started, None)
+            row = StepRow(run_id=self.run_id, step_id=step_id, position=position, kind=StepKind.SLEEP,
+                          status=StepStatus.SLEEPING, wake_at=wake_at, started_at=started,
+                          fingerprint=self._fingerprint(step_id))
             self._save(row, None)
-        raise self._pause(wake_at, SLEEPING)
+        raise self._pause(wake_at, RunStatus.SLEEPING)
 
     # -- waits: events and invoked functions ------------------------------------------------
     async def _resolved(self, memo: StepRow) -> StepRow | None:
         """A memo that no longer waits: its own, or the outcome of its timeout.
         ``None`` means: still waiting, pause."""
-        if memo.status != WAITING_STEP:
+        if memo.status != StepStatus.WAITING:
             return memo
         if memo.wake_at is None or memo.wake_at > self.clock.now():
-            raise self._pause(memo.wake_at, WAITING)
+            raise self._pause(memo.wake_at, RunStatus.WAITING)
         now = self.clock.now()
         failure = None
-        if memo.kind == "invoke":
+        if memo.kind == StepKind.INVOKE:
             failure = serde.dumps({"type": "InvokeTimeout", "message":
                                    f"step {memo.step_id!r}: the invoked run did not finish in time"},
                                   what="error")
@@ -414,7 +419,7 @@ class Interpreter:
         def timeout(tx: Tx) -> StepRow | None:
             # Deleting the wait decides the race: the event (or child) or the timeout.
             if tx.claim_step_waits(run_id, step_id):
-                status = FAILED if failure else COMPLETED
+                status = StepStatus.FAILED if failure else StepStatus.COMPLETED
                 tx.complete_waiting_step(run_id, step_id, status, None if failure else "null",
                                          failure, now)
             return tx.get_step(run_id, step_id)
@@ -425,7 +430,7 @@ class Interpreter:
         return row
 
     def _outcome(self, memo: StepRow) -> Any:
-        if memo.status == FAILED:
+        if memo.status == StepStatus.FAILED:
             raise _step_error(memo)
         return self.memo_value(memo)
 
@@ -444,14 +449,15 @@ class Interpreter:
                                           expires_at=expires)
         except StepstoneError as exc:
             raise NonRetriableError(f"step {step_id!r}: {exc}") from exc
-        row = StepRow(self.run_id, step_id, self._position(step_id), "wait", WAITING_STEP, 0,
-                      wake_at=expires, started_at=now)
+        row = StepRow(run_id=self.run_id, step_id=step_id, position=self._position(step_id),
+                      kind=StepKind.WAIT, status=StepStatus.WAITING, wake_at=expires, started_at=now,
+                      fingerprint=self._fingerprint(step_id))
 
         def insert_wait(tx: Tx) -> None:
             tx.start_wait(wait)  # nothing if this is a repeated commit
 
         self._save(row, None, insert_wait)
-        raise self._pause(expires, WAITING)
+        raise self._pause(expires, RunStatus.WAITING)
 
     def _expiry(self, step_id: str, now: float, timeout: float | None) -> float | None:
         if timeout is None:
@@ -478,30 +484,32 @@ class Interpreter:
         def start_child(tx: Tx) -> None:
             # The wait comes first: a repeated commit of this step (an ambiguous
             # COMMIT retried) inserts none, and then starts nothing.
-            if not tx.start_wait(WaitRow(run_id, step_id, "invoke", "", match_value=child_id,
-                                         created_at=now, expires_at=expires))():
+            if not tx.start_wait(WaitRow(run_id=run_id, step_id=step_id, kind=WaitKind.INVOKE,
+                                         event_name="", match_value=child_id, created_at=now,
+                                         expires_at=expires))():
                 return
             child = start(tx, matcher, child_id)
             if child is not None and child != child_id:  # joined a pending debounce or batch run
                 tx.set_wait_match(run_id, step_id, child)
             child_run = tx.get_run(child) if child else None
-            if child_run is None or child_run.status == "skipped":
+            if child_run is None or child_run.status == RunStatus.SKIPPED:
                 reason = serde.dumps({"type": "InvokeSkipped", "message": "the invoked run was skipped"},
                                      what="error")
                 tx.claim_step_waits(run_id, step_id)
-                tx.complete_waiting_step(run_id, step_id, FAILED, None, reason, now)
+                tx.complete_waiting_step(run_id, step_id, StepStatus.FAILED, None, reason, now)
                 tx.wake_run(run_id, now)
 
-        row = StepRow(self.run_id, step_id, self._position(step_id), "invoke", WAITING_STEP, 0,
-                      wake_at=expires, started_at=now)
+        row = StepRow(run_id=self.run_id, step_id=step_id, position=self._position(step_id),
+                      kind=StepKind.INVOKE, status=StepStatus.WAITING, wake_at=expires, started_at=now,
+                      fingerprint=self._fingerprint(step_id))
         self._save(row, None, start_child)
-        raise self._pause(expires, WAITING)
+        raise self._pause(expires, RunStatus.WAITING)
 
     # -- send_event ------------------------------------------------------------------------
     async def send_event(self, step_id: str, events: Event | Sequence[Event]) -> list[str]:
         """Ingest ``events`` in the same transaction as the step's memo: exactly once."""
         memo = self._reach(step_id, StepKind.SEND)
-        if memo is not None and memo.status in (COMPLETED, FAILED):
+        if memo is not None and memo.status in (StepStatus.COMPLETED, StepStatus.FAILED):
             return list(self._outcome(memo))
         now = self.clock.now()
         await self.journal.flush()
@@ -513,12 +521,16 @@ class Interpreter:
             ids, ingest = self.services.send(events, now)
         except StepstoneError as exc:
             info = error_info(exc)
-            row = StepRow(self.run_id, step_id, self._position(step_id), "send", FAILED, 1, None,
-                          serde.dumps(info.to_json(), what="error"), None, now, now)
+            row = StepRow(run_id=self.run_id, step_id=step_id, position=self._position(step_id),
+                          kind=StepKind.SEND, status=StepStatus.FAILED, attempts=1,
+                          error=serde.dumps(info.to_json(), what="error"), started_at=now, ended_at=now,
+                          fingerprint=self._fingerprint(step_id))
             self._save(row, None)
             raise StepError(step_id, info.type, info.message) from exc
-        row = StepRow(self.run_id, step_id, self._position(step_id), "send", COMPLETED, 1,
-                      serde.dumps(ids, what="event ids"), None, None, now, now)
+        row = StepRow(run_id=self.run_id, step_id=step_id, position=self._position(step_id),
+                      kind=StepKind.SEND, status=StepStatus.COMPLETED, attempts=1,
+                      output=serde.dumps(ids, what="event ids"), started_at=now, ended_at=now,
+                      fingerprint=self._fingerprint(step_id))
         matcher = self.services.matcher()
 
         def ingest_sent(tx: Tx) -> None:  # ids fixed above: a repeated commit is deduplicated

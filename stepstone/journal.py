@@ -55,8 +55,8 @@ class RunJournal:
 
     def warn(self, name: str, message: str) -> None:
         now = self.clock.now()
-        self.spans.append(SpanRow(self.fence.run_id, "warning", name, now, now, "warning",
-                                  detail=message))
+        self.spans.append(SpanRow(run_id=self.fence.run_id, kind="warning", name=name, started_at=now,
+                                  ended_at=now, status="warning", detail=message))
 
     async def flush(self) -> None:
         """Commit what is staged (and wait for commits already under way) before

@@ -32,15 +32,16 @@ from stepstone.runtime import cancel_run, claim_singleton
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import (
     ACTIVE_STATUSES,
-    CANCELLED,
     ENDED_STATUSES,
-    FAILED,
     RUN_STATUSES,
     NewRun,
     RunFilter,
     RunRow,
+    RunStatus,
     SpanRow,
+    StepKind,
     StepRow,
+    StepStatus,
 )
 
 if TYPE_CHECKING:
@@ -169,7 +170,7 @@ def _trace_op(run_id: str) -> Callable[[Tx], list[Span]]:
         spans = [_to_span(s) for s in tx.get_spans(run_id)]
         # a step waiting for its retry is already traced by its failed attempts
         spans.extend(_step_span(step) for step in tx.get_steps(run_id)
-                     if step.started_at is not None and step.status != "retrying")
+                     if step.started_at is not None and step.status != StepStatus.RETRYING)
         created = _dt(run.created_at) or datetime.now(UTC)
         spans.append(Span("queued", "queue", "done" if run.started_at else "waiting", 0, created,
                           _dt(run.started_at), None, None))
@@ -180,7 +181,7 @@ def _trace_op(run_id: str) -> Callable[[Tx], list[Span]]:
     return op
 
 
-_STEP_SPAN_KIND = {"run": "step"}
+_STEP_SPAN_KIND = {StepKind.RUN: "step"}
 _SPAN_ORDER = {"run": 0, "queued": 1}
 
 
@@ -188,9 +189,9 @@ def _step_span(row: StepRow) -> Span:
     started = _dt(row.started_at) or datetime.now(UTC)
     return Span(
         kind=_STEP_SPAN_KIND.get(row.kind, row.kind), name=row.step_id, status=row.status,
-        attempt=max(0, row.attempts - 1) if row.kind == "run" else 0, started_at=started,
+        attempt=max(0, row.attempts - 1) if row.kind == StepKind.RUN else 0, started_at=started,
         ended_at=_dt(row.ended_at), error=ErrorInfo.from_json(serde.loads(row.error))
-        if row.status == "failed" else None,
+        if row.status == StepStatus.FAILED else None,
         detail={"wake_at": row.wake_at} if row.wake_at is not None else None,
     )
 
@@ -208,17 +209,17 @@ def _replay_op(run_id: str, now: float) -> Callable[[Tx], None]:
         run = tx.get_run(run_id)
         if run is None:
             raise NotFoundError(f"no run {run_id!r}")
-        if run.status not in (FAILED, CANCELLED):
+        if run.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
             raise InvalidStateError(f"run {run_id} is {run.status}; only failed or cancelled runs replay")
         _claim_singleton(tx, run, run_id, now, "replay")
-        unfinished = [s for s in tx.get_steps(run_id) if s.status != "completed"]
+        unfinished = [s for s in tx.get_steps(run_id) if s.status != StepStatus.COMPLETED]
         # The failed attempt's memo is about to go: keep it in the trace.
-        kept = [SpanRow(run_id, "step", s.step_id, s.started_at, s.ended_at, s.status,
-                        max(0, s.attempts - 1), s.error)
-                for s in unfinished if s.status == "failed" and s.started_at is not None]
+        kept = [SpanRow(run_id=run_id, kind="step", name=s.step_id, started_at=s.started_at,
+                        ended_at=s.ended_at, status=s.status, attempt=max(0, s.attempts - 1), error=s.error)
+                for s in unfinished if s.status == StepStatus.FAILED and s.started_at is not None]
         tx.requeue_run(run_id, now, [s.step_id for s in unfinished])
-        tx.save_steps([], [*kept, SpanRow(run_id, "replay", "replay", now, now, "ok",
-                                          detail=f"replayed from {run.status}")])
+        tx.save_steps([], [*kept, SpanRow(run_id=run_id, kind="replay", name="replay", started_at=now,
+                                          ended_at=now, status="ok", detail=f"replayed from {run.status}")])
     return op
 
 
@@ -253,10 +254,10 @@ def _rerun_op(run_id: str, step_id: str, now: float) -> Callable[[Tx], str]:
             meta=serde.dumps({"rerun_of": run_id, "from_step": step_id}, what="meta"),
             singleton_key=run.singleton_key, spec=tx.queue_spec(run_id),
         ))
-        kept = [StepRow(**{**s.__dict__, "run_id": new_run}) for s in steps
-                if s.position < cut and s.status == "completed"]
-        tx.save_steps(kept, [SpanRow(new_run, "rerun", step_id, now, now, "ok",
-                                     detail=f"forked from run {run_id} at step {step_id!r}")])
+        kept = [dataclasses.replace(s, run_id=new_run) for s in steps
+                if s.position < cut and s.status == StepStatus.COMPLETED]
+        tx.save_steps(kept, [SpanRow(run_id=new_run, kind="rerun", name=step_id, started_at=now, ended_at=now,
+                                     status="ok", detail=f"forked from run {run_id} at step {step_id!r}")])
         return new_run
     return op
 
@@ -394,7 +395,7 @@ class Runs:
                      status=ACTIVE_STATUSES, since=since, until=until, if_=if_)
         return (yield from self._drive(bulk, progress))
 
-    def _replay_many(self, *, function_id: str | None = None, status: str | Sequence[str] = FAILED,
+    def _replay_many(self, *, function_id: str | None = None, status: str | Sequence[str] = RunStatus.FAILED,
                      since: Moment | None = None, until: Moment | None = None,
                      if_: str | None = None, progress: Progress | None = None) -> Plan[int]:
         """Replay every failed (or ``status``: failed/cancelled) run matching the
@@ -466,7 +467,7 @@ class _Waiter:
 def _replayable(status: str | Sequence[str]) -> tuple[str, ...]:
     statuses = (status,) if isinstance(status, str) else tuple(status)
     for item in statuses:
-        if item not in (FAILED, CANCELLED):
+        if item not in (RunStatus.FAILED, RunStatus.CANCELLED):
             raise ConfigError("status", f"only failed or cancelled runs replay, not {item!r}")
     return statuses
 

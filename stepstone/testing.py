@@ -34,6 +34,7 @@ from stepstone.errors import RunTimeoutError
 from stepstone.events import Event
 from stepstone.runs import Run, Runs
 from stepstone.store.base import Tx
+from stepstone.store.rows import StepStatus
 from stepstone.worker import Worker
 
 __all__ = ["TestEnv", "VirtualClock"]
@@ -140,7 +141,7 @@ class TestEnv:
                 return run
             due = self._next_due()
             if due is None:
-                waiting = [s.id for s in run.steps if s.status == "waiting"]
+                waiting = [s.id for s in run.steps if s.status == StepStatus.WAITING]
                 raise RunTimeoutError(
                     f"run {run_id} is {run.status} and nothing is scheduled"
                     + (f"; steps {waiting} wait for an event: send it" if waiting else ""))

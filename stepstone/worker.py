@@ -407,8 +407,9 @@ class Worker:
     async def _register(self) -> None:
         await resync(self.store, self.clock)
         now = self.clock.now()
-        row = WorkerRow(self.id, self.app_name, self.app_version, self.concurrency,
-                        self.started_at, now, self._function_ids)
+        row = WorkerRow(id=self.id, app=self.app_name, app_version=self.app_version,
+                        concurrency=self.concurrency, started_at=self.started_at, heartbeat_at=now,
+                        functions=self._function_ids)
 
         def op(tx: Tx) -> bool:
             twin = any(w.id == self.id for w in tx.list_workers(now - self.lease_ttl))
@@ -429,8 +430,9 @@ class Worker:
         await resync(self.store, self.clock)
         held = list(self.inflight)
         owner = self.lease_owner
-        row = WorkerRow(self.id, self.app_name, self.app_version, self.concurrency,
-                        self.started_at, self.clock.now(), self._function_ids)
+        row = WorkerRow(id=self.id, app=self.app_name, app_version=self.app_version,
+                        concurrency=self.concurrency, started_at=self.started_at,
+                        heartbeat_at=self.clock.now(), functions=self._function_ids)
 
         def op(tx: Tx) -> list[str]:
             tx.upsert_worker(row)

@@ -12,8 +12,9 @@ from stepstone.cli.common import guard, open_target, target_options
 from stepstone.client import Client
 from stepstone.inventory import require_function
 from stepstone.server.params import check_range, parse_moment
+from stepstone.store.rows import RUN_STATUSES, RunStatus
 
-STATUSES = ("queued", "running", "sleeping", "waiting", "completed", "failed", "cancelled", "skipped")
+STATUSES = tuple(s.value for s in RUN_STATUSES)
 TIME_HELP = "RFC 3339 date-time or epoch seconds"
 
 
@@ -143,12 +144,12 @@ def runs_cancel_many(function_id: str, since: str | None, until: str | None, if_
 
 @runs.command("replay-many")
 @_bulk_options
-@click.option("--status", type=click.Choice(["failed", "cancelled"]), multiple=True,
-              help="Default: failed. Repeat for both.")
+@click.option("--status", type=click.Choice([RunStatus.FAILED.value, RunStatus.CANCELLED.value]),
+              multiple=True, help="Default: failed. Repeat for both.")
 def runs_replay_many(function_id: str, since: str | None, until: str | None, if_: str | None,
                      as_json: bool, database_url: str | None, url: str | None, api_key: str | None,
                      status: tuple[str, ...]) -> None:
     """Replay a function's failed (or cancelled) runs."""
     with open_target(database_url, url, api_key) as target:
         guard(lambda: _bulk("replay", target, function_id, since, until, if_, as_json,
-                            status=list(status) or "failed"))
+                            status=list(status) or RunStatus.FAILED))

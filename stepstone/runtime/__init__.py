@@ -29,7 +29,7 @@ from stepstone.runtime.admission import claim_singleton
 from stepstone.runtime.incoming import PreparedEvent, prepare
 from stepstone.runtime.ingestion import ingest
 from stepstone.store.base import Tx
-from stepstone.store.rows import Fence, RunRow
+from stepstone.store.rows import Fence, RunRow, RunStatus
 
 __all__ = [
     "PreparedEvent",
@@ -54,7 +54,7 @@ def start_run(
 
 
 def end_run(
-    tx: Tx, run: RunRow, status: str, output: str | None, error: ErrorInfo | None, now: float,
+    tx: Tx, run: RunRow, status: RunStatus, output: str | None, error: ErrorInfo | None, now: float,
     matcher: Registry, *, fence: Fence | None = None, events: list[Event] | None = None,
 ) -> bool:
     """``lifecycle.end_run``, publishing through ``ingest``."""
@@ -68,9 +68,9 @@ def cancel_run(tx: Tx, run_id: str, now: float, matcher: Registry,
     return lifecycle.cancel_run(tx, run_id, now, matcher, reason, publish=ingest)
 
 
-def park_run(tx: Tx, run: RunRow, fence: Fence, status: str, wake_at: float | None,
+def park_run(tx: Tx, run: RunRow, fence: Fence, status: RunStatus, wake_at: float | None,
              attempt: int | None, now: float, matcher: Registry,
-             events: list[Event] | None = None) -> str:
+             events: list[Event] | None = None) -> RunStatus:
     """``lifecycle.park_run``, publishing through ``ingest``."""
     return lifecycle.park_run(tx, run, fence, status, wake_at, attempt, now, matcher, events,
                               publish=ingest)

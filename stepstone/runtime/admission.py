@@ -23,7 +23,7 @@ from stepstone.runtime.lifecycle import Publish, cancel_run
 from stepstone.runtime.waits import build_wait, canonical
 from stepstone.scheduler import gcra
 from stepstone.store.base import Tx
-from stepstone.store.rows import ENDED_STATUSES, SKIPPED, NewRun, QueueSpec
+from stepstone.store.rows import ENDED_STATUSES, NewRun, QueueSpec, RunStatus, WaitKind
 
 FOREVER = 100 * 365 * 86400.0  # a claim held until released
 PRIORITY_RANGE = 600.0
@@ -46,7 +46,8 @@ def queue_spec(fn: FunctionDef, variables: dict[str, Any]) -> QueueSpec:
     padded: list[tuple[str | None, int | None]] = [*keys, (None, None), (None, None)]
     (ckey1, limit1), (ckey2, limit2) = padded[:2]
     partition = fn.id if ckey1 is None else f"{fn.id}|{ckey1}"
-    return QueueSpec(partition, ckey1, limit1, ckey2, limit2, throttle_key)
+    return QueueSpec(partition_key=partition, ckey1=ckey1, limit1=limit1, ckey2=ckey2, limit2=limit2,
+                     throttle_key=throttle_key)
 
 
 def priority_seconds(fn: FunctionDef, variables: dict[str, Any]) -> float:
@@ -98,7 +99,7 @@ def start_run(
         id=run_id, function_id=fn.id, event_seqs=[seq for seq, _ in events],
         event_ids=[event.id for _, event in events], available_at=due,
         sort_at=due - priority_seconds(fn, variables), created_at=now,
-        status=SKIPPED if skipped else "queued",
+        status=RunStatus.SKIPPED if skipped else RunStatus.QUEUED,
         meta=serde.dumps({"skipped": skipped}, what="meta") if skipped else None,
         parent_run_id=parent[0] if parent else None, parent_step_id=parent[1] if parent else None,
         start_deadline=None if flow.start_timeout is None else now + flow.start_timeout,
@@ -181,7 +182,7 @@ def _open_accumulators(tx: Tx, fn: FunctionDef, run_id: str, variables: dict[str
 def _cancel_waits(tx: Tx, fn: FunctionDef, run_id: str, variables: dict[str, Any], now: float) -> None:
     for i, (cancel, _condition, timeout) in enumerate(fn.flow.cancel_on):
         tx.insert_wait(build_wait(
-            run_id=run_id, step_id=f"cancel_on[{i}]", kind="cancel", event_name=cancel.event,
+            run_id=run_id, step_id=f"cancel_on[{i}]", kind=WaitKind.CANCEL, event_name=cancel.event,
             condition=cancel.if_, run_event=variables["event"], now=now,
             expires_at=None if timeout is None else now + timeout, field=f"cancel_on[{i}].if_",
         ))

@@ -21,7 +21,7 @@ from stepstone.runtime.incoming import PreparedEvent
 from stepstone.runtime.lifecycle import cancel_run
 from stepstone.runtime.waits import match_event
 from stepstone.store.base import Tx
-from stepstone.store.rows import COMPLETED, WaitRow
+from stepstone.store.rows import StepStatus, WaitKind, WaitRow
 
 __all__ = ["ingest"]
 
@@ -46,10 +46,10 @@ def ingest(tx: Tx, events: Sequence[PreparedEvent], registry: Registry, now: flo
 
 
 def _resolve(tx: Tx, wait: WaitRow, event: PreparedEvent, registry: Registry, now: float) -> None:
-    if wait.kind == "cancel":
+    if wait.kind == WaitKind.CANCEL:
         cancel_run(tx, wait.run_id, now, registry,
                    ErrorInfo("Cancelled", f"cancelled by event {event.name!r} ({event.id})"), publish=ingest)
         return
     output = serde.dumps(event.as_json(), what="event")
-    if tx.complete_waiting_step(wait.run_id, wait.step_id, COMPLETED, output, None, now):
+    if tx.complete_waiting_step(wait.run_id, wait.step_id, StepStatus.COMPLETED, output, None, now):
         tx.wake_run(wait.run_id, now)

@@ -23,20 +23,20 @@ from stepstone.events import Event
 from stepstone.registry import CANCELLED_EVENT, FAILED_EVENT, FINISHED_EVENT, Registry
 from stepstone.runtime.incoming import PreparedEvent, prepare
 from stepstone.store.base import Tx
-from stepstone.store.rows import CANCELLED, COMPLETED, ENDED_STATUSES, FAILED, Fence, RunRow
+from stepstone.store.rows import ENDED_STATUSES, Fence, RunRow, RunStatus, StepStatus
 
 # Ingest prepared events in the transaction: ``ingest(tx, events, matcher, now)``.
 Publish = Callable[[Tx, Sequence[PreparedEvent], Registry, float], object]
 
 
 def end_run(
-    tx: Tx, run: RunRow, status: str, output: str | None, error: ErrorInfo | None, now: float,
+    tx: Tx, run: RunRow, status: RunStatus, output: str | None, error: ErrorInfo | None, now: float,
     matcher: Registry, *, publish: Publish, fence: Fence | None = None,
     events: list[Event] | None = None,
 ) -> bool:
     """End ``run`` with ``status``; ``False`` if it had already ended. A run
     cancelled without a reason gets the one its pending cancel flag carries."""
-    if status == CANCELLED and error is None:
+    if status == RunStatus.CANCELLED and error is None:
         flagged = tx.cancel_reason(run.id)
         error = None if flagged is None else ErrorInfo.from_json(serde.loads(flagged))
     error_json = None if error is None else serde.dumps(error.to_json(), what="error")
@@ -67,38 +67,38 @@ def cancel_run(tx: Tx, run_id: str, now: float, matcher: Registry,
     # then flags only a live lease.
     if tx.lock_lease(run_id, now) and tx.flag_cancel(run_id, now, reason_json):
         return run.status
-    end_run(tx, run, CANCELLED, None, reason, now, matcher, publish=publish)
-    return CANCELLED
+    end_run(tx, run, RunStatus.CANCELLED, None, reason, now, matcher, publish=publish)
+    return RunStatus.CANCELLED
 
 
-def park_run(tx: Tx, run: RunRow, fence: Fence, status: str, wake_at: float | None,
+def park_run(tx: Tx, run: RunRow, fence: Fence, status: RunStatus, wake_at: float | None,
              attempt: int | None, now: float, matcher: Registry,
-             events: list[Event] | None = None, *, publish: Publish) -> str:
+             events: list[Event] | None = None, *, publish: Publish) -> RunStatus:
     """Park the held ``run`` (sleep, wait, invoke, retry back-off) until ``wake_at``,
     or, if its cancellation was requested while it was held, end it cancelled
     in this same transaction. Returns the status the run is left in."""
     if not tx.reschedule(fence, status, wake_at, attempt, now):
         return status
-    end_run(tx, run, CANCELLED, None, None, now, matcher, publish=publish, events=events)
-    return CANCELLED
+    end_run(tx, run, RunStatus.CANCELLED, None, None, now, matcher, publish=publish, events=events)
+    return RunStatus.CANCELLED
 
 
-def _resolve_parents(tx: Tx, child_id: str, status: str, output: str | None,
+def _resolve_parents(tx: Tx, child_id: str, status: RunStatus, output: str | None,
                      error: ErrorInfo | None, now: float) -> None:
     for wait in tx.child_waits(child_id):
         if wait.id is None or not tx.claim_wait(wait.id):
             continue
-        if status == COMPLETED:
-            tx.complete_waiting_step(wait.run_id, wait.step_id, COMPLETED, output, None, now)
+        if status == RunStatus.COMPLETED:
+            tx.complete_waiting_step(wait.run_id, wait.step_id, StepStatus.COMPLETED, output, None, now)
         else:
-            info = error or ErrorInfo("Cancelled" if status == CANCELLED else "Failed",
+            info = error or ErrorInfo("Cancelled" if status == RunStatus.CANCELLED else "Failed",
                                       f"invoked run {child_id} ended {status}")
             failure = serde.dumps({"type": info.type, "message": info.message}, what="error")
-            tx.complete_waiting_step(wait.run_id, wait.step_id, FAILED, None, failure, now)
+            tx.complete_waiting_step(wait.run_id, wait.step_id, StepStatus.FAILED, None, failure, now)
         tx.wake_run(wait.run_id, now)
 
 
-def system_events(tx: Tx, matcher: Registry, run: RunRow, status: str, output: str | None,
+def system_events(tx: Tx, matcher: Registry, run: RunRow, status: RunStatus, output: str | None,
                   error: ErrorInfo | None, events: list[Event]) -> list[Event]:
     """``stepstone/function.*`` events for a run that ended (see README)."""
     base: dict[str, Any] = {
@@ -108,13 +108,13 @@ def system_events(tx: Tx, matcher: Registry, run: RunRow, status: str, output: s
     }
     err = None if error is None else {"type": error.type, "message": error.message}
     found: list[Event] = []
-    if status == FAILED:
+    if status == RunStatus.FAILED:
         found.append(Event(FAILED_EVENT, fit_event_data({**base, "error": err})))
-    elif status == CANCELLED:
+    elif status == RunStatus.CANCELLED:
         found.append(Event(CANCELLED_EVENT, fit_event_data({**base, "error": err})))
-    if status in (COMPLETED, FAILED) and (matcher.listens_to(FINISHED_EVENT)
+    if status in (RunStatus.COMPLETED, RunStatus.FAILED) and (matcher.listens_to(FINISHED_EVENT)
                                           or tx.wait_keys(FINISHED_EVENT)):
-        result = {"result": serde.loads(output)} if status == COMPLETED else {"error": err}
+        result = {"result": serde.loads(output)} if status == RunStatus.COMPLETED else {"error": err}
         found.append(Event(FINISHED_EVENT, fit_event_data({**base, "status": status, **result})))
     return found
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from stepstone.expressions import compile_expression, compile_stored, equality_shape
 from stepstone.store.base import Tx
-from stepstone.store.rows import WaitRow
+from stepstone.store.rows import WaitKind, WaitRow
 
 MATCH_VARS = frozenset({"event", "async"})
 NEVER = "!missing"  # an index value no probe carries (canonical JSON never starts with '!')
@@ -94,7 +94,7 @@ def split_conjuncts(source: str) -> list[str]:
 
 
 def build_wait(
-    *, run_id: str, step_id: str, kind: str, event_name: str, condition: str | None,
+    *, run_id: str, step_id: str, kind: WaitKind, event_name: str, condition: str | None,
     run_event: dict[str, Any] | None, now: float, expires_at: float | None, field: str,
 ) -> WaitRow:
     """A wait row for ``event_name`` and CEL ``condition`` (validated here)."""

@@ -20,7 +20,7 @@ from stepstone.registry import Registry
 from stepstone.runtime import end_run, prepare, start_run
 from stepstone.scheduler.cron import latest_tick, next_tick
 from stepstone.store.base import Tx
-from stepstone.store.rows import CANCELLED
+from stepstone.store.rows import RunStatus
 
 CRON_EVENT = "stepstone/cron"
 
@@ -103,7 +103,7 @@ def timeouts_op(now: float, matcher: Registry) -> Callable[[Tx], int]:
             else:
                 run = tx.get_run(item.run_id)
                 if run is not None:
-                    end_run(tx, run, CANCELLED, None, reason, now, matcher)
+                    end_run(tx, run, RunStatus.CANCELLED, None, reason, now, matcher)
             handled += 1
         return handled
     return op

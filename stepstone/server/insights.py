@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from stepstone.expressions import Expression
 from stepstone.inventory import FunctionInfo, list_functions
 from stepstone.server.search import event_variables
 from stepstone.store.base import Tx
-from stepstone.store.rows import ACTIVE_STATUSES, ENDED_STATUSES, FAILED, KeyBacklogRow, RunFilter
+from stepstone.store.rows import (
+    ACTIVE_STATUSES,
+    ENDED_STATUSES,
+    KeyBacklogRow,
+    RunFilter,
+    RunStatus,
+)
 
 HOUR = 3600.0
 PREVIEW_SCAN = 5000
@@ -30,7 +36,7 @@ def status_counts_op(function_id: str | None, since: float | None,
                      until: float | None) -> Callable[[Tx], dict[str, int]]:
     """Runs created in [since, until) per status (every status present, zeros included)."""
     def op(tx: Tx) -> dict[str, int]:
-        counts = dict.fromkeys(ACTIVE_STATUSES + ENDED_STATUSES, 0)
+        counts: dict[str, int] = dict.fromkeys(ACTIVE_STATUSES + ENDED_STATUSES, 0)
         for row in tx.count_runs(function_id, since, until):
             counts[row.status] = counts.get(row.status, 0) + row.count
         return counts
@@ -59,7 +65,7 @@ def functions_op(now: float) -> Callable[[Tx], list[FunctionLoad]]:
             if row.function_id in loads:
                 loads[row.function_id].active[row.status] = row.count
         for row in tx.count_runs(None, now - HOUR, None):
-            if row.status == FAILED and row.function_id in loads:
+            if row.status == RunStatus.FAILED and row.function_id in loads:
                 loads[row.function_id].failed_last_hour = row.count
         for key in tx.key_backlog(now, KEY_ROWS):
             if key.function_id in loads:
@@ -114,7 +120,7 @@ def timeline_op(function_id: str | None, since: float, until: float,
         for row in tx.run_timeline(function_id, origin, until, width):
             bucket = buckets[min(max(row.bucket, 0), count - 1)]
             bucket.created += row.count
-            if row.status in ("completed", "failed", "cancelled"):
+            if row.status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED):
                 setattr(bucket, row.status, getattr(bucket, row.status) + row.count)
             bucket.started += row.started
             bucket.delay_sum += row.delay_sum
@@ -142,7 +148,7 @@ def preview_op(function_id: str, statuses: Sequence[str], since: float | None, u
     def op(tx: Tx) -> Preview:
         if condition is None:
             counts = status_counts_op(function_id, since, until)(tx)
-            sample = [r.id for r in tx.list_runs(RunFilter(**{**where.__dict__, "limit": SAMPLE}))]
+            sample = [r.id for r in tx.list_runs(replace(where, limit=SAMPLE))]
             total = sum(counts[s] for s in statuses)
             return Preview(total, total, True, sample)
         return _scan(tx, where, condition, scan)
@@ -153,7 +159,7 @@ def _scan(tx: Tx, where: RunFilter, condition: Expression, scan: int) -> Preview
     matched: list[str] = []
     examined, before = 0, None
     while examined < scan:
-        rows = tx.list_runs(RunFilter(**{**where.__dict__, "before_id": before}))
+        rows = tx.list_runs(replace(where, before_id=before))
         for row in rows[:scan - examined]:
             events = tx.get_events(row.id)
             if condition.test(event_variables(events[0] if events else None)):

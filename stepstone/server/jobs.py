@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from stepstone.errors import NotFoundError, StepstoneError
 from stepstone.ids import new_id
 from stepstone.store.base import Tx
-from stepstone.store.rows import JOB_ACTIVE_STATUSES, JobRow
+from stepstone.store.rows import JOB_ACTIVE_STATUSES, JobRow, JobStatus
 from stepstone.worker import default_instance_id
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ class JobRunner:
     # -- starting --------------------------------------------------------------------------
     async def start(self, request: BulkRequest) -> JobRow:
         now = self.app.clock.now()
-        job = JobRow(id=new_id(now), kind=request.kind, status="running",
+        job = JobRow(id=new_id(now), kind=request.kind, status=JobStatus.RUNNING,
                      params=json.dumps(request.params()), created_at=now, updated_at=now,
                      owner=self.owner)
 
@@ -87,22 +87,22 @@ class JobRunner:
         beat = asyncio.create_task(self._beat(progress))
         try:
             await self._bulk(request, progress)
-            await self._record(progress, "completed", None, final=True)
+            await self._record(progress, JobStatus.COMPLETED, None, final=True)
         except asyncio.CancelledError:
-            await asyncio.shield(self._record(progress, "interrupted", _SHUTDOWN, final=True))
+            await asyncio.shield(self._record(progress, JobStatus.INTERRUPTED, _SHUTDOWN, final=True))
             raise
         except StepstoneError as exc:
-            await self._record(progress, "failed", f"{type(exc).__name__}: {exc}", final=True)
+            await self._record(progress, JobStatus.FAILED, f"{type(exc).__name__}: {exc}", final=True)
         except Exception as exc:
             log.exception("job %s crashed", job.id)
-            await self._record(progress, "failed", f"{type(exc).__name__}: {exc}", final=True)
+            await self._record(progress, JobStatus.FAILED, f"{type(exc).__name__}: {exc}", final=True)
         finally:
             beat.cancel()
 
     async def _bulk(self, request: BulkRequest, progress: _Progress) -> int:
         def report(done: int, examined: int) -> None:
             progress.done, progress.examined = done, examined
-            future = self.app.store.submit(self._update_op(progress, "running", None, final=False))
+            future = self.app.store.submit(self._update_op(progress, JobStatus.RUNNING, None, final=False))
             progress.writes.add(future)
             future.add_done_callback(_forget(progress.writes))
 
@@ -116,7 +116,7 @@ class JobRunner:
         while True:
             await asyncio.sleep(self.heartbeat)
             with contextlib.suppress(StepstoneError):
-                await self._record(progress, "running", None, final=False)
+                await self._record(progress, JobStatus.RUNNING, None, final=False)
 
     async def _record(self, progress: _Progress, status: str, error: str | None, *, final: bool) -> None:
         await self.app.store.transact(self._update_op(progress, status, error, final=final))
@@ -169,7 +169,7 @@ class JobRunner:
         await asyncio.gather(*jobs.values(), return_exceptions=True)
         for job_id in jobs:
             with contextlib.suppress(StepstoneError):
-                await self._record(_Progress(job_id), "interrupted", _SHUTDOWN, final=True)
+                await self._record(_Progress(job_id), JobStatus.INTERRUPTED, _SHUTDOWN, final=True)
 
 
 def _forget(writes: set[asyncio.Future[Any]]) -> Any:

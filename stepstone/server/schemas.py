@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
 
@@ -19,15 +19,21 @@ from stepstone.errors import ErrorInfo
 from stepstone.events import Event
 from stepstone.inventory import FunctionInfo
 from stepstone.runs import Run, Span, StepRecord
+from stepstone.store import rows
 from stepstone.store.rows import JobRow, WorkerRow
 
-RunStatus = Literal["queued", "running", "sleeping", "waiting", "completed", "failed", "cancelled",
-                    "skipped"]
-# Responses say ``str`` so a status added to the engine never breaks a response;
-# requests are checked against the Literal (a test keeps it equal to RUN_STATUSES).
-_STATUS_HELP = "queued, running, sleeping, waiting, completed, failed, cancelled or skipped"
-ReplayableStatus = Literal["failed", "cancelled"]
-JobStatus = Literal["queued", "running", "completed", "failed", "interrupted"]
+# Requests are checked against Literals of the engine's enums (plain strings, so
+# the OpenAPI spec lists their values); responses say ``str`` for run statuses so
+# a status added to the engine never breaks a response.
+if TYPE_CHECKING:
+    RunStatus: TypeAlias = str
+    ReplayableStatus: TypeAlias = str
+    JobStatus: TypeAlias = str
+else:
+    RunStatus = Literal[tuple(s.value for s in rows.RUN_STATUSES)]
+    ReplayableStatus = Literal[rows.RunStatus.FAILED.value, rows.RunStatus.CANCELLED.value]
+    JobStatus = Literal[tuple(s.value for s in rows.JobStatus)]
+_STATUS_HELP = ", ".join(rows.RUN_STATUSES[:-1]) + " or " + rows.RUN_STATUSES[-1]
 JobKind = Literal["cancel_many", "replay_many"]
 MAX_TS_MS = 2**53  # milliseconds; far beyond any real date, within every integer column
 Moment = Annotated[str | float, Field(
@@ -233,7 +239,7 @@ class CancelManyIn(BaseModel):
 
 
 def _failed_only() -> list[ReplayableStatus]:
-    return ["failed"]
+    return [rows.RunStatus.FAILED.value]
 
 
 class ReplayManyIn(CancelManyIn):
@@ -263,7 +269,7 @@ class JobOut(BaseModel):
 
     @property
     def finished(self) -> bool:
-        return self.status not in ("queued", "running")
+        return self.status not in rows.JOB_ACTIVE_STATUSES
 
 
 class JobList(BaseModel):
@@ -324,8 +330,9 @@ class WorkerOut(BaseModel):
                    functions=row.functions)
 
     def to_row(self) -> WorkerRow:
-        return WorkerRow(self.id, self.app, self.app_version, self.concurrency,
-                         self.started_at.timestamp(), self.heartbeat_at.timestamp(), self.functions)
+        return WorkerRow(id=self.id, app=self.app, app_version=self.app_version,
+                         concurrency=self.concurrency, started_at=self.started_at.timestamp(),
+                         heartbeat_at=self.heartbeat_at.timestamp(), functions=self.functions)
 
 
 class WorkerList(BaseModel):

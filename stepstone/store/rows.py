@@ -1,22 +1,70 @@
-"""What the store reads and writes: run statuses and the rows that cross the
-``Tx`` interface (plain frozen dataclasses; values are JSON text, times epoch
-seconds)."""
+"""What the store reads and writes: the domain's words (run, step and job
+statuses, step and wait kinds, as ``StrEnum``s) and the rows that cross the
+``Tx`` interface (frozen, keyword-only dataclasses, each read from a database
+row by its ``from_row``; values are JSON text, times epoch seconds)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
-# Run statuses (DESIGN §1).
-QUEUED, RUNNING, SLEEPING, WAITING = "queued", "running", "sleeping", "waiting"
-COMPLETED, FAILED, CANCELLED, SKIPPED = "completed", "failed", "cancelled", "skipped"
-ACTIVE_STATUSES = (QUEUED, RUNNING, SLEEPING, WAITING)
-ENDED_STATUSES = (COMPLETED, FAILED, CANCELLED, SKIPPED)
+Row = Mapping[str, Any]  # a database row by column name
+
+# The domain's words. Members are ``str``s: stored values, JSON and comparisons
+# with plain strings are unchanged. queries.sql spells some of them as SQL
+# literals; tests/unit/test_rows.py checks each is a member.
+
+
+class RunStatus(StrEnum):
+    """Where a run is (DESIGN §1): active until it ends, then final."""
+
+    QUEUED = "queued"  #: created, not started yet (or replayed)
+    RUNNING = "running"  #: held by a worker, or due again after a retry back-off
+    SLEEPING = "sleeping"  #: parked until a step.sleep wakes it
+    WAITING = "waiting"  #: parked until an event or an invoked run wakes it
+    COMPLETED = "completed"  #: the handler returned
+    FAILED = "failed"  #: out of retries, or a step failed for good
+    CANCELLED = "cancelled"  #: cancelled before it ended
+    SKIPPED = "skipped"  #: never started: a rate limit or a singleton skipped it
+
+
+ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.SLEEPING, RunStatus.WAITING)
+ENDED_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.SKIPPED)
 RUN_STATUSES = ACTIVE_STATUSES + ENDED_STATUSES
 
 
-@dataclass(frozen=True)
+class StepStatus(StrEnum):
+    """A step memo's latest state."""
+
+    COMPLETED = "completed"  #: returned a value (a sleep: woke; a wait: got its event)
+    FAILED = "failed"  #: failed for good: replays raise StepError again
+    RETRYING = "retrying"  #: failed; runs again after its back-off (``wake_at``)
+    SLEEPING = "sleeping"  #: a sleep until ``wake_at``
+    WAITING = "waiting"  #: a wait for an event or for an invoked run
+
+
+class StepKind(StrEnum):
+    """What a step call was: a memo is only returned to a call of its own kind."""
+
+    RUN = "run"  #: step.run
+    SLEEP = "sleep"  #: step.sleep / sleep_until
+    WAIT = "wait"  #: step.wait_for_event
+    INVOKE = "invoke"  #: step.invoke
+    SEND = "send"  #: step.send_event
+
+
+class WaitKind(StrEnum):
+    """What a wait row waits for (``WaitRow.kind``)."""
+
+    EVENT = "event"  #: step.wait_for_event
+    CANCEL = "cancel"  #: a cancel_on event that cancels the run
+    INVOKE = "invoke"  #: the end of a child run (step.invoke)
+
+
+@dataclass(frozen=True, kw_only=True)
 class EventRow:
     seq: int
     id: str
@@ -26,8 +74,13 @@ class EventRow:
     received_at: float
     trace: str | None = None
 
+    @classmethod
+    def from_row(cls, row: Row) -> EventRow:
+        return cls(seq=row["seq"], id=row["id"], name=row["name"], data=row["data"], ts=row["ts"],
+                   received_at=row["received_at"], trace=row["trace"])
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class NewRun:
     """A run to create with its queue item."""
 
@@ -39,7 +92,7 @@ class NewRun:
     created_at: float
     partition: str = ""
     sort_at: float | None = None
-    status: str = QUEUED
+    status: RunStatus = RunStatus.QUEUED
     error: str | None = None
     parent_run_id: str | None = None
     parent_step_id: str | None = None
@@ -51,7 +104,7 @@ class NewRun:
     spec: QueueSpec | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class QueueSpec:
     """Where a run queues: its partition (function + first concurrency key), its
     concurrency keys with their limits, and its throttle key."""
@@ -68,7 +121,7 @@ class QueueSpec:
         return self.ckey1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class QueueItem:
     """A due queue item as leasing sees it."""
 
@@ -81,18 +134,14 @@ class QueueItem:
     throttle_key: str | None
     fresh: bool
 
-
-class StepKind(StrEnum):
-    """What a step call was: a memo is only returned to a call of its own kind."""
-
-    RUN = "run"  #: step.run
-    SLEEP = "sleep"  #: step.sleep / sleep_until
-    WAIT = "wait"  #: step.wait_for_event
-    INVOKE = "invoke"  #: step.invoke
-    SEND = "send"  #: step.send_event
+    @classmethod
+    def from_row(cls, row: Row) -> QueueItem:
+        return cls(run_id=row["run_id"], function_id=row["function_id"], ckey1=row["ckey1"],
+                   limit1=row["limit1"], ckey2=row["ckey2"], limit2=row["limit2"],
+                   throttle_key=row["throttle_key"], fresh=bool(row["fresh"]))
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class StepRow:
     """One step's memo: its latest state, not its history (see ``SpanRow``).
 
@@ -104,8 +153,8 @@ class StepRow:
     run_id: str
     step_id: str
     position: int
-    kind: str
-    status: str
+    kind: StepKind
+    status: StepStatus
     attempts: int = 0
     output: str | None = None
     error: str | None = None
@@ -114,8 +163,16 @@ class StepRow:
     ended_at: float | None = None
     fingerprint: str | None = None
 
+    @classmethod
+    def from_row(cls, row: Row) -> StepRow:
+        return cls(run_id=row["run_id"], step_id=row["step_id"], position=row["position"],
+                   kind=StepKind(row["kind"]), status=StepStatus(row["status"]),
+                   attempts=row["attempts"], output=row["output"], error=row["error"],
+                   wake_at=row["wake_at"], started_at=row["started_at"], ended_at=row["ended_at"],
+                   fingerprint=row["fingerprint"])
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class SpanRow:
     """One entry of a run's trace: a step attempt, a sleep, a wait, a warning."""
 
@@ -129,12 +186,18 @@ class SpanRow:
     error: str | None = None
     detail: str | None = None
 
+    @classmethod
+    def from_row(cls, row: Row) -> SpanRow:
+        return cls(run_id=row["run_id"], kind=row["kind"], name=row["name"],
+                   started_at=row["started_at"], ended_at=row["ended_at"], status=row["status"],
+                   attempt=row["attempt"], error=row["error"], detail=row["detail"])
 
-@dataclass
+
+@dataclass(frozen=True, kw_only=True)
 class RunRow:
     id: str
     function_id: str
-    status: str
+    status: RunStatus
     event_ids: list[str]
     output: str | None
     error: str | None
@@ -148,8 +211,17 @@ class RunRow:
     meta: str | None = None
     singleton_key: str | None = None
 
+    @classmethod
+    def from_row(cls, row: Row) -> RunRow:
+        return cls(id=row["id"], function_id=row["function_id"], status=RunStatus(row["status"]),
+                   event_ids=json.loads(row["event_ids"]), output=row["output"], error=row["error"],
+                   created_at=row["created_at"], started_at=row["started_at"],
+                   ended_at=row["ended_at"], attempt=row["attempt"], app_version=row["app_version"],
+                   parent_run_id=row["parent_run_id"], parent_step_id=row["parent_step_id"],
+                   meta=row["meta"], singleton_key=row["singleton_key"])
 
-@dataclass
+
+@dataclass(frozen=True, kw_only=True)
 class LeasedRun:
     """What a worker needs to run an invocation, read in the leasing transaction."""
 
@@ -161,7 +233,7 @@ class LeasedRun:
     start_deadline: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WaitRow:
     """A run waiting for an event (``kind`` 'event'), for a cancelling event
     ('cancel') or for a child run ('invoke', ``match_value`` = the child's id).
@@ -171,7 +243,7 @@ class WaitRow:
 
     run_id: str
     step_id: str
-    kind: str
+    kind: WaitKind
     event_name: str
     match_key: str = ""
     match_value: str = ""
@@ -181,8 +253,16 @@ class WaitRow:
     expires_at: float | None = None
     id: int | None = None
 
+    @classmethod
+    def from_row(cls, row: Row) -> WaitRow:
+        return cls(run_id=row["run_id"], step_id=row["step_id"], kind=WaitKind(row["kind"]),
+                   event_name=row["event_name"], match_key=row["match_key"],
+                   match_value=row["match_value"], expression=row["expression"],
+                   event_json=row["event_json"], created_at=row["created_at"],
+                   expires_at=row["expires_at"], id=row["id"])
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class TimedOut:
     run_id: str
     function_id: str
@@ -193,7 +273,7 @@ class TimedOut:
 CancelFlag = Callable[[], bool]  # read after the commit: was the run's cancellation requested?
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Fence:
     """Proof of ownership: a write commits only while (owner, epoch) hold the run.
 
@@ -207,7 +287,7 @@ class Fence:
     token: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunFilter:
     function_id: str | None = None
     statuses: tuple[str, ...] = ()
@@ -218,7 +298,7 @@ class RunFilter:
     before_id: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkerRow:
     id: str
     app: str
@@ -228,8 +308,14 @@ class WorkerRow:
     heartbeat_at: float
     functions: list[str] = field(default_factory=list)
 
+    @classmethod
+    def from_row(cls, row: Row) -> WorkerRow:
+        return cls(id=row["id"], app=row["app"], app_version=row["app_version"],
+                   concurrency=row["concurrency"], started_at=row["started_at"],
+                   heartbeat_at=row["heartbeat_at"], functions=json.loads(row["functions"]))
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class BacklogRow:
     """Queue items of one function that are due and not leased."""
 
@@ -237,15 +323,24 @@ class BacklogRow:
     due: int
     oldest_due_at: float
 
+    @classmethod
+    def from_row(cls, row: Row) -> BacklogRow:
+        return cls(function_id=row["function_id"], due=int(row["due"]),
+                   oldest_due_at=float(row["oldest"]))
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class RunCountRow:
     function_id: str
-    status: str
+    status: RunStatus
     count: int
 
+    @classmethod
+    def from_row(cls, row: Row) -> RunCountRow:
+        return cls(function_id=row["function_id"], status=RunStatus(row["status"]), count=int(row["n"]))
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class KeyBacklogRow:
     """Queue items of one function under one pair of concurrency key values
     (``None``: no such key): due now, held by a live lease, and in all (the rest
@@ -260,42 +355,68 @@ class KeyBacklogRow:
     leased: int
     total: int
 
+    @classmethod
+    def from_row(cls, row: Row) -> KeyBacklogRow:
+        return cls(function_id=row["function_id"], ckey1=row["ckey1"], ckey2=row["ckey2"],
+                   limit1=row["limit1"], limit2=row["limit2"], due=int(row["due"]),
+                   leased=int(row["leased"]), total=int(row["total"]))
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class TimelineRow:
     """Runs created in one time bucket with one status: how many, how many have
     started, and their queue delays (first start minus creation) in seconds."""
 
     bucket: int
-    status: str
+    status: RunStatus
     count: int
     started: int
     delay_sum: float
     delay_max: float | None
 
+    @classmethod
+    def from_row(cls, row: Row) -> TimelineRow:
+        return cls(bucket=int(row["bucket"]), status=RunStatus(row["status"]), count=int(row["n"]),
+                   started=int(row["started"]), delay_sum=float(row["delay_sum"] or 0.0),
+                   delay_max=None if row["delay_max"] is None else float(row["delay_max"]))
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class EventRunRow:
     """A run an event started (or joined, for batches and debounces)."""
 
     event_seq: int
     run_id: str
     function_id: str
-    status: str
+    status: RunStatus
+
+    @classmethod
+    def from_row(cls, row: Row) -> EventRunRow:
+        return cls(event_seq=int(row["event_seq"]), run_id=row["id"], function_id=row["function_id"],
+                   status=RunStatus(row["status"]))
 
 
-# Job statuses: a job is active while queued or running.
-JOB_ACTIVE_STATUSES = ("queued", "running")
-JOB_STATUSES = (*JOB_ACTIVE_STATUSES, "completed", "failed", "interrupted")
+class JobStatus(StrEnum):
+    """Where a background operator job is: active while queued or running."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"  #: its server stopped (or died) before it finished
 
 
-@dataclass(frozen=True)
+JOB_ACTIVE_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING)
+JOB_STATUSES = tuple(JobStatus)
+
+
+@dataclass(frozen=True, kw_only=True)
 class JobRow:
     """A background operator job (bulk cancel / replay); ``params`` is JSON."""
 
     id: str
     kind: str
-    status: str
+    status: JobStatus
     params: str
     created_at: float
     updated_at: float
@@ -304,3 +425,10 @@ class JobRow:
     error: str | None = None
     owner: str | None = None
     finished_at: float | None = None
+
+    @classmethod
+    def from_row(cls, row: Row) -> JobRow:
+        return cls(id=row["id"], kind=row["kind"], status=JobStatus(row["status"]),
+                   params=row["params"], created_at=row["created_at"], updated_at=row["updated_at"],
+                   done=row["done"], examined=row["examined"], error=row["error"],
+                   owner=row["owner"], finished_at=row["finished_at"])

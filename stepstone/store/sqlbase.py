@@ -11,8 +11,6 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from stepstone.store.rows import EventRow
-
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.M)
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
@@ -36,12 +34,12 @@ class Dialect:
     key_try_lock: str | None = None  # the same without waiting; returns one row, column "ok"
     server_clock: str | None = None  # SQL reading the server's clock (epoch seconds, column "now")
     fence_raises: bool = False  # fence checks fail on the server (no need to read them back)
-    _cache: dict[tuple[str, tuple[tuple[str, int], ...]], str] = field(
+    _cache: dict[str | tuple[str, tuple[tuple[str, int], ...]], str] = field(
         default_factory=dict, compare=False, repr=False
     )
 
     def sql(self, name: str, lists: Mapping[str, int] = {}) -> str:
-        key = (name, tuple(sorted(lists.items())))
+        key = (name, tuple(sorted(lists.items()))) if lists else name
         cached = self._cache.get(key)
         if cached is not None:
             return cached
@@ -56,11 +54,6 @@ class Dialect:
         return text
 
 
-def event_row(row: Mapping[str, Any]) -> EventRow:
-    return EventRow(row["seq"], row["id"], row["name"], row["data"], row["ts"], row["received_at"],
-                    row["trace"])
-
-
 class SqlPlumbing:
     """A transaction's connection and dialect, and the three ways to run a statement."""
 
@@ -71,6 +64,8 @@ class SqlPlumbing:
     # -- plumbing ---------------------------------------------------------------
     def _exec(self, name: str, params: Mapping[str, Any] | None = None,
               lists: Mapping[str, Sequence[Any]] | None = None) -> Any:
+        if not lists:  # the common case, and every step checkpoint's: no copy
+            return self.conn.execute(self.dialect.sql(name), params or {})
         args = dict(params or {})
         sizes: dict[str, int] = {}
         for key, values in (lists or {}).items():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from stepstone.errors import LeaseLostError
@@ -25,51 +25,13 @@ from stepstone.store.rows import (
     QueueSpec,
     RunFilter,
     RunRow,
+    RunStatus,
     SpanRow,
     StepRow,
     TimedOut,
     WaitRow,
 )
-from stepstone.store.sqlbase import event_row
 from stepstone.store.sqlviews import SqlViews
-
-
-def _run_row(row: Mapping[str, Any]) -> RunRow:
-    return RunRow(
-        id=row["id"],
-        function_id=row["function_id"],
-        status=row["status"],
-        event_ids=json.loads(row["event_ids"]),
-        output=row["output"],
-        error=row["error"],
-        created_at=row["created_at"],
-        started_at=row["started_at"],
-        ended_at=row["ended_at"],
-        attempt=row["attempt"],
-        app_version=row["app_version"],
-        parent_run_id=row["parent_run_id"],
-        parent_step_id=row["parent_step_id"],
-        meta=row["meta"],
-        singleton_key=row["singleton_key"],
-    )
-
-
-def _wait_row(row: Mapping[str, Any]) -> WaitRow:
-    return WaitRow(
-        run_id=row["run_id"], step_id=row["step_id"], kind=row["kind"], event_name=row["event_name"],
-        match_key=row["match_key"], match_value=row["match_value"], expression=row["expression"],
-        event_json=row["event_json"], created_at=row["created_at"], expires_at=row["expires_at"],
-        id=row["id"],
-    )
-
-
-def _step_row(row: Mapping[str, Any]) -> StepRow:
-    return StepRow(
-        run_id=row["run_id"], step_id=row["step_id"], position=row["position"], kind=row["kind"],
-        status=row["status"], attempts=row["attempts"], output=row["output"], error=row["error"],
-        wake_at=row["wake_at"], started_at=row["started_at"], ended_at=row["ended_at"],
-        fingerprint=row["fingerprint"],
-    )
 
 
 class SqlTx(SqlViews):
@@ -123,7 +85,7 @@ class SqlTx(SqlViews):
         for position, seq in enumerate(run.event_seqs):
             self._exec("insert_run_event", {"run_id": run.id, "position": position, "event_seq": seq})
         if not ended:
-            spec = run.spec or QueueSpec(run.partition or run.function_id)
+            spec = run.spec or QueueSpec(partition_key=run.partition or run.function_id)
             self._enqueue(run.id, run.function_id, spec, run.available_at,
                           run.available_at if run.sort_at is None else run.sort_at,
                           run.start_deadline, run.finish_timeout)
@@ -158,19 +120,17 @@ class SqlTx(SqlViews):
 
     def get_run(self, run_id: str) -> RunRow | None:
         row = self._one("get_run", {"id": run_id})
-        return None if row is None else _run_row(row)
+        return None if row is None else RunRow.from_row(row)
 
     def get_steps(self, run_id: str) -> list[StepRow]:
-        return [_step_row(r) for r in self._all("get_steps", {"run_id": run_id})]
+        return [StepRow.from_row(r) for r in self._all("get_steps", {"run_id": run_id})]
 
     def get_events(self, run_id: str) -> list[EventRow]:
-        return [event_row(r) for r in self._all("get_events", {"run_id": run_id})]
+        return [EventRow.from_row(r) for r in self._all("get_events", {"run_id": run_id})]
 
     def get_spans(self, run_id: str) -> list[SpanRow]:
         return [
-            SpanRow(r["run_id"], r["kind"], r["name"], r["started_at"], r["ended_at"], r["status"],
-                    r["attempt"], r["error"], r["detail"])
-            for r in self._all("get_spans", {"run_id": run_id})
+            SpanRow.from_row(r) for r in self._all("get_spans", {"run_id": run_id})
         ]
 
     def list_runs(self, where: RunFilter) -> list[RunRow]:
@@ -179,7 +139,7 @@ class SqlTx(SqlViews):
             "since": where.since, "until": where.until, "before_id": where.before_id,
             "event_id": where.event_id, "limit": where.limit,
         }
-        return [_run_row(r) for r in self._all("list_runs", params, {"statuses": where.statuses})]
+        return [RunRow.from_row(r) for r in self._all("list_runs", params, {"statuses": where.statuses})]
 
     # -- queue and leases ---------------------------------------------------------------
     def due_partitions(self, function_ids: Sequence[str], now: float, limit: int) -> list[str]:
@@ -190,8 +150,7 @@ class SqlTx(SqlViews):
 
     def partition_items(self, key: str, now: float, limit: int) -> list[QueueItem]:
         return [
-            QueueItem(r["run_id"], r["function_id"], r["ckey1"], r["limit1"], r["ckey2"], r["limit2"],
-                      r["throttle_key"], bool(r["fresh"]))
+            QueueItem.from_row(r)
             for r in self._all("partition_items", {"key": key, "now": now, "limit": limit})
         ]
 
@@ -210,7 +169,7 @@ class SqlTx(SqlViews):
         self._exec("drop_debounce_of", {"run_id": run_id})
         self._exec("drop_batch_of", {"run_id": run_id})
         return LeasedRun(
-            run=_run_row(run), epoch=item["epoch"], events=self.get_events(run_id),
+            run=RunRow.from_row(run), epoch=item["epoch"], events=self.get_events(run_id),
             steps=self.get_steps(run_id), cancel_requested=bool(item["cancel_requested"]),
             start_deadline=item["start_deadline"],
         )
@@ -386,9 +345,10 @@ class SqlTx(SqlViews):
             return
         for step_id in reset_steps or ():
             self._exec("delete_step", {"run_id": run_id, "step_id": step_id})
-        self._exec("reopen_run", {"id": run_id, "status": "queued" if run.started_at is None else "running"})
+        self._exec("reopen_run", {"id": run_id, "status": RunStatus.QUEUED if run.started_at is None
+                                             else RunStatus.RUNNING})
         if self._one("queue_item", {"run_id": run_id}) is None:
-            spec = self.queue_spec(run_id) or QueueSpec(run.function_id)
+            spec = self.queue_spec(run_id) or QueueSpec(partition_key=run.function_id)
             self._enqueue(run_id, run.function_id, spec, now, now, None, None)
 
     def queue_spec(self, run_id: str) -> QueueSpec | None:
@@ -438,7 +398,7 @@ class SqlTx(SqlViews):
     def match_waits(self, event_name: str, match_key: str, match_value: str, now: float) -> list[WaitRow]:
         rows = self._all("match_waits", {"event_name": event_name, "match_key": match_key,
                                          "match_value": match_value, "now": now})
-        return [_wait_row(r) for r in rows]
+        return [WaitRow.from_row(r) for r in rows]
 
     def claim_wait(self, wait_id: int) -> bool:
         return int(self._exec("delete_wait", {"id": wait_id}).rowcount) == 1
@@ -450,7 +410,7 @@ class SqlTx(SqlViews):
         self._exec("delete_run_waits", {"run_id": run_id})
 
     def child_waits(self, child_run_id: str) -> list[WaitRow]:
-        return [_wait_row(r) for r in self._all("child_waits", {"child_run_id": child_run_id})]
+        return [WaitRow.from_row(r) for r in self._all("child_waits", {"child_run_id": child_run_id})]
 
     def complete_waiting_step(self, run_id: str, step_id: str, status: str, output: str | None,
                               error: str | None, now: float) -> bool:
@@ -466,7 +426,7 @@ class SqlTx(SqlViews):
 
     def get_step(self, run_id: str, step_id: str) -> StepRow | None:
         row = self._one("get_step", {"run_id": run_id, "step_id": step_id})
-        return None if row is None else _step_row(row)
+        return None if row is None else StepRow.from_row(row)
 
     # -- cron ------------------------------------------------------------------------------------
     def ensure_cron(self, function_id: str, schedule: str, next_at: float) -> None:
@@ -504,7 +464,7 @@ class SqlTx(SqlViews):
         for r in self._all("timed_out", {"now": now, "limit": limit}):
             leased = r["owner"] is not None and r["available_at"] is not None and r["available_at"] > now
             kind = "start" if r["start_deadline"] is not None and r["start_deadline"] <= now else "finish"
-            found.append(TimedOut(r["run_id"], r["function_id"], leased, kind))
+            found.append(TimedOut(run_id=r["run_id"], function_id=r["function_id"], leased=leased, kind=kind))
         return found
 
     def next_deadline(self) -> float | None:

@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from stepstone.store.rows import (
     BacklogRow,
@@ -17,16 +16,7 @@ from stepstone.store.rows import (
     TimelineRow,
     WorkerRow,
 )
-from stepstone.store.sqlbase import SqlPlumbing, event_row
-
-
-def _job_row(row: Mapping[str, Any]) -> JobRow:
-    return JobRow(
-        id=row["id"], kind=row["kind"], status=row["status"], params=row["params"],
-        created_at=row["created_at"], updated_at=row["updated_at"], done=row["done"],
-        examined=row["examined"], error=row["error"], owner=row["owner"],
-        finished_at=row["finished_at"],
-    )
+from stepstone.store.sqlbase import SqlPlumbing
 
 
 class SqlViews(SqlPlumbing):
@@ -45,50 +35,39 @@ class SqlViews(SqlPlumbing):
 
     def list_workers(self, alive_since: float) -> list[WorkerRow]:
         return [
-            WorkerRow(r["id"], r["app"], r["app_version"], r["concurrency"], r["started_at"],
-                      r["heartbeat_at"], json.loads(r["functions"]))
-            for r in self._all("list_workers", {"alive_since": alive_since})
+            WorkerRow.from_row(r) for r in self._all("list_workers", {"alive_since": alive_since})
         ]
 
     # -- operator views ----------------------------------------------------------------------
     def run_backlog(self, now: float) -> list[BacklogRow]:
-        return [BacklogRow(r["function_id"], int(r["due"]), float(r["oldest"]))
-                for r in self._all("run_backlog", {"now": now})]
+        return [BacklogRow.from_row(r) for r in self._all("run_backlog", {"now": now})]
 
     def count_active_runs(self) -> list[RunCountRow]:
-        return [RunCountRow(r["function_id"], r["status"], int(r["n"]))
-                for r in self._all("count_active_runs")]
+        return [RunCountRow.from_row(r) for r in self._all("count_active_runs")]
 
     # -- operator views (dashboard) ----------------------------------------------------------
     def count_runs(self, function_id: str | None, since: float | None,
                    until: float | None) -> list[RunCountRow]:
         params = {"function_id": function_id, "since": since, "until": until}
-        return [RunCountRow(r["function_id"], r["status"], int(r["n"]))
-                for r in self._all("count_runs", params)]
+        return [RunCountRow.from_row(r) for r in self._all("count_runs", params)]
 
     def key_backlog(self, now: float, limit: int) -> list[KeyBacklogRow]:
-        return [KeyBacklogRow(r["function_id"], r["ckey1"], r["ckey2"], r["limit1"], r["limit2"],
-                              int(r["due"]), int(r["leased"]), int(r["total"]))
-                for r in self._all("key_backlog", {"now": now, "limit": limit})]
+        return [KeyBacklogRow.from_row(r) for r in self._all("key_backlog", {"now": now, "limit": limit})]
 
     def run_timeline(self, function_id: str | None, origin: int, until: float,
                      width: int) -> list[TimelineRow]:
         params = {"function_id": function_id, "origin": origin, "until": until, "width": width}
-        return [TimelineRow(int(r["bucket"]), r["status"], int(r["n"]), int(r["started"]),
-                            float(r["delay_sum"] or 0.0),
-                            None if r["delay_max"] is None else float(r["delay_max"]))
-                for r in self._all("run_timeline", params)]
+        return [TimelineRow.from_row(r) for r in self._all("run_timeline", params)]
 
     def list_events(self, name: str | None, event_id: str | None, before_seq: int | None,
                     limit: int) -> list[EventRow]:
         params = {"name": name, "event_id": event_id, "before_seq": before_seq, "limit": limit}
-        return [event_row(r) for r in self._all("list_events", params)]
+        return [EventRow.from_row(r) for r in self._all("list_events", params)]
 
     def event_runs(self, seqs: Sequence[int]) -> list[EventRunRow]:
         if not seqs:
             return []
-        return [EventRunRow(int(r["event_seq"]), r["id"], r["function_id"], r["status"])
-                for r in self._all("event_runs", {}, {"seqs": seqs})]
+        return [EventRunRow.from_row(r) for r in self._all("event_runs", {}, {"seqs": seqs})]
 
     # -- background jobs ----------------------------------------------------------------------
     def create_job(self, job: JobRow) -> None:
@@ -101,10 +80,10 @@ class SqlViews(SqlPlumbing):
 
     def get_job(self, job_id: str) -> JobRow | None:
         row = self._one("get_job", {"id": job_id})
-        return None if row is None else _job_row(row)
+        return None if row is None else JobRow.from_row(row)
 
     def list_jobs(self, limit: int) -> list[JobRow]:
-        return [_job_row(r) for r in self._all("list_jobs", {"limit": limit})]
+        return [JobRow.from_row(r) for r in self._all("list_jobs", {"limit": limit})]
 
     def update_job(self, job_id: str, *, status: str, done: int, examined: int, error: str | None,
                    now: float, finished_at: float | None) -> bool:

@@ -16,7 +16,7 @@ import pytest
 import stepstone as ss
 from stepstone.store import faults
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import COMPLETED, SLEEPING, Fence, StepRow, WaitRow
+from stepstone.store.rows import Fence, RunStatus, StepRow, StepStatus, WaitRow
 from tests.conftest import FAST, query
 from tests.faultrun import Driver, virtual_app
 from tests.integration.test_store_contract import NOW, add_runs, lease
@@ -297,9 +297,9 @@ def test_a_repeated_wait_commit_changes_nothing_even_after_the_wait_was_resolved
         store: Store, db_url: str) -> None:
     add_runs(store, ["r"])
     [leased] = store.transact_sync(lambda tx: lease(tx, "w", 1, NOW, NOW + 30))
-    fence = Fence("r", "w", leased.epoch)
-    waiting = StepRow("r", "w", 0, "wait", "waiting", 0, wake_at=NOW + 60, started_at=NOW)
-    wait = WaitRow("r", "w", "event", "answer", created_at=NOW, expires_at=NOW + 60)
+    fence = Fence(run_id="r", owner="w", epoch=leased.epoch)
+    waiting = StepRow(run_id="r", step_id="w", position=0, kind="wait", status="waiting", attempts=0, wake_at=NOW + 60, started_at=NOW)
+    wait = WaitRow(run_id="r", step_id="w", kind="event", event_name="answer", created_at=NOW, expires_at=NOW + 60)
 
     def commit(tx: Tx) -> Callable[[], bool]:  # what the journal commits for wait_for_event
         tx.checkpoint(fence, [waiting], [])
@@ -314,18 +314,18 @@ def test_a_repeated_wait_commit_changes_nothing_even_after_the_wait_was_resolved
 
     def resolve(tx: Tx) -> None:  # an event wins the wait
         assert tx.claim_step_waits("r", "w")
-        tx.complete_waiting_step("r", "w", COMPLETED, '{"v": 1}', None, NOW + 1)
+        tx.complete_waiting_step("r", "w", StepStatus.COMPLETED, '{"v": 1}', None, NOW + 1)
 
     store.transact_sync(resolve)
     assert store.transact_sync(commit)() is False  # a late retry: nothing waits again
     [memo] = store.read_sync(lambda tx: tx.get_steps("r"))
-    assert (memo.status, memo.output) == (COMPLETED, '{"v": 1}')
+    assert (memo.status, memo.output) == (StepStatus.COMPLETED, '{"v": 1}')
     assert waits() == []
 
 
 def test_a_cancel_on_wait_is_inserted_once(store: Store, db_url: str) -> None:
     add_runs(store, ["r"])
-    wait = WaitRow("r", "cancel_on[0]", "cancel", "stop", created_at=NOW)
+    wait = WaitRow(run_id="r", step_id="cancel_on[0]", kind="cancel", event_name="stop", created_at=NOW)
     for _ in range(2):
         store.transact_sync(lambda tx: tx.insert_wait(wait))
     assert count(db_url, "SELECT COUNT(*) FROM waits WHERE run_id = 'r'") == 1
@@ -334,11 +334,11 @@ def test_a_cancel_on_wait_is_inserted_once(store: Store, db_url: str) -> None:
 def test_a_park_and_an_end_record_the_invocation_that_wrote_them(store: Store) -> None:
     add_runs(store, ["r"])
     [first] = store.transact_sync(lambda tx: lease(tx, "w1", 1, NOW, NOW + 5))
-    parked = Fence("r", "w1", first.epoch, token="first")
-    store.transact_sync(lambda tx: tx.reschedule(parked, SLEEPING, NOW + 10, None, NOW))
+    parked = Fence(run_id="r", owner="w1", epoch=first.epoch, token="first")
+    store.transact_sync(lambda tx: tx.reschedule(parked, RunStatus.SLEEPING, NOW + 10, None, NOW))
     assert store.read_sync(lambda tx: tx.written_by("r")) == "first"
     [second] = store.transact_sync(lambda tx: lease(tx, "w2", 1, NOW + 10, NOW + 20))
-    ended = Fence("r", "w2", second.epoch, token="second")
-    assert store.transact_sync(lambda tx: tx.finish_run(ended, "r", COMPLETED, "1", None, NOW + 11))
+    ended = Fence(run_id="r", owner="w2", epoch=second.epoch, token="second")
+    assert store.transact_sync(lambda tx: tx.finish_run(ended, "r", RunStatus.COMPLETED, "1", None, NOW + 11))
     assert store.read_sync(lambda tx: tx.written_by("r")) == "second"
     assert store.read_sync(lambda tx: tx.written_by("missing")) is None

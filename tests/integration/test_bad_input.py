@@ -20,11 +20,10 @@ from hypothesis import strategies as st
 
 import stepstone as ss
 from stepstone.events import InvalidEventError
-from stepstone.interpreter import WAITING_STEP
 from stepstone.runtime import ingest, prepare
 from stepstone.runtime.waits import build_wait
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import COMPLETED, NewRun, RunFilter, StepRow, WaitRow
+from stepstone.store.rows import NewRun, RunFilter, StepRow, StepStatus, WaitRow
 
 from ..conftest import query
 
@@ -118,7 +117,7 @@ def park(store: Store, run_id: str, condition: str) -> None:
         seq = tx.insert_event(f"ev-{run_id}", "start", json.dumps(DATA), 7, NOW)
         tx.create_run(NewRun(id=run_id, function_id="f", event_seqs=[seq], event_ids=[f"ev-{run_id}"],
                              available_at=NOW, created_at=NOW))
-        tx.save_steps([StepRow(run_id, "w", 0, "wait", WAITING_STEP, started_at=NOW)], [])
+        tx.save_steps([StepRow(run_id=run_id, step_id="w", position=0, kind="wait", status=StepStatus.WAITING, started_at=NOW)], [])
         run_event = {"name": "start", "data": DATA, "id": f"ev-{run_id}", "ts": 7}
         tx.insert_wait(build_wait(run_id=run_id, step_id="w", kind="event", event_name="reply",
                                   condition=condition, run_event=run_event, now=NOW,
@@ -147,7 +146,7 @@ def test_a_failing_wait_condition_blocks_no_other_event_of_its_name(store: Store
         return [s.status if s else None for s in steps], len(tx.list_runs(RunFilter(function_id="g")))
 
     statuses, triggered = store.read_sync(op)
-    assert statuses == [WAITING_STEP] * len(CONDITIONS) + [COMPLETED]
+    assert statuses == [StepStatus.WAITING] * len(CONDITIONS) + [StepStatus.COMPLETED]
     assert triggered == 1
 
 

@@ -32,7 +32,7 @@ from stepstone import limits, serde
 from stepstone.errors import ErrorInfo, LeaseLostError
 from stepstone.store import make_store
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import COMPLETED, FAILED, Fence, SpanRow, StepRow
+from stepstone.store.rows import Fence, RunStatus, SpanRow, StepRow, StepStatus
 from tests.integration.test_store_contract import NOW, add_runs, lease
 
 DEADLINE = 30.0  # seconds for one commit (or one batch) of the largest payloads
@@ -58,9 +58,9 @@ def outputs(fence: Fence) -> Callable[[Tx], Any]:
     payload = json_text(limits.MAX_STEP_OUTPUT_BYTES)
 
     def op(tx: Tx) -> Any:
-        step = StepRow(fence.run_id, "last", 0, "run", COMPLETED, 1, payload, None, None, NOW, NOW)
+        step = StepRow(run_id=fence.run_id, step_id="last", position=0, kind="run", status=StepStatus.COMPLETED, attempts=1, output=payload, error=None, wake_at=None, started_at=NOW, ended_at=NOW)
         cancel = tx.checkpoint(fence, [step], [])
-        assert tx.finish_run(fence, fence.run_id, COMPLETED, payload, None, NOW + 1)
+        assert tx.finish_run(fence, fence.run_id, RunStatus.COMPLETED, payload, None, NOW + 1)
         return cancel
 
     return op
@@ -75,7 +75,7 @@ def event(fence: Fence) -> Callable[[Tx], Any]:
     def op(tx: Tx) -> Any:
         cancel = tx.checkpoint(fence, [], [])
         tx.insert_event(f"big-{fence.run_id}", "big", data, 1, NOW)
-        assert tx.finish_run(fence, fence.run_id, COMPLETED, "null", None, NOW + 1)
+        assert tx.finish_run(fence, fence.run_id, RunStatus.COMPLETED, "null", None, NOW + 1)
         return cancel
 
     return op
@@ -86,10 +86,10 @@ def error(fence: Fence) -> Callable[[Tx], Any]:
     err = largest_error()
 
     def op(tx: Tx) -> Any:
-        step = StepRow(fence.run_id, "last", 0, "run", FAILED, 2, None, err, None, NOW, NOW)
-        span = SpanRow(fence.run_id, "step", "last", NOW, NOW, "retrying", 0, err)
+        step = StepRow(run_id=fence.run_id, step_id="last", position=0, kind="run", status=StepStatus.FAILED, attempts=2, output=None, error=err, wake_at=None, started_at=NOW, ended_at=NOW)
+        span = SpanRow(run_id=fence.run_id, kind="step", name="last", started_at=NOW, ended_at=NOW, status="retrying", attempt=0, error=err)
         cancel = tx.checkpoint(fence, [step], [span])
-        assert tx.finish_run(fence, fence.run_id, FAILED, None, err, NOW + 1)
+        assert tx.finish_run(fence, fence.run_id, RunStatus.FAILED, None, err, NOW + 1)
         return cancel
 
     return op
@@ -105,7 +105,7 @@ def failing(fence: Fence) -> Callable[[Tx], Any]:
     payload = json_text(limits.MAX_STEP_OUTPUT_BYTES)
 
     def op(tx: Tx) -> Any:
-        step = StepRow(fence.run_id, "doomed", 0, "run", COMPLETED, 1, payload, None, None, NOW, NOW)
+        step = StepRow(run_id=fence.run_id, step_id="doomed", position=0, kind="run", status=StepStatus.COMPLETED, attempts=1, output=payload, error=None, wake_at=None, started_at=NOW, ended_at=NOW)
         tx.checkpoint(fence, [step], [])
         raise LeaseLostError("this operation fails after its large write")
 
@@ -145,7 +145,7 @@ def leased(store: Store, count: int) -> list[Fence]:
     add_runs(store, ids)
     runs = store.transact_sync(lambda tx: lease(tx, "w", count, NOW, NOW + 3600))
     assert [lr.run.id for lr in runs] == ids
-    return [Fence(lr.run.id, "w", lr.epoch) for lr in runs]
+    return [Fence(run_id=lr.run.id, owner="w", epoch=lr.epoch) for lr in runs]
 
 
 def tracked(op: Callable[[Tx], Any], seen: list[Tx]) -> Callable[[Tx], Any]:
@@ -199,7 +199,7 @@ def commit(store: Store, mode: str, fences: list[Fence],
     elif mode == "group":
         results = asyncio.run(commit_together(store, ops))
     else:  # "savepoint": a failing operation in the middle of the group
-        doomed = Fence("doomed", "w", 1)
+        doomed = Fence(run_id="doomed", owner="w", epoch=1)
         ops.insert(1, failing(doomed))
         results = asyncio.run(commit_together(store, ops))
         assert isinstance(results.pop(1), LeaseLostError)
@@ -223,13 +223,13 @@ def test_the_largest_payloads_commit_in_every_commit_mode(store: Store, payload:
     for fence in fences:
         status, output, err = stored(store, fence.run_id)
         if payload == "outputs":
-            assert (status, len(output or "")) == (COMPLETED, limits.MAX_STEP_OUTPUT_BYTES)
+            assert (status, len(output or "")) == (RunStatus.COMPLETED, limits.MAX_STEP_OUTPUT_BYTES)
             [memo] = store.read_sync(lambda tx, f=fence: tx.get_steps(f.run_id))
             assert len(memo.output or "") == limits.MAX_STEP_OUTPUT_BYTES
         elif payload == "error":
-            assert (status, err) == (FAILED, largest_error())
+            assert (status, err) == (RunStatus.FAILED, largest_error())
         else:
-            assert status == COMPLETED
+            assert status == RunStatus.COMPLETED
     if mode == "savepoint":  # the failed operation's large write was rolled back alone
         assert store.read_sync(lambda tx: tx.get_steps("doomed")) == []
 
@@ -243,7 +243,7 @@ def test_lone_pipelined_checkpoints_of_the_largest_statements_never_hang(store: 
     fences = leased(store, 4)
     for fence in fences:
         commit(store, "alone", [fence], outputs)
-    assert {stored(store, f.run_id)[0] for f in fences} == {COMPLETED}
+    assert {stored(store, f.run_id)[0] for f in fences} == {RunStatus.COMPLETED}
 
 
 def test_runs_with_4mb_outputs_complete_together(make_app: Callable[..., ss.App]) -> None:

@@ -23,18 +23,7 @@ from stepstone.registry import Registry
 from stepstone.runtime import cancel_run, end_run, park_run
 from stepstone.scheduler.maintenance import timeouts_op
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import (
-    CANCELLED,
-    COMPLETED,
-    ENDED_STATUSES,
-    RUNNING,
-    SLEEPING,
-    WAITING,
-    Fence,
-    LeasedRun,
-    NewRun,
-    StepRow,
-)
+from stepstone.store.rows import ENDED_STATUSES, Fence, LeasedRun, NewRun, RunStatus, StepRow, StepStatus
 
 NOW = 1_000_000.0
 TTL = 10.0
@@ -80,7 +69,7 @@ def queue_row(tx: Tx, run_id: str) -> dict[str, Any] | None:
 
 
 def fence_of(leased: LeasedRun, owner: str) -> Fence:
-    return Fence(leased.run.id, owner, leased.epoch)
+    return Fence(run_id=leased.run.id, owner=owner, epoch=leased.epoch)
 
 
 def status(store: Store, run_id: str) -> str:
@@ -90,7 +79,7 @@ def status(store: Store, run_id: str) -> str:
 
 
 def memo(run_id: str, step_id: str, output: str) -> StepRow:
-    return StepRow(run_id, step_id, 0, "run", COMPLETED, 1, output, None, None, NOW, NOW)
+    return StepRow(run_id=run_id, step_id=step_id, position=0, kind="run", status=StepStatus.COMPLETED, attempts=1, output=output, error=None, wake_at=None, started_at=NOW, ended_at=NOW)
 
 
 def park(store: Store, fence: Fence, state: str, wake_at: float | None, now: float) -> str:
@@ -124,29 +113,29 @@ def test_an_epoch_never_repeats_across_cancel_and_replay(store: Store) -> None:
     add_run(store, "r")
     old = take(store, "r", "w", NOW)
     t = NOW + TTL + 1  # paused past its lease
-    assert cancel(store, "r", t) == CANCELLED  # nobody holds it: cancelled at once
+    assert cancel(store, "r", t) == RunStatus.CANCELLED  # nobody holds it: cancelled at once
     replay(store, "r", t + 1)
     new = take(store, "r", "w", t + 1)  # the same owner (one per process) takes it again
     assert new.epoch > old.epoch
     with pytest.raises(LeaseLostError):
         store.transact_sync(lambda tx: tx.checkpoint(fence_of(old, "w"), [memo("r", "b", '"stale"')], []))
     with pytest.raises(LeaseLostError):
-        store.transact_sync(lambda tx: tx.finish_run(fence_of(old, "w"), "r", COMPLETED, "1", None, t + 2))
+        store.transact_sync(lambda tx: tx.finish_run(fence_of(old, "w"), "r", RunStatus.COMPLETED, "1", None, t + 2))
     assert store.read_sync(lambda tx: tx.get_steps("r")) == []
     store.transact_sync(lambda tx: tx.checkpoint(fence_of(new, "w"), [memo("r", "b", '"new"')], []))
-    assert status(store, "r") == RUNNING
+    assert status(store, "r") == RunStatus.RUNNING
 
 
-@pytest.mark.parametrize("state, wake_at", [(WAITING, None), (SLEEPING, NOW + 3600)])
+@pytest.mark.parametrize("state, wake_at", [(RunStatus.WAITING, None), (RunStatus.SLEEPING, NOW + 3600)])
 def test_a_park_honours_a_cancel_requested_while_the_run_was_held(
         store: Store, state: str, wake_at: float | None) -> None:
     """Defect 2: the cancel arrives while the invocation is about to park (here
     without a checkpoint in between): the park ends the run cancelled."""
     add_run(store, "r")
     leased = take(store, "r", "w", NOW)
-    assert cancel(store, "r", NOW + 1) == RUNNING  # held: flagged for the owner
-    assert park(store, fence_of(leased, "w"), state, wake_at, NOW + 2) == CANCELLED
-    assert status(store, "r") == CANCELLED
+    assert cancel(store, "r", NOW + 1) == RunStatus.RUNNING  # held: flagged for the owner
+    assert park(store, fence_of(leased, "w"), state, wake_at, NOW + 2) == RunStatus.CANCELLED
+    assert status(store, "r") == RunStatus.CANCELLED
     assert store.read_sync(lambda tx: queue_row(tx, "r")) is None
 
 
@@ -156,10 +145,10 @@ def test_a_finish_timeout_flagged_before_a_park_keeps_its_reason(store: Store) -
     add_run(store, "r", finish_timeout=5.0)
     leased = take(store, "r", "w", NOW)
     assert store.transact_sync(timeouts_op(NOW + 6, MATCHER)) == 1
-    assert status(store, "r") == RUNNING  # flagged, not ended: a step may be running
-    assert park(store, fence_of(leased, "w"), WAITING, None, NOW + 7) == CANCELLED
+    assert status(store, "r") == RunStatus.RUNNING  # flagged, not ended: a step may be running
+    assert park(store, fence_of(leased, "w"), RunStatus.WAITING, None, NOW + 7) == RunStatus.CANCELLED
     run = store.read_sync(lambda tx: tx.get_run("r"))
-    assert run is not None and run.status == CANCELLED and run.error is not None
+    assert run is not None and run.status == RunStatus.CANCELLED and run.error is not None
     assert ErrorInfo.from_json(json.loads(run.error)) == ErrorInfo(
         "Timeout", "the run exceeded timeouts.finish")
 
@@ -173,7 +162,7 @@ def test_a_wake_on_an_expired_lease_survives_the_owners_return(store: Store) -> 
     wake(store, "r", t)  # the wait completed while the lease had lapsed
     kept = store.transact_sync(lambda tx: tx.extend_leases("w", ["r"], t + 1 + TTL, t + 1))
     assert kept == []  # a lapsed lease is not brought back
-    assert park(store, fence_of(leased, "w"), WAITING, None, t + 2) == WAITING
+    assert park(store, fence_of(leased, "w"), RunStatus.WAITING, None, t + 2) == RunStatus.WAITING
     assert store.read_sync(lambda tx: due_at(tx, "r", t + 2))
 
 
@@ -198,14 +187,14 @@ EXITS = ("sleep", "wait", "retry", "finish", "lost")
 def exit_invocation(store: Store, fence: Fence, how: str, now: float) -> None:
     """End the invocation holding ``fence`` the way the executor would."""
     if how == "sleep":
-        park(store, fence, SLEEPING, now + 3600, now)
+        park(store, fence, RunStatus.SLEEPING, now + 3600, now)
     elif how == "wait":  # also an invoke: both park with no wake time
-        park(store, fence, WAITING, None, now)
+        park(store, fence, RunStatus.WAITING, None, now)
     elif how == "retry":  # a step's or the invocation's back-off
-        store.transact_sync(lambda tx: park_run(tx, _run(tx, fence.run_id), fence, RUNNING, now + 60, 1,
+        store.transact_sync(lambda tx: park_run(tx, _run(tx, fence.run_id), fence, RunStatus.RUNNING, now + 60, 1,
                                                 now, MATCHER))
     elif how == "finish":
-        store.transact_sync(lambda tx: end_run(tx, _run(tx, fence.run_id), COMPLETED, "1", None, now,
+        store.transact_sync(lambda tx: end_run(tx, _run(tx, fence.run_id), RunStatus.COMPLETED, "1", None, now,
                                                MATCHER, fence=fence))
 
 
@@ -257,9 +246,9 @@ def honoured(store: Store, flag: str, state: str, how: str) -> None:
     run = store.read_sync(lambda tx: _run(tx, run_id))
     if run.status in ENDED_STATUSES:
         if how == "finish" and not fenced_out:
-            assert run.status == COMPLETED  # the owner's last commit ended it
+            assert run.status == RunStatus.COMPLETED  # the owner's last commit ended it
             return
-        assert (flag, run.status) == ("cancel", CANCELLED)
+        assert (flag, run.status) == ("cancel", RunStatus.CANCELLED)
         assert run.error is not None and "by the matrix" in run.error
         return
     assert how != "finish" or fenced_out
@@ -283,7 +272,7 @@ ACTIONS = st.one_of(
     st.tuples(st.just("replay")),
     st.tuples(st.just("park"), st.sampled_from(("sleep", "wait", "retry")), st.booleans()),
     st.tuples(st.just("checkpoint"), st.booleans()),
-    st.tuples(st.just("finish"), st.sampled_from((COMPLETED, "failed")), st.booleans()),
+    st.tuples(st.just("finish"), st.sampled_from((RunStatus.COMPLETED, "failed")), st.booleans()),
 )
 _examples = iter(range(10**9))
 
@@ -316,7 +305,7 @@ class Model:
                 self.woken = False
                 if leased.cancel_requested:  # the executor cancels before running anything
                     assert self.cancel_asked
-                    store.transact_sync(lambda tx: end_run(tx, _run(tx, run_id), CANCELLED, None, None, now,
+                    store.transact_sync(lambda tx: end_run(tx, _run(tx, run_id), RunStatus.CANCELLED, None, None, now,
                                                            MATCHER, fence=self.fences[-1]))
         elif kind == "tick":
             self.now += action[1]
@@ -328,7 +317,7 @@ class Model:
         elif kind == "cancel" and self.status() not in ENDED_STATUSES:
             cancel(store, run_id, now)
             self.cancel_asked = True
-        elif kind == "replay" and self.status() in (CANCELLED, "failed"):
+        elif kind == "replay" and self.status() in (RunStatus.CANCELLED, "failed"):
             replay(store, run_id, now)
             self.woken = self.cancel_asked = False
         elif kind in ("park", "checkpoint", "finish"):

@@ -190,14 +190,14 @@ def test_a_closed_store_refuses_work(pg_url: str) -> None:
 def _new_run(run_id: str) -> Callable[[Tx], None]:
     def op(tx: Tx) -> None:
         seq = tx.insert_event(f"e-{run_id}", "go", "{}", 0, 1.0)
-        tx.create_run(NewRun(run_id, "f", [seq], [f"e-{run_id}"], 1.0, 1.0))
+        tx.create_run(NewRun(id=run_id, function_id="f", event_seqs=[seq], event_ids=[f"e-{run_id}"], available_at=1.0, created_at=1.0))
     return op
 
 
 def test_work_is_notified_in_the_transaction_and_only_then(pg_url: str, pg_store: PostgresStore) -> None:
     with psycopg.connect(pg_url, autocommit=True) as listener:
         listener.execute(f"LISTEN {CHANNEL}")
-        row = WorkerRow("w", "app", None, 1, 1.0, 1.0)
+        row = WorkerRow(id="w", app="app", app_version=None, concurrency=1, started_at=1.0, heartbeat_at=1.0)
         pg_store.transact_sync(lambda tx: tx.upsert_worker(row))  # makes no work available
         with psycopg.connect(pg_url, autocommit=True) as other:
             other.execute(f"NOTIFY {CHANNEL}, 'marker'")
@@ -343,7 +343,7 @@ def test_a_release_racing_a_lease_pass_is_not_lost(pg_url: str, pg_store: Postgr
     from stepstone.scheduler.leasing import lease
     from tests.integration.test_store_contract import F_ONLY, NOW
 
-    spec = QueueSpec("f:k", ckey1="k", limit1=1)
+    spec = QueueSpec(partition_key="f:k", ckey1="k", limit1=1)
 
     def two_runs(tx: Tx) -> None:
         for run_id in ("a", "b"):
@@ -373,7 +373,7 @@ def test_a_lease_cannot_change_hands_inside_a_checkpoint(pg_url: str, pg_store: 
 
     pg_store.transact_sync(_new_run("a"))
     [held] = pg_store.transact_sync(lambda tx: lease(tx, "w1", F_ONLY, 1, NOW, NOW + 10))
-    with uncommitted(pg_url, lambda tx: tx.checkpoint(Fence("a", "w1", held.epoch), [step("a", "charge")], [])):
+    with uncommitted(pg_url, lambda tx: tx.checkpoint(Fence(run_id="a", owner="w1", epoch=held.epoch), [step("a", "charge")], [])):
         assert pg_store.transact_sync(lambda tx: lease(tx, "w2", F_ONLY, 1, NOW + 20, NOW + 80)) == []
     # The skipped item is looked at again a moment later (not forgotten):
     [taken] = pg_store.transact_sync(lambda tx: lease(tx, "w2", F_ONLY, 1, NOW + 21, NOW + 80))

@@ -22,7 +22,7 @@ from stepstone.runs import _bulk, _replay_op, _rerun_op
 from stepstone.runtime import cancel_run, end_run, ingest, prepare
 from stepstone.store import make_store
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import ACTIVE_STATUSES, COMPLETED, FAILED, RunFilter, StepRow
+from stepstone.store.rows import ACTIVE_STATUSES, RunFilter, RunStatus, StepRow, StepStatus
 
 NOW = 1_000_000.0
 
@@ -53,12 +53,12 @@ def _act(store: Store, registry: Registry, action: str, key: int, pick: int, now
     elif chosen is None:
         return
     elif action in ("fail", "complete") and chosen.status in ACTIVE_STATUSES:
-        status = FAILED if action == "fail" else COMPLETED
+        status = RunStatus.FAILED if action == "fail" else RunStatus.COMPLETED
         error = ErrorInfo("Boom", "failed") if action == "fail" else None
 
         def finish(tx: Tx) -> None:
             # A run's first step, so it can be re-run from.
-            tx.save_steps([StepRow(chosen.id, "s", 0, "run", COMPLETED, 1, "1", None, None, now, now)], [])
+            tx.save_steps([StepRow(run_id=chosen.id, step_id="s", position=0, kind="run", status=StepStatus.COMPLETED, attempts=1, output="1", error=None, wake_at=None, started_at=now, ended_at=now)], [])
             end_run(tx, chosen, status, None, error, now, registry)
 
         store.transact_sync(finish)
@@ -69,7 +69,7 @@ def _act(store: Store, registry: Registry, action: str, key: int, pick: int, now
             store.transact_sync(_replay_op(chosen.id, now))
         except InvalidStateError:
             pass
-    elif action == "rerun" and chosen.status == COMPLETED:
+    elif action == "rerun" and chosen.status == RunStatus.COMPLETED:
         try:
             store.transact_sync(_rerun_op(chosen.id, "s", now))
         except InvalidStateError:

@@ -31,7 +31,7 @@ def test_refused_checkpoints_leave_the_writer_able_to_commit(store: Store) -> No
     add_runs(store, ["r"])
     [old] = store.transact_sync(lambda tx: lease(tx, "w1", 1, NOW, NOW + 1))
     [new] = store.transact_sync(lambda tx: lease(tx, "w2", 1, NOW + 2, NOW + 10))
-    stale, fence = Fence("r", "w1", old.epoch), Fence("r", "w2", new.epoch)
+    stale, fence = Fence(run_id="r", owner="w1", epoch=old.epoch), Fence(run_id="r", owner="w2", epoch=new.epoch)
 
     def checkpoint(as_of: Fence, step_id: str, position: int) -> Callable[[Tx], CancelFlag]:
         return lambda tx: tx.checkpoint(as_of, [step("r", step_id, position=position)], [])
@@ -69,7 +69,7 @@ def test_any_failed_transaction_leaves_the_writer_able_to_commit(store: Store, k
     operations after it on the same writer commit."""
     add_runs(store, ["r"])
     [held] = store.transact_sync(lambda tx: lease(tx, "w1", 1, NOW, NOW + 10))
-    fence = Fence("r", "w1", held.epoch)
+    fence = Fence(run_id="r", owner="w1", epoch=held.epoch)
     failing, error = FAILURES[kind]
     for n in range(7):  # every statement crosses the prepare threshold at some point
         with pytest.raises(error):

@@ -15,19 +15,7 @@ from stepstone.registry import Registry
 from stepstone.scheduler.leasing import lease as lease_pass
 from stepstone.store import make_store
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import (
-    CANCELLED,
-    COMPLETED,
-    QUEUED,
-    RUNNING,
-    SLEEPING,
-    Fence,
-    LeasedRun,
-    NewRun,
-    SpanRow,
-    StepRow,
-    WorkerRow,
-)
+from stepstone.store.rows import Fence, LeasedRun, NewRun, RunStatus, SpanRow, StepRow, StepStatus, WorkerRow
 
 NOW = 1_000_000.0
 
@@ -49,7 +37,7 @@ def lease(tx: Tx, owner: str, wanted: int, now: float, until: float,
 
 
 def add_run(tx: Tx, run_id: str, *, function_id: str = "f", at: float = NOW,
-            sort_at: float | None = None, status: str = QUEUED) -> None:
+            sort_at: float | None = None, status: str = RunStatus.QUEUED) -> None:
     seq = tx.insert_event(f"ev-{run_id}", "go", '{"n": 1}', 7, at)
     tx.create_run(NewRun(id=run_id, function_id=function_id, event_seqs=[seq],
                          event_ids=[f"ev-{run_id}"], available_at=at, created_at=at,
@@ -65,7 +53,7 @@ def add_runs(store: Store, ids: list[str], **kwargs: Any) -> None:
 
 
 def step(run_id: str, step_id: str, output: str = "1", position: int = 0) -> StepRow:
-    return StepRow(run_id, step_id, position, "run", COMPLETED, 1, output, None, None, NOW, NOW)
+    return StepRow(run_id=run_id, step_id=step_id, position=position, kind="run", status=StepStatus.COMPLETED, attempts=1, output=output, error=None, wake_at=None, started_at=NOW, ended_at=NOW)
 
 
 def test_claim_key_holds_until_it_expires(store: Store) -> None:
@@ -79,7 +67,7 @@ def test_events_and_runs_round_trip(store: Store) -> None:
     add_runs(store, ["r1"])
     add_runs(store, ["r2"], status="skipped")
     run = store.read_sync(lambda tx: tx.get_run("r1"))
-    assert run is not None and (run.function_id, run.status, run.event_ids) == ("f", QUEUED, ["ev-r1"])
+    assert run is not None and (run.function_id, run.status, run.event_ids) == ("f", RunStatus.QUEUED, ["ev-r1"])
     assert run.created_at == NOW and run.started_at is None and run.attempt == 0
     [event] = store.read_sync(lambda tx: tx.get_events("r1"))
     assert (event.id, event.name, event.data, event.ts, event.received_at) == ("ev-r1", "go", '{"n": 1}', 7, NOW)
@@ -98,7 +86,7 @@ def test_lease_takes_due_runs_in_order_and_bumps_the_epoch(store: Store) -> None
     first = store.transact_sync(lambda tx: lease(tx, "w1", 1, NOW, NOW + 10, "v7"))
     assert [lr.run.id for lr in first] == ["early"]
     [leased] = first
-    assert leased.run.status == RUNNING and leased.run.started_at == NOW and leased.epoch == 1
+    assert leased.run.status == RunStatus.RUNNING and leased.run.started_at == NOW and leased.epoch == 1
     assert leased.run.app_version == "v7" and [e.id for e in leased.events] == ["ev-early"]
     rest = store.transact_sync(lambda tx: lease(tx, "w2", 10, NOW, NOW + 10))
     assert [lr.run.id for lr in rest] == ["late"]  # "early" is held, "future" not due, "other" not ours
@@ -132,7 +120,7 @@ def test_checkpoints_are_fenced_by_owner_and_epoch(store: Store) -> None:
     add_runs(store, ["r"])
     [old] = store.transact_sync(lambda tx: lease(tx, "w1", 1, NOW, NOW + 1))
     [new] = store.transact_sync(lambda tx: lease(tx, "w2", 1, NOW + 2, NOW + 10))
-    stale = Fence("r", "w1", old.epoch)
+    stale = Fence(run_id="r", owner="w1", epoch=old.epoch)
     with pytest.raises(LeaseLostError):
         store.transact_sync(lambda tx: tx.checkpoint(stale, [step("r", "s", '"old"')], []))
 
@@ -144,34 +132,34 @@ def test_checkpoints_are_fenced_by_owner_and_epoch(store: Store) -> None:
     with pytest.raises(LeaseLostError):  # on PostgreSQL the fence fails on the server: still this error
         store.transact_sync(checkpoint_then_effect)
     with pytest.raises(LeaseLostError):
-        store.transact_sync(lambda tx: tx.reschedule(stale, SLEEPING, NOW + 60, None, NOW))
+        store.transact_sync(lambda tx: tx.reschedule(stale, RunStatus.SLEEPING, NOW + 60, None, NOW))
     with pytest.raises(LeaseLostError):
-        store.transact_sync(lambda tx: tx.finish_run(stale, "r", COMPLETED, '"old"', None, NOW))
+        store.transact_sync(lambda tx: tx.finish_run(stale, "r", RunStatus.COMPLETED, '"old"', None, NOW))
     assert store.read_sync(lambda tx: tx.get_steps("r")) == []  # nothing of the stale owner landed
     assert store.read_sync(lambda tx: tx.list_events("x", None, None, 10)) == []
-    fence = Fence("r", "w2", new.epoch)
-    span = SpanRow("r", "step", "s", NOW, NOW, "failed", 0, '{"type": "E", "message": "m"}')
+    fence = Fence(run_id="r", owner="w2", epoch=new.epoch)
+    span = SpanRow(run_id="r", kind="step", name="s", started_at=NOW, ended_at=NOW, status="failed", attempt=0, error='{"type": "E", "message": "m"}')
     assert store.transact_sync(lambda tx: tx.checkpoint(fence, [step("r", "s", '"new"')], [span]))() is False
     assert [s.output for s in store.read_sync(lambda tx: tx.get_steps("r"))] == ['"new"']
     assert [s.status for s in store.read_sync(lambda tx: tx.get_spans("r"))] == ["failed"]
-    assert store.transact_sync(lambda tx: tx.finish_run(fence, "r", COMPLETED, "3", None, NOW + 3))
+    assert store.transact_sync(lambda tx: tx.finish_run(fence, "r", RunStatus.COMPLETED, "3", None, NOW + 3))
     run = store.read_sync(lambda tx: tx.get_run("r"))
-    assert run is not None and (run.status, run.output, run.ended_at) == (COMPLETED, "3", NOW + 3)
-    assert store.transact_sync(lambda tx: tx.finish_run(None, "r", CANCELLED, None, None, NOW)) is False
+    assert run is not None and (run.status, run.output, run.ended_at) == (RunStatus.COMPLETED, "3", NOW + 3)
+    assert store.transact_sync(lambda tx: tx.finish_run(None, "r", RunStatus.CANCELLED, None, None, NOW)) is False
 
 
 def test_reschedule_parks_the_run_until_its_wake_time(store: Store) -> None:
     add_runs(store, ["r"])
     [leased] = store.transact_sync(lambda tx: lease(tx, "w1", 1, NOW, NOW + 5))
-    fence = Fence("r", "w1", leased.epoch)
-    store.transact_sync(lambda tx: tx.reschedule(fence, SLEEPING, NOW + 60, 2, NOW))
+    fence = Fence(run_id="r", owner="w1", epoch=leased.epoch)
+    store.transact_sync(lambda tx: tx.reschedule(fence, RunStatus.SLEEPING, NOW + 60, 2, NOW))
     run = store.read_sync(lambda tx: tx.get_run("r"))
-    assert run is not None and (run.status, run.attempt) == (SLEEPING, 2)
+    assert run is not None and (run.status, run.attempt) == (RunStatus.SLEEPING, 2)
     due = store.read_sync(lambda tx: tx.next_due(["f"]))
     assert due is not None and due <= NOW + 60
     assert store.transact_sync(lambda tx: lease(tx, "w2", 1, NOW + 59, NOW + 70)) == []
     [woken] = store.transact_sync(lambda tx: lease(tx, "w2", 1, NOW + 60, NOW + 70))
-    assert woken.run.status == RUNNING and woken.epoch == leased.epoch + 1
+    assert woken.run.status == RunStatus.RUNNING and woken.epoch == leased.epoch + 1
 
 
 def test_a_cancel_flag_reaches_the_worker_holding_the_run(store: Store) -> None:
@@ -181,7 +169,7 @@ def test_a_cancel_flag_reaches_the_worker_holding_the_run(store: Store) -> None:
     assert store.transact_sync(lambda tx: tx.lock_lease("held", NOW + 1)) is True
     assert store.transact_sync(lambda tx: tx.lock_lease("idle", NOW + 1)) is False
     assert store.transact_sync(lambda tx: tx.lock_lease("held", NOW + 31)) is False  # expired
-    fence = Fence("held", "w", leased.epoch)
+    fence = Fence(run_id="held", owner="w", epoch=leased.epoch)
     assert store.transact_sync(lambda tx: tx.checkpoint(fence, [], []))() is False
     assert store.transact_sync(lambda tx: tx.flag_cancel("idle", NOW + 1)) is False  # nobody to tell
     assert store.transact_sync(lambda tx: tx.flag_cancel("held", NOW + 31)) is False  # lease lapsed
@@ -193,19 +181,19 @@ def test_a_cancel_flag_reaches_the_worker_holding_the_run(store: Store) -> None:
 def test_requeue_forgets_the_given_steps(store: Store) -> None:
     add_runs(store, ["r"])
     [leased] = store.transact_sync(lambda tx: lease(tx, "w", 1, NOW, NOW + 5))
-    fence = Fence("r", "w", leased.epoch)
+    fence = Fence(run_id="r", owner="w", epoch=leased.epoch)
     store.transact_sync(lambda tx: tx.checkpoint(fence, [step("r", "a"), step("r", "b", position=1)], []))
     store.transact_sync(lambda tx: tx.finish_run(fence, "r", "failed", None, '{"type": "E"}', NOW))
     store.transact_sync(lambda tx: tx.requeue_run("r", NOW + 1, ["b"]))
     run = store.read_sync(lambda tx: tx.get_run("r"))
-    assert run is not None and (run.status, run.error, run.ended_at) == (RUNNING, None, None)
+    assert run is not None and (run.status, run.error, run.ended_at) == (RunStatus.RUNNING, None, None)
     assert [s.step_id for s in store.read_sync(lambda tx: tx.get_steps("r"))] == ["a"]
     assert [lr.run.id for lr in store.transact_sync(lambda tx: lease(tx, "w", 1, NOW + 1, NOW + 9))] == ["r"]
 
 
 def test_worker_registry(store: Store) -> None:
     for name, beat in (("a", NOW), ("b", NOW - 100)):
-        row = WorkerRow(name, "app", "v1", 4, NOW - 200, beat, ["f", "g"])
+        row = WorkerRow(id=name, app="app", app_version="v1", concurrency=4, started_at=NOW - 200, heartbeat_at=beat, functions=["f", "g"])
         store.transact_sync(lambda tx, row=row: tx.upsert_worker(row))
     [alive] = store.read_sync(lambda tx: tx.list_workers(NOW - 60))
     assert (alive.id, alive.app_version, alive.concurrency, alive.functions) == ("a", "v1", 4, ["f", "g"])
@@ -244,9 +232,9 @@ def test_a_stale_checkpoint_fails_alone_among_others(store: Store) -> None:
     ids = ["a", "b", "c", "d", "e"]
     add_runs(store, ids)
     leased = store.transact_sync(lambda tx: lease(tx, "w1", 5, NOW, NOW + 1))
-    fences = {lr.run.id: Fence(lr.run.id, "w1", lr.epoch) for lr in leased}
+    fences = {lr.run.id: Fence(run_id=lr.run.id, owner="w1", epoch=lr.epoch) for lr in leased}
     store.transact_sync(lambda tx: lease_pass(tx, "w2", F_ONLY, 5, NOW + 2, NOW + 60))  # all taken over...
-    fences.update({lr.run.id: Fence(lr.run.id, "w2", lr.epoch)
+    fences.update({lr.run.id: Fence(run_id=lr.run.id, owner="w2", epoch=lr.epoch)
                    for lr in store.transact_sync(lambda tx: [tx.take("w2", "c", NOW + 2, NOW + 60)])
                    if lr is not None})
 

@@ -23,13 +23,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stepstone as ss
-from stepstone.interpreter import WAITING_STEP
 from stepstone.registry import Registry
 from stepstone.runtime import ingest, prepare
 from stepstone.runtime.waits import build_wait
 from stepstone.store import make_store
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import CANCELLED, COMPLETED, NewRun, StepRow, WaitRow
+from stepstone.store.rows import NewRun, RunStatus, StepRow, StepStatus, WaitRow
 
 NOW = 1_000_000.0
 MISSING: Any = object()  # the field is absent from the event's data
@@ -63,7 +62,7 @@ def park(store: Store, kind: str, reply: str, condition: str, data: dict[str, An
         tx.create_run(NewRun(id=run_id, function_id="f", event_seqs=[seq], event_ids=[f"ev-{run_id}"],
                              available_at=NOW, created_at=NOW))
         if kind == "event":
-            tx.save_steps([StepRow(run_id, "w", 0, "wait", WAITING_STEP, started_at=NOW)], [])
+            tx.save_steps([StepRow(run_id=run_id, step_id="w", position=0, kind="wait", status=StepStatus.WAITING, started_at=NOW)], [])
         tx.insert_wait(build_wait(run_id=run_id, step_id="w", kind=kind, event_name=reply,
                                   condition=condition, run_event=run_event(run_id, data), now=NOW,
                                   expires_at=None, field="if_"))
@@ -80,9 +79,9 @@ def resolved(store: Store, kind: str, run_id: str) -> bool:
     def op(tx: Tx) -> bool:
         if kind == "event":
             step = tx.get_step(run_id, "w")
-            return step is not None and step.status == COMPLETED
+            return step is not None and step.status == StepStatus.COMPLETED
         run = tx.get_run(run_id)
-        return run is not None and run.status == CANCELLED
+        return run is not None and run.status == RunStatus.CANCELLED
     return store.read_sync(op)
 
 

@@ -17,7 +17,7 @@ from stepstone.events import Event
 from stepstone.registry import FINISHED_EVENT
 from stepstone.runtime.lifecycle import system_events
 from stepstone.store.base import Tx
-from stepstone.store.rows import CANCELLED, COMPLETED, FAILED, RunRow
+from stepstone.store.rows import RunRow, RunStatus
 from stepstone.truncate import clip
 
 # Characters of 1 to 4 UTF-8 bytes, and JSON-escaped ones.
@@ -67,7 +67,7 @@ SIZES = [0, 1000, limits.MAX_EVENT_BYTES - 200, limits.MAX_EVENT_BYTES]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(status=st.sampled_from([COMPLETED, FAILED, CANCELLED]),
+@given(status=st.sampled_from([RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED]),
        event_bytes=st.sampled_from(SIZES),
        event_id_chars=st.sampled_from([26, limits.MAX_EVENT_BYTES]),
        output_bytes=st.sampled_from([0, 1000, limits.MAX_EVENT_BYTES, limits.MAX_STEP_OUTPUT_BYTES]),
@@ -75,9 +75,9 @@ SIZES = [0, 1000, limits.MAX_EVENT_BYTES - 200, limits.MAX_EVENT_BYTES]
 def test_system_events_fit_within_the_event_limit(status: str, event_bytes: int, event_id_chars: int,
                                                    output_bytes: int, message_bytes: int) -> None:
     first = Event("go", {"blob": "b" * max(0, event_bytes - 11)}, "i" * event_id_chars, 1)
-    output = serde.dumps("o" * max(0, output_bytes - 2), what="output") if status == COMPLETED else None
-    error = None if status == COMPLETED else ErrorInfo("ValueError", "m" * message_bytes)
-    run = RunRow("r1", "f", status, ["e"], output, None, 1.0, 1.0, 2.0, 0, None, None, None)
+    output = serde.dumps("o" * max(0, output_bytes - 2), what="output") if status == RunStatus.COMPLETED else None
+    error = None if status == RunStatus.COMPLETED else ErrorInfo("ValueError", "m" * message_bytes)
+    run = RunRow(id="r1", function_id="f", status=status, event_ids=["e"], output=output, error=None, created_at=1.0, started_at=1.0, ended_at=2.0, attempt=0, app_version=None, parent_run_id=None, parent_step_id=None)
     found = system_events(cast(Tx, None), REGISTRY, run, status, output, error, [first])
     assert found  # completed: finished; failed: failed and finished; cancelled: cancelled
     for event in found:
@@ -93,7 +93,7 @@ def test_system_events_fit_within_the_event_limit(status: str, event_bytes: int,
             assert json.loads(serde.dumps(data["event"], what="event")) == json.loads(whole)
         if "result" in cut:
             assert data["result"] is None
-        elif event.name == FINISHED_EVENT and status == COMPLETED:
+        elif event.name == FINISHED_EVENT and status == RunStatus.COMPLETED:
             assert serde.dumps(data["result"], what="result") == output
         if error is not None:
             assert data["error"] == {"type": "ValueError", "message": error.message}  # never cut

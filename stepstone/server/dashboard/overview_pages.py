@@ -18,7 +18,7 @@ from stepstone.server.routes.event_log import event_seq, with_runs
 from stepstone.server.state import ServerState
 from stepstone.server.view_schemas import EventOut
 from stepstone.store.base import Tx
-from stepstone.store.rows import ACTIVE_STATUSES
+from stepstone.store.rows import ACTIVE_STATUSES, RunStatus
 
 EVENTS_PAGE = 50
 WORKERS_WITHIN = 86400.0
@@ -73,8 +73,8 @@ def build(state: ServerState) -> APIRouter:
         action = action if action in dict(BULK_ACTIONS) else "replay-failed"
         preview = None
         if query.function_id and not query.errors:
-            statuses = {"cancel": ACTIVE_STATUSES, "replay-failed": ("failed",),
-                        "replay-cancelled": ("cancelled",)}[action]
+            statuses = {"cancel": ACTIVE_STATUSES, "replay-failed": (RunStatus.FAILED,),
+                        "replay-cancelled": (RunStatus.CANCELLED,)}[action]
             preview = await store.read(insights.preview_op(query.function_id, statuses, query.since,
                                                            query.until, query.condition))
         jobs = await state.jobs.list(10)

@@ -23,7 +23,7 @@ from stepstone.server.routes.stats import check_window
 from stepstone.server.search import Matcher, search_op
 from stepstone.server.state import ServerState
 from stepstone.store.base import Tx
-from stepstone.store.rows import ACTIVE_STATUSES, RUN_STATUSES, EventRow, RunFilter
+from stepstone.store.rows import ACTIVE_STATUSES, RUN_STATUSES, EventRow, RunFilter, RunStatus
 
 PAGE = 50
 
@@ -94,7 +94,7 @@ def build(state: ServerState) -> APIRouter:
         trace = waterfall.layout(view.run, view.spans, now, events[0][1] if events else None)
         return render(request, "run.html", session, active="runs", run=view.run, trace=trace,
                       events=events, live=view.run.status in ACTIVE_STATUSES,
-                      replayable=view.run.status in ("failed", "cancelled"),
+                      replayable=view.run.status in (RunStatus.FAILED, RunStatus.CANCELLED),
                       cancellable=view.run.status in ACTIVE_STATUSES,
                       steps=[s.id for s in view.run.steps], output=mask(view.run.output))
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from stepstone.encryption import mask
 from stepstone.runs import Run, Span, StepRecord
+from stepstone.store.rows import RunStatus, StepStatus
 
 SCALE = 1000.0
 MIN_WIDTH = 4.0  # an instant still shows as a sliver
@@ -65,7 +66,7 @@ def _label(span: Span) -> str:
 def _final_step(span: Span, steps: dict[str, StepRecord]) -> StepRecord | None:
     """The memo a span shows the output of: the step's latest state, not a retried attempt."""
     step = steps.get(span.name)
-    if step is None or span.status == "retrying" or span.kind in ("run", "queued", "warning"):
+    if step is None or span.status == StepStatus.RETRYING or span.kind in ("run", "queued", "warning"):
         return None
     return step
 
@@ -85,8 +86,8 @@ def layout(run: Run, spans: list[Span], now: datetime, event_data: Any = None) -
         is_run = span.kind == "run"
         rows.append(Row(index, span, round(x, 2), round(width, 2), _tone(span), _label(span),
                         output=mask(run.output) if is_run else (mask(step.output) if step else None),
-                        has_output=(is_run and run.status == "completed") or (
-                            step is not None and step.status == "completed"),
+                        has_output=(is_run and run.status == RunStatus.COMPLETED) or (
+                            step is not None and step.status == StepStatus.COMPLETED),
                         input=mask(event_data) if is_run else None))
     ticks = [(SCALE * i / (TICKS - 1), total * i / (TICKS - 1)) for i in range(TICKS)]
     return Waterfall(start, total, rows, ticks)

@@ -21,7 +21,7 @@ from stepstone.server.view_schemas import (
     StatusCounts,
     TimelineOut,
 )
-from stepstone.store.rows import ACTIVE_STATUSES
+from stepstone.store.rows import ACTIVE_STATUSES, RunStatus
 
 TIME_HELP = "RFC 3339 date-time or epoch seconds"
 FunctionQ = Annotated[str | None, Query(description="Only this function's runs")]
@@ -92,7 +92,7 @@ def build(state: ServerState) -> APIRouter:
         now (a CEL filter is evaluated over at most 5000 runs; `complete` says if it saw all)."""
         lo, hi = await bounds(function_id, since, until)
         condition = None if if_ is None else compile_expression(if_, field="if")
-        statuses = ACTIVE_STATUSES if action == "cancel" else tuple(status or ["failed"])
+        statuses = ACTIVE_STATUSES if action == "cancel" else tuple(status or [RunStatus.FAILED])
         found = await state.app.store.read(insights.preview_op(function_id, statuses, lo, hi, condition))
         return PreviewOut.of(action, found)
 

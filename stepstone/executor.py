@@ -22,7 +22,6 @@ from stepstone.clock import Clock
 from stepstone.context import Context
 from stepstone.errors import (
     ErrorInfo,
-    LeaseLostError,
     LimitExceededError,
     NonRetriableError,
     RetryAfterError,
@@ -133,7 +132,7 @@ async def execute(leased: LeasedRun, env: ExecEnv) -> Outcome | None:
             err = ErrorInfo("Timeout", "the run did not start within timeouts.start")
             return await _finish(journal, env, leased, RunStatus.CANCELLED, None, err)
         return await _invoke(fn, leased, journal, env)
-    except LeaseLostError:
+    except LeaseLostSignal:
         log.warning("run %s: lease lost; another worker owns it now", run.id)
         return None
 
@@ -172,7 +171,6 @@ async def _invoke(fn: FunctionDef, leased: LeasedRun, journal: RunJournal,
 
 def _context(fn: FunctionDef, leased: LeasedRun, events: list[Event], interp: Interpreter) -> Context:
     loop = asyncio.get_running_loop()
-    interp.loop = loop
     error = failed_run = None
     if fn.failure_of is not None:
         data = events[0].data
@@ -204,7 +202,7 @@ async def _conclude(outcome: tuple[str, Any], fn: FunctionDef, leased: LeasedRun
                     interp: Interpreter, journal: RunJournal, env: ExecEnv) -> Outcome | None:
     kind, value = outcome
     if journal.lease_lost or isinstance(value, LeaseLostSignal):
-        raise LeaseLostError(f"run {leased.run.id}: a commit was fenced out")  # logged by execute
+        raise LeaseLostSignal()  # a commit was fenced out; logged by execute
     if kind == "return":
         try:
             encoded = serde.dumps(value, what=f"function {fn.id!r} output",

@@ -205,7 +205,6 @@ class Interpreter:
         self.pauses: list[PauseSignal] = []
         self.children: set[asyncio.Task[Any]] = set()
         self.main_task: asyncio.Task[Any] | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
 
     # -- ids, order, replay state ------------------------------------------------------
     def claim_id(self, base: str) -> str:
@@ -274,7 +273,7 @@ class Interpreter:
         self.journal.stage(row, span, effect)
 
     # -- step.run ----------------------------------------------------------------------
-    async def begin_run(self, step_id: str, fn: Callable[..., Any]) -> tuple[bool, Any]:
+    async def begin_step(self, step_id: str, fn: Callable[..., Any]) -> tuple[bool, Any]:
         """Decide a ``step.run`` of ``fn``: ``(True, value)`` from memo, or
         ``(False, attempt)`` meaning execute now (earlier writes are committed first)."""
         memo = self._reach(step_id, StepKind.RUN, callable_fingerprint(fn))
@@ -297,7 +296,7 @@ class Interpreter:
             return self.memo_values[memo.step_id]
         return serde.loads(memo.output)
 
-    async def finish_run(
+    async def finish_step(
         self, step_id: str, attempt: int, started: float, result: Any,
         failure: BaseException | None, retries: int | None,
     ) -> Any:
@@ -347,7 +346,7 @@ class Interpreter:
     async def run(self, step_id: str, fn: Callable[..., Any], args: tuple[Any, ...],
                   retries: int | None) -> Any:
         """``step.run`` for async handlers."""
-        done, value = await self.begin_run(step_id, fn)
+        done, value = await self.begin_step(step_id, fn)
         if done:
             return value
         attempt = int(value)
@@ -369,7 +368,7 @@ class Interpreter:
                 failure = exc
         finally:
             current_step.reset(token)
-        return await self.finish_run(step_id, attempt, started, result, failure, retries)
+        return await self.finish_step(step_id, attempt, started, result, failure, retries)
 
     # -- step.sleep --------------------------------------------------------------------
     def sleep_until(self, step_id: str, wake_at: float) -> None:

@@ -87,7 +87,7 @@ class RunJournal:
         """Commit staged writes and the invocation's final write in one transaction."""
         await self._settle_commits()
         if self.lease_lost:
-            raise LeaseLostError(f"run {self.fence.run_id}: lease lost")
+            raise LeaseLostSignal()
         return await self.commit(self._staged_op(final))
 
     # -- internals ------------------------------------------------------------------
@@ -112,7 +112,7 @@ class RunJournal:
                 if isinstance(result, StoreUnavailableError):
                     retry = self.commit(item[1], uncertain=True)
                     result = await _outcome(asyncio.ensure_future(retry))
-                if isinstance(result, LeaseLostError):
+                if isinstance(result, LeaseLostError | LeaseLostSignal):
                     self.lease_lost = True
                 elif isinstance(result, BaseException):
                     self.failure = result
@@ -122,7 +122,9 @@ class RunJournal:
             raise self.failure
 
     async def commit(self, op: Callable[[Tx], Any], *, uncertain: bool = False) -> Any:
-        """Run a fenced write, retrying while the database is unreachable.
+        """Run a fenced write, retrying while the database is unreachable; a
+        write the fence refused raises ``LeaseLostSignal`` (the store's
+        ``LeaseLostError`` ends here: above the journal, a lost lease is a signal).
 
         A failure may be ambiguous: the connection died at ``COMMIT``, which may
         have succeeded. Repeating a checkpoint is harmless (upserts, effects
@@ -137,14 +139,14 @@ class RunJournal:
                 return await self.store.transact(op)
             except StoreUnavailableError:
                 uncertain = True
-            except LeaseLostError:
+            except LeaseLostError as lost:
                 if not uncertain or self.fence.token is None:
-                    raise
+                    raise LeaseLostSignal() from lost
                 landed = await self._landed()
                 if landed:
                     return None
                 if landed is not None:
-                    raise
+                    raise LeaseLostSignal() from lost
                 # unreachable again: cannot tell yet; retry, then ask again
             await asyncio.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 2.0)
@@ -184,8 +186,8 @@ class _Staged:
 
 
 async def _outcome(future: asyncio.Future[Any]) -> Any:
-    """The future's result, or its exception as a value."""
+    """The future's result, or its exception (or a lost lease) as a value."""
     try:
         return await future
-    except Exception as exc:  # noqa: BLE001 - handed back as a value
+    except (Exception, LeaseLostSignal) as exc:  # noqa: BLE001 - handed back as a value
         return exc

@@ -1,4 +1,4 @@
-"""Documented limits, enforced with clear errors (DESIGN §4)."""
+"""Documented limits (README "Limits"), enforced with clear errors."""
 
 MAX_STEP_OUTPUT_BYTES = 4 * 1024 * 1024
 MAX_EVENT_BYTES = 512 * 1024

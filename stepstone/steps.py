@@ -117,7 +117,7 @@ class SyncStep:
             retries: int | None = None) -> Any:
         step_id = self._i.claim_id(id)
         retries = _check_retries(retries)
-        done, value = self._on_loop(self._i.begin_run(step_id, fn))
+        done, value = self._on_loop(self._i.begin_step(step_id, fn))
         if done:
             return value
         attempt = int(value)
@@ -131,7 +131,7 @@ class SyncStep:
             failure = exc
         finally:
             current_step.reset(token)
-        return self._on_loop(self._i.finish_run(step_id, attempt, started, result, failure, retries))
+        return self._on_loop(self._i.finish_step(step_id, attempt, started, result, failure, retries))
 
     def sleep(self, id: str, duration: Duration) -> None:
         step_id = self._i.claim_id(id)

@@ -251,7 +251,6 @@ class Tx(Protocol):
         """The reason a pending cancel was flagged with (JSON), if any."""
         ...
 
-    def set_singleton(self, run_id: str, key: str | None) -> None: ...
 
     # --- waits (events, cancellations, invoked children) ----------------------------------
     def insert_wait(self, wait: WaitRow) -> None:

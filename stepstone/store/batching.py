@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-Outcome = tuple[bool, Any]  # (ok, value or exception)
+OpResult = tuple[bool, Any]  # (ok, value or exception)
 
 
 def run_batch(
@@ -16,7 +16,7 @@ def run_batch(
     begin: str,
     translate: Callable[[BaseException], BaseException],
     before_commit: Callable[[Any], Any] | None = None,
-) -> list[Outcome]:
+) -> list[OpResult]:
     """Run ``ops`` in one transaction on ``conn``; returns one outcome per op.
 
     ``before_commit(tx)``, if given, runs last inside the transaction (the
@@ -30,7 +30,7 @@ def run_batch(
     except Exception as exc:  # noqa: BLE001 - translated and handed to every caller
         err = translate(exc)
         return [(False, err)] * len(ops)
-    outcomes: list[Outcome] = []
+    outcomes: list[OpResult] = []
     try:
         if len(ops) == 1:
             try:

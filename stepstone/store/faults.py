@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from stepstone.errors import StoreUnavailableError
-from stepstone.store.batching import Outcome
+from stepstone.store.batching import OpResult
 
 When = Literal["before", "after"]
 Op = Callable[[Any], Any]
@@ -88,7 +88,7 @@ class Plan:
         with self._lock:
             return list(self.seen)
 
-    def run(self, ops: Sequence[Op], write: Callable[[list[Op]], list[Outcome]]) -> list[Outcome]:
+    def run(self, ops: Sequence[Op], write: Callable[[list[Op]], list[OpResult]]) -> list[OpResult]:
         """Run one batch through ``write`` with the faults that are due."""
         hits = self._hits(ops)
         if not hits:

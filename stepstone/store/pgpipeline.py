@@ -34,7 +34,7 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from stepstone.store.batching import Outcome
+from stepstone.store.batching import OpResult
 
 
 class Pipelined:
@@ -105,7 +105,7 @@ class Result:
 
 def run_alone(conn: Any, op: Callable[[Any], Any], make_tx: Callable[[Any], Any],
               before_commit: Callable[[Any], Any],
-              translate: Callable[[BaseException], BaseException]) -> Outcome:
+              translate: Callable[[BaseException], BaseException]) -> OpResult:
     """``op`` in its own pipelined transaction. Any failure (the operation's own
     error, a statement's, the ``COMMIT``'s) rolls everything back."""
     failure: BaseException | None = None

@@ -33,12 +33,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from stepstone.errors import StoreError, StoreUnavailableError
-from stepstone.store.batching import Outcome
+from stepstone.store.batching import OpResult
 
 log = logging.getLogger("stepstone.store.postgres")
 
 Resolve = Callable[[bool, Any], None]
-BatchRunner = Callable[[Any, list[Callable[[Any], Any]]], list[Outcome]]
+BatchRunner = Callable[[Any, list[Callable[[Any], Any]]], list[OpResult]]
 MAX_ATTEMPTS = 5
 
 
@@ -145,7 +145,7 @@ class Writers:
                 break
             conn = self._usable(conn)
             if conn is None:
-                outcomes: list[Outcome] = [(False, self._backoff.failure()) for _ in batch]
+                outcomes: list[OpResult] = [(False, self._backoff.failure()) for _ in batch]
             else:
                 outcomes = self.run(conn, [item.op for item in batch])
             for item, (ok, value) in zip(batch, outcomes, strict=True):

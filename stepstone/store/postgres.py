@@ -33,7 +33,7 @@ from psycopg_pool import ConnectionPool
 from stepstone.errors import ConfigError, StoreError, StoreUnavailableError
 from stepstone.store import faults
 from stepstone.store.base import Tx
-from stepstone.store.batching import Outcome, run_batch
+from stepstone.store.batching import OpResult, run_batch
 from stepstone.store.migrate import migration_files
 from stepstone.store.pgerrors import is_conflict, translate
 from stepstone.store.pglisten import Listener
@@ -165,14 +165,14 @@ class PostgresStore:
             return self._pool
 
     # -- writes ----------------------------------------------------------------------
-    def _write_batch(self, conn: Any, ops: list[Callable[[Any], Any]]) -> list[Outcome]:
+    def _write_batch(self, conn: Any, ops: list[Callable[[Any], Any]]) -> list[OpResult]:
         """One transaction for ``ops``: pipelined when alone (``pgpipeline``), else
         with a savepoint per operation."""
         if faults.active is not None:  # tests only (store/faults.py)
             return faults.active.run(ops, lambda batch: self._write(conn, batch))
         return self._write(conn, ops)
 
-    def _write(self, conn: Any, ops: list[Callable[[Any], Any]]) -> list[Outcome]:
+    def _write(self, conn: Any, ops: list[Callable[[Any], Any]]) -> list[OpResult]:
         txs: list[PgTx] = []
 
         def make_tx(c: Any) -> PgTx:

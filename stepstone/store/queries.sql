@@ -311,9 +311,6 @@ WHERE run_id = :run_id;
 -- name: clear_deadlines
 UPDATE queue SET start_deadline = NULL, finish_deadline = NULL WHERE run_id = :run_id;
 
--- name: set_singleton
-UPDATE runs SET singleton_key = :key WHERE id = :id;
-
 -- ---------------------------------------------------------------------------
 -- Flow control: partitions, concurrency keys, GCRA, debounce, batch.
 

@@ -19,7 +19,7 @@ Row = Mapping[str, Any]  # a database row by column name
 
 
 class RunStatus(StrEnum):
-    """Where a run is (DESIGN §1): active until it ends, then final."""
+    """Where a run is (README "Runs"): active until it ends, then final."""
 
     QUEUED = "queued"  #: created, not started yet (or replayed)
     RUNNING = "running"  #: held by a worker, or due again after a retry back-off

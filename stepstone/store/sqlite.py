@@ -27,7 +27,7 @@ from urllib.parse import parse_qs, urlsplit
 from stepstone.errors import ConfigError, StoreError, StoreUnavailableError
 from stepstone.store import faults
 from stepstone.store.base import Tx
-from stepstone.store.batching import Outcome, run_batch
+from stepstone.store.batching import OpResult, run_batch
 from stepstone.store.migrate import CREATE_LEDGER, migration_files
 from stepstone.store.rows import JobStatus, RunStatus, StepKind, StepStatus, WaitKind
 from stepstone.store.sqlbase import Dialect
@@ -171,13 +171,13 @@ class SqliteStore:
     def submit(self, op: Callable[[Tx], T]) -> asyncio.Future[T]:
         return self._lane().submit(op)
 
-    def write_batch(self, conn: sqlite3.Connection, ops: list[Callable[[Tx], Any]]) -> list[Outcome]:
+    def write_batch(self, conn: sqlite3.Connection, ops: list[Callable[[Tx], Any]]) -> list[OpResult]:
         """One write transaction for ``ops``; counts commits that changed data."""
         if faults.active is not None:  # tests only (store/faults.py)
             return faults.active.run(ops, lambda batch: self._write(conn, batch))
         return self._write(conn, ops)
 
-    def _write(self, conn: sqlite3.Connection, ops: list[Callable[[Tx], Any]]) -> list[Outcome]:
+    def _write(self, conn: sqlite3.Connection, ops: list[Callable[[Tx], Any]]) -> list[OpResult]:
         before = conn.total_changes
         outcomes = run_batch(conn, ops, _make_tx, "BEGIN IMMEDIATE", translate)
         if conn.total_changes != before:

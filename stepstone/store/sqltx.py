@@ -474,5 +474,3 @@ class SqlTx(SqlViews):
     def clear_deadlines(self, run_id: str) -> None:
         self._exec("clear_deadlines", {"run_id": run_id})
 
-    def set_singleton(self, run_id: str, key: str | None) -> None:
-        self._exec("set_singleton", {"id": run_id, "key": key})

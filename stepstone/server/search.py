@@ -28,7 +28,7 @@ _BATCH = 200
 
 
 @dataclass(frozen=True)
-class Matcher:
+class EventQuery:
     text: str | None = None
     condition: Expression | None = None
 
@@ -57,11 +57,11 @@ def _contains(row: RunRow, event: EventRow | None, needle: str) -> bool:
     return any(needle in item.casefold() for item in haystack)
 
 
-def _matches(tx: Tx, row: RunRow, matcher: Matcher) -> bool:
-    if not matcher.active:
+def _matches(tx: Tx, row: RunRow, event_query: EventQuery) -> bool:
+    if not event_query.active:
         return True
     events = tx.get_events(row.id)
-    return matcher.test(row, events[0] if events else None)
+    return event_query.test(row, events[0] if events else None)
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class Found:
     examined: int
 
 
-def search_op(where: RunFilter, matcher: Matcher, limit: int,
+def search_op(where: RunFilter, event_query: EventQuery, limit: int,
               scan_limit: int = SCAN_LIMIT) -> Callable[[Tx], Found]:
     """Up to ``limit`` matching runs, newest first, examining at most ``scan_limit``."""
     def op(tx: Tx) -> Found:
@@ -82,7 +82,7 @@ def search_op(where: RunFilter, matcher: Matcher, limit: int,
             exhausted = len(rows) < _BATCH
             for row in rows:
                 examined, last = examined + 1, row.id
-                if _matches(tx, row, matcher):
+                if _matches(tx, row, event_query):
                     found.append(row)
                 if len(found) > limit or examined >= scan_limit:
                     exhausted = exhausted and row is rows[-1]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import stepstone as ss
 from stepstone.expressions import compile_expression
-from stepstone.server.search import Matcher, search_op
+from stepstone.server.search import EventQuery, search_op
 from stepstone.store.rows import RunFilter
 from tests.server.conftest import Live, Shop, poll
 
@@ -31,12 +31,12 @@ def test_runs_are_found_by_event_text_and_cel(shop: Shop) -> None:
 
 def test_a_search_scans_a_bounded_number_of_runs_and_resumes(shop: Shop) -> None:
     shop.http.post("/api/v1/events", json=[{"name": "park", "data": {"i": i}} for i in range(9)])
-    matcher = Matcher(None, compile_expression("event.data.i % 3 == 0", field="if"))
+    event_query = EventQuery(None, compile_expression("event.data.i % 3 == 0", field="if"))
     where = RunFilter(function_id="parked")
     seen: list[int] = []
     pages = 0
     while True:
-        found = shop.app.store.read_sync(search_op(where, matcher, limit=10, scan_limit=4))
+        found = shop.app.store.read_sync(search_op(where, event_query, limit=10, scan_limit=4))
         assert found.examined <= 4
         seen += [int(_data(shop, r.id)["i"]) for r in found.runs]
         pages += 1

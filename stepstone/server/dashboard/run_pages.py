@@ -20,7 +20,7 @@ from stepstone.server.dashboard.web import render, session_of
 from stepstone.server.insights import Timeline
 from stepstone.server.params import encode_cursor
 from stepstone.server.routes.stats import check_window
-from stepstone.server.search import Matcher, search_op
+from stepstone.server.search import EventQuery, search_op
 from stepstone.server.state import ServerState
 from stepstone.store.base import Tx
 from stepstone.store.rows import ACTIVE_STATUSES, RUN_STATUSES, EventRow, RunFilter, RunStatus
@@ -70,7 +70,7 @@ def build(state: ServerState) -> APIRouter:
         where = RunFilter(function_id=query.function_id or None,
                           statuses=(query.status,) if query.status else (), since=query.since,
                           until=query.until, before_id=query.before)
-        found = await store.read(search_op(where, Matcher(query.q or None, query.condition), PAGE))
+        found = await store.read(search_op(where, EventQuery(query.q or None, query.condition), PAGE))
         counts = await store.read(insights.status_counts_op(query.function_id or None,
                                                             query.since, query.until))
         timeline = await _timeline(state, query, now)

@@ -10,7 +10,7 @@ from stepstone.expressions import compile_expression
 from stepstone.server.errors import documented
 from stepstone.server.params import check_range, decode_cursor, encode_cursor, parse_moment
 from stepstone.server.schemas import RunOut, RunPage, RunStatus, SpanOut, TraceOut
-from stepstone.server.search import Matcher, search_op
+from stepstone.server.search import EventQuery, search_op
 from stepstone.server.state import ServerState
 from stepstone.store.rows import RunFilter
 
@@ -42,11 +42,11 @@ def build(state: ServerState) -> APIRouter:
         before = decode_cursor(cursor)
         if function_id is not None:
             await state.require_function(function_id)
-        matcher = Matcher(q, None if if_ is None else compile_expression(if_, field="if"))
-        if matcher.active:
+        event_query = EventQuery(q, None if if_ is None else compile_expression(if_, field="if"))
+        if event_query.active:
             where = RunFilter(function_id=function_id, statuses=tuple(status or ()), event_id=event_id,
                               since=lo, until=hi, before_id=before)
-            hits = await state.app.store.read(search_op(where, matcher, limit))
+            hits = await state.app.store.read(search_op(where, event_query, limit))
             return RunPage(runs=[RunOut.of(r) for r in hits.runs],
                            next_cursor=encode_cursor(hits.cursor) if hits.cursor else None)
         found = await runs.list_async(function_id=function_id, status=status, event_id=event_id,

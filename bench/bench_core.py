@@ -45,12 +45,14 @@ def raw_commit(path: str, sync: str, n: int = 3000) -> list[float]:
 
 
 def make_app(folder: str, sync: str, middleware: tuple[ss.Middleware, ...] = ()) -> ss.App:
-    return ss.App("bench", database_url=f"sqlite:///{folder}/bench.db?synchronous={sync}",
-                  middleware=middleware)
+    return ss.App(
+        "bench", database_url=f"sqlite:///{folder}/bench.db?synchronous={sync}", middleware=middleware
+    )
 
 
-async def per_step(folder: str, sync: str, steps: int = 900,
-                   middleware: tuple[ss.Middleware, ...] = ()) -> list[float]:
+async def per_step(
+    folder: str, sync: str, steps: int = 900, middleware: tuple[ss.Middleware, ...] = ()
+) -> list[float]:
     """Gaps between consecutive trivial steps of one run: interpreter + checkpoint."""
     return await step_gaps(make_app(folder, sync, middleware), steps, timeout="120s")
 
@@ -88,8 +90,12 @@ async def throughput(folder: str, sync: str, runs: int = 2000, concurrency: int 
     completed = len(await app.runs.list_async(status="completed", limit=1000))
     app.close()
     assert completed == min(runs, 1000)
-    return {"seconds": elapsed, "steps_per_s": 3 * runs / elapsed, "runs_per_s": runs / elapsed,
-            "commits_per_run": commits / runs}
+    return {
+        "seconds": elapsed,
+        "steps_per_s": 3 * runs / elapsed,
+        "runs_per_s": runs / elapsed,
+        "commits_per_run": commits / runs,
+    }
 
 
 def profile_steps(folder: str, sync: str) -> str:
@@ -120,13 +126,19 @@ def main() -> int:
             tput = asyncio.run(throughput(tmp, sync, runs=args.runs))
         f50, s50 = statistics.median(floor), statistics.median(gaps)
         print(f"\nsynchronous={sync}")
-        print(f"  raw WAL commit (floor)      p50 {f50 * 1e6:8.1f} us   p99 {pct(floor, .99) * 1e6:8.1f} us")
-        print(f"  per-step overhead           p50 {s50 * 1e6:8.1f} us   p99 {pct(gaps, .99) * 1e6:8.1f} us"
-              f"   = {s50 / f50:.2f}x floor")
-        print(f"  three-step run send->done   p50 {statistics.median(latency) * 1e3:8.2f} ms  "
-              f"p99 {pct(latency, .99) * 1e3:8.2f} ms")
-        print(f"  throughput {args.runs} runs x 3 steps: {tput['steps_per_s']:,.0f} steps/s "
-              f"({tput['runs_per_s']:,.0f} runs/s, {tput['commits_per_run']:.2f} commits/run)")
+        print(f"  raw WAL commit (floor)      p50 {f50 * 1e6:8.1f} us   p99 {pct(floor, 0.99) * 1e6:8.1f} us")
+        print(
+            f"  per-step overhead           p50 {s50 * 1e6:8.1f} us   p99 {pct(gaps, 0.99) * 1e6:8.1f} us"
+            f"   = {s50 / f50:.2f}x floor"
+        )
+        print(
+            f"  three-step run send->done   p50 {statistics.median(latency) * 1e3:8.2f} ms  "
+            f"p99 {pct(latency, 0.99) * 1e3:8.2f} ms"
+        )
+        print(
+            f"  throughput {args.runs} runs x 3 steps: {tput['steps_per_s']:,.0f} steps/s "
+            f"({tput['runs_per_s']:,.0f} runs/s, {tput['commits_per_run']:.2f} commits/run)"
+        )
         if args.profile:
             with tempfile.TemporaryDirectory() as tmp:
                 print(profile_steps(tmp, sync))

@@ -51,8 +51,9 @@ async def neighbours(folder: str, keyed: bool, noisy: int, quiet: int) -> dict[s
 
     await app.start_async(concurrency=10)
     for start in range(0, noisy, 1000):
-        await app.send_async([ss.Event("sync", {"tenant": "A", "sent": time.time()})
-                              for _ in range(min(1000, noisy - start))])
+        await app.send_async(
+            [ss.Event("sync", {"tenant": "A", "sent": time.time()}) for _ in range(min(1000, noisy - start))]
+        )
     await app.send_async([ss.Event("sync", {"tenant": "B", "sent": time.time()}) for _ in range(quiet)])
     await asyncio.wait_for(done.wait(), 3600)
     await app.stop_async()
@@ -110,8 +111,10 @@ def main() -> int:
             rates[keyed] = asyncio.run(throughput(folder, keyed))
     print("scheduler overhead: 2,000 one-step runs")
     print(f"  with a concurrency key (20 tenants, limit 10): {rates[True]:8,.0f} runs/s")
-    print(f"  without:                                       {rates[False]:8,.0f} runs/s"
-          f"   (keyed / plain = {rates[True] / rates[False]:.2f})")
+    print(
+        f"  without:                                       {rates[False]:8,.0f} runs/s"
+        f"   (keyed / plain = {rates[True] / rates[False]:.2f})"
+    )
     return 0
 
 

@@ -46,8 +46,10 @@ STEPSTONE = str(Path(sys.executable).parent / "stepstone")
 
 def report(label: str, events: int, elapsed: float, latencies: list[float]) -> None:
     rate = events / elapsed
-    print(f"{label:<34} {rate:>10,.0f} events/s   p50 {pct(latencies, .5) * 1e3:6.2f} ms"
-          f"   p99 {pct(latencies, .99) * 1e3:6.2f} ms   ({events} events)")
+    print(
+        f"{label:<34} {rate:>10,.0f} events/s   p50 {pct(latencies, 0.5) * 1e3:6.2f} ms"
+        f"   p99 {pct(latencies, 0.99) * 1e3:6.2f} ms   ({events} events)"
+    )
 
 
 def registered_app(url: str) -> ss.App:
@@ -81,8 +83,9 @@ def in_process(url: str, n: int, concurrency: int) -> None:
     app.close()
 
 
-async def concurrently(call: Callable[[int], Awaitable[None]], n: int,
-                       concurrency: int) -> tuple[float, list[float]]:
+async def concurrently(
+    call: Callable[[int], Awaitable[None]], n: int, concurrency: int
+) -> tuple[float, list[float]]:
     latencies: list[float] = []
     counter = iter(range(n))
 
@@ -106,8 +109,20 @@ def free_port() -> int:
 def start_server(url: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     process = subprocess.Popen(
-        [STEPSTONE, "--log-level", "WARNING", "server", "--database-url", url, "--port", str(port),
-         "--no-access-log"], env={**os.environ, "STEPSTONE_API_KEY": KEY}, stdout=subprocess.DEVNULL)
+        [
+            STEPSTONE,
+            "--log-level",
+            "WARNING",
+            "server",
+            "--database-url",
+            url,
+            "--port",
+            str(port),
+            "--no-access-log",
+        ],
+        env={**os.environ, "STEPSTONE_API_KEY": KEY},
+        stdout=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
@@ -138,11 +153,16 @@ class KeepAlive:
         data = json.dumps(body).encode()
         self.writer.write(
             f"POST {path} HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {KEY}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
         head = await self.reader.readuntil(b"\r\n\r\n")
         status = int(head.split(b" ", 2)[1])
-        length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length:"))
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
         payload = await self.reader.readexactly(length)
         if status != 200:
             raise SystemExit(f"HTTP {status}: {payload[:200]!r}")

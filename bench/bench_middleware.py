@@ -54,9 +54,11 @@ def main() -> int:
         plain = measure(sync, ())
         noop = measure(sync, (NoOp(),))
         crypto = measure(sync, (ss.EncryptionMiddleware("benchmark key"),))
-        print(f"synchronous={sync}: per-step p50 plain {plain * 1e6:7.1f} us, "
-              f"no-op middleware {noop * 1e6:7.1f} us ({noop / plain:.2f}x), "
-              f"encryption {crypto * 1e6:7.1f} us ({crypto / plain:.2f}x)")
+        print(
+            f"synchronous={sync}: per-step p50 plain {plain * 1e6:7.1f} us, "
+            f"no-op middleware {noop * 1e6:7.1f} us ({noop / plain:.2f}x), "
+            f"encryption {crypto * 1e6:7.1f} us ({crypto / plain:.2f}x)"
+        )
     return 0
 
 

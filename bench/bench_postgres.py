@@ -97,7 +97,11 @@ def checkpoint_breakdown(url: str, n: int = 2000) -> dict[str, list[float]]:
 
     def setup(tx: Any) -> Any:
         seq = tx.insert_event("e", "go", "{}", 0, 1.0)
-        tx.create_run(NewRun(id="r", function_id="f", event_seqs=[seq], event_ids=["e"], available_at=1.0, created_at=1.0))
+        tx.create_run(
+            NewRun(
+                id="r", function_id="f", event_seqs=[seq], event_ids=["e"], available_at=1.0, created_at=1.0
+            )
+        )
         return tx.take("w", "r", 1.0, 1e12)
 
     leased = store.transact_sync(setup)
@@ -105,7 +109,21 @@ def checkpoint_breakdown(url: str, n: int = 2000) -> dict[str, list[float]]:
     counter = itertools.count()
 
     def memo() -> list[StepRow]:
-        return [StepRow(run_id="r", step_id=f"s{next(counter)}", position=0, kind="run", status="completed", attempts=1, output="1", error=None, wake_at=None, started_at=1.0, ended_at=1.0)]
+        return [
+            StepRow(
+                run_id="r",
+                step_id=f"s{next(counter)}",
+                position=0,
+                kind="run",
+                status="completed",
+                attempts=1,
+                output="1",
+                error=None,
+                wake_at=None,
+                started_at=1.0,
+                ended_at=1.0,
+            )
+        ]
 
     sql_alone, pipelined, through_store = [], [], []
     with psycopg.connect(url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
@@ -119,8 +137,13 @@ def checkpoint_breakdown(url: str, n: int = 2000) -> dict[str, list[float]]:
         for _ in range(n):
             rows = memo()
             t = time.perf_counter()
-            ok, _ = run_alone(conn, lambda tx, rows=rows: tx.checkpoint(fence, rows, []),
-                              lambda c: PgTx(c, DIALECT), _notify_if_woken, translate)
+            ok, _ = run_alone(
+                conn,
+                lambda tx, rows=rows: tx.checkpoint(fence, rows, []),
+                lambda c: PgTx(c, DIALECT),
+                _notify_if_woken,
+                translate,
+            )
             pipelined.append(time.perf_counter() - t)
             assert ok
     for _ in range(n):
@@ -153,10 +176,22 @@ def throughput(url: str, runs: int, processes: int, concurrency: int) -> dict[st
     with psycopg.connect(url, autocommit=True) as conn:
         before = _commits(conn)
         env = {**os.environ, "STEPSTONE_DATABASE_URL": url, "PYTHONPATH": str(ROOT / "bench")}
-        workers = [subprocess.Popen([STEPSTONE, "--log-level", "WARNING", "worker", "pg_bench_app:app",
-                                     "--concurrency", str(concurrency)], env=env,
-                                    stdout=subprocess.DEVNULL)
-                   for _ in range(processes)]
+        workers = [
+            subprocess.Popen(
+                [
+                    STEPSTONE,
+                    "--log-level",
+                    "WARNING",
+                    "worker",
+                    "pg_bench_app:app",
+                    "--concurrency",
+                    str(concurrency),
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+            )
+            for _ in range(processes)
+        ]
         try:
             deadline = time.monotonic() + 600
             while _ended(conn) < runs:
@@ -171,8 +206,12 @@ def throughput(url: str, runs: int, processes: int, concurrency: int) -> dict[st
             for w in workers:
                 w.wait(60)
     elapsed = last - first
-    return {"seconds": elapsed, "steps_per_s": 3 * runs / elapsed, "runs_per_s": runs / elapsed,
-            "transactions_per_run": transactions / runs}
+    return {
+        "seconds": elapsed,
+        "steps_per_s": 3 * runs / elapsed,
+        "runs_per_s": runs / elapsed,
+        "transactions_per_run": transactions / runs,
+    }
 
 
 def _ended(conn: psycopg.Connection[Any]) -> int:
@@ -183,7 +222,9 @@ def _ended(conn: psycopg.Connection[Any]) -> int:
 def _commits(conn: psycopg.Connection[Any]) -> int:
     """Committed transactions of this database so far (every connection's)."""
     conn.execute("SELECT pg_stat_clear_snapshot()")
-    row = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").fetchone()
+    row = conn.execute(
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+    ).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -198,8 +239,12 @@ def profile_steps(url: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--database-url", default=None, help="an existing server (a database is created per part)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--database-url", default=None, help="an existing server (a database is created per part)"
+    )
     parser.add_argument("--runs", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=10, help="per worker process")
     parser.add_argument("--profile", action="store_true")
@@ -207,11 +252,15 @@ def main() -> int:
     with server(args.database_url) as create:
         with psycopg.connect(create("info")) as conn:
             version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
-            settings = {name: conn.execute(f"SHOW {name}".encode()).fetchone()[0]  # type: ignore[index]
-                        for name in ("fsync", "synchronous_commit")}
-        print(f"python {sys.version.split()[0]}, postgresql {version} "
-              f"(fsync={settings['fsync']}, synchronous_commit={settings['synchronous_commit']}), "
-              f"psycopg {psycopg.__version__}, cpus {os.cpu_count()}")
+            settings = {
+                name: conn.execute(f"SHOW {name}".encode()).fetchone()[0]  # type: ignore[index]
+                for name in ("fsync", "synchronous_commit")
+            }
+        print(
+            f"python {sys.version.split()[0]}, postgresql {version} "
+            f"(fsync={settings['fsync']}, synchronous_commit={settings['synchronous_commit']}), "
+            f"psycopg {psycopg.__version__}, cpus {os.cpu_count()}"
+        )
         floor = raw_commit(create("floor"))
         parts = checkpoint_breakdown(create("parts"))
         gaps = asyncio.run(per_step(create("steps")))
@@ -219,18 +268,28 @@ def main() -> int:
         one = throughput(create("one"), args.runs, 1, args.concurrency)
         two = throughput(create("two"), args.runs, 2, args.concurrency)
         f50, s50 = statistics.median(floor), statistics.median(gaps)
-        print(f"  raw single-row commit (floor) p50 {f50 * 1e6:8.1f} us   p99 {pct(floor, .99) * 1e6:8.1f} us")
-        print(f"  per-step overhead             p50 {s50 * 1e6:8.1f} us   p99 {pct(gaps, .99) * 1e6:8.1f} us"
-              f"   = {s50 / f50:.2f}x floor")
-        print(f"    checkpoint transaction alone (BEGIN, fence, upsert, COMMIT): "
-              f"p50 {statistics.median(parts['sql']) * 1e6:.1f} us plain, "
-              f"{statistics.median(parts['pipelined']) * 1e6:.1f} us pipelined; "
-              f"through the store's writer thread {statistics.median(parts['store']) * 1e6:.1f} us")
-        print(f"  three-step run send->done     p50 {statistics.median(latency) * 1e3:8.2f} ms  "
-              f"p99 {pct(latency, .99) * 1e3:8.2f} ms")
+        print(
+            f"  raw single-row commit (floor) p50 {f50 * 1e6:8.1f} us   p99 {pct(floor, 0.99) * 1e6:8.1f} us"
+        )
+        print(
+            f"  per-step overhead             p50 {s50 * 1e6:8.1f} us   p99 {pct(gaps, 0.99) * 1e6:8.1f} us"
+            f"   = {s50 / f50:.2f}x floor"
+        )
+        print(
+            f"    checkpoint transaction alone (BEGIN, fence, upsert, COMMIT): "
+            f"p50 {statistics.median(parts['sql']) * 1e6:.1f} us plain, "
+            f"{statistics.median(parts['pipelined']) * 1e6:.1f} us pipelined; "
+            f"through the store's writer thread {statistics.median(parts['store']) * 1e6:.1f} us"
+        )
+        print(
+            f"  three-step run send->done     p50 {statistics.median(latency) * 1e3:8.2f} ms  "
+            f"p99 {pct(latency, 0.99) * 1e3:8.2f} ms"
+        )
         for label, result in (("1 worker process ", one), ("2 worker processes", two)):
-            print(f"  {args.runs} runs x 3 steps, {label}: {result['steps_per_s']:8,.0f} steps/s "
-                  f"({result['runs_per_s']:,.0f} runs/s, {result['transactions_per_run']:.2f} transactions/run)")
+            print(
+                f"  {args.runs} runs x 3 steps, {label}: {result['steps_per_s']:8,.0f} steps/s "
+                f"({result['runs_per_s']:,.0f} runs/s, {result['transactions_per_run']:.2f} transactions/run)"
+            )
         print(f"  scaling 2 / 1 processes: {two['steps_per_s'] / one['steps_per_s']:.2f}x")
         if args.profile:
             print(profile_steps(create("profile")))

@@ -48,8 +48,9 @@ def scenario(folder: str, runs: int, deliveries: int, measure_rss: bool) -> dict
     url = f"sqlite:///{db}?synchronous=normal"
     env = {**os.environ, "STEPSTONE_DATABASE_URL": url, "PYTHONPATH": str(HERE)}
     client = ss.App("client", database_url=url)
-    worker = subprocess.Popen([STEPSTONE, "--log-level", "WARNING", "worker", "waits_app:app",
-                               "--concurrency", "50"], env=env)
+    worker = subprocess.Popen(
+        [STEPSTONE, "--log-level", "WARNING", "worker", "waits_app:app", "--concurrency", "50"], env=env
+    )
     try:
         until(lambda: bool(client.workers.list()), 60, "worker registration")
         time.sleep(1.0)
@@ -59,7 +60,9 @@ def scenario(folder: str, runs: int, deliveries: int, measure_rss: bool) -> dict
         for mark in sorted({min(runs, m) for m in (runs // 10, runs // 2, runs)}):
             sent = max(samples, default=0)
             for start in range(sent, mark, 1000):
-                client.send([ss.Event("bench.start", {"k": i}) for i in range(start, min(mark, start + 1000))])
+                client.send(
+                    [ss.Event("bench.start", {"k": i}) for i in range(start, min(mark, start + 1000))]
+                )
             until(lambda mark=mark: waiting(db) == mark, 3600, "runs to wait")
             samples[mark] = rss_kb(worker.pid)
         park_seconds = time.perf_counter() - t
@@ -94,11 +97,15 @@ def main() -> int:
     small_p50 = statistics.median(s["delivery_p50"] for s in small)
     print(f"worker RSS with 0 waiting runs: {big['rss0'] / 1024:8.1f} MB")
     for key in sorted((k for k in big if k.startswith("rss_") and k != "rss_full"), key=lambda k: int(k[4:])):
-        print(f"worker RSS with {int(key[4:]):,} waiting runs: {big[key] / 1024:8.1f} MB "
-              f"(x{big[key] / big['rss0']:.2f})")
+        print(
+            f"worker RSS with {int(key[4:]):,} waiting runs: {big[key] / 1024:8.1f} MB "
+            f"(x{big[key] / big['rss0']:.2f})"
+        )
     print(f"{args.runs:,} runs reached their wait in {big['park_seconds']:.1f} s")
-    print(f"deliver one event resolving one wait: {small_p50 * 1e3:.2f} ms with 10 waiting, "
-          f"{big['delivery_p50'] * 1e3:.2f} ms with {args.runs:,} (ratio {big['delivery_p50'] / small_p50:.2f})")
+    print(
+        f"deliver one event resolving one wait: {small_p50 * 1e3:.2f} ms with 10 waiting, "
+        f"{big['delivery_p50'] * 1e3:.2f} ms with {args.runs:,} (ratio {big['delivery_p50'] / small_p50:.2f})"
+    )
     return 0
 
 

@@ -36,15 +36,24 @@ sys.path.insert(0, str(ROOT))
 from tests.acceptance.chaos import SCENARIOS, Config, Outcome, run_scenario  # noqa: E402
 from tests.pgcluster import PgCluster  # noqa: E402
 
-COLUMNS = [("scenario", "scenario"), ("backend", "backend"), ("runs_sent", "runs"),
-           ("completed", "completed"), ("failed", "failed"), ("cancelled", "cancelled"),
-           ("lost_or_stuck", "**lost / stuck**"), ("faults", "faults"),
-           ("step_executions", "step executions"), ("retried_attempts", "injected failures"),
-           ("re_executed", "re-executed at a fault (kill / pause / restart)"),
-           ("re_executed_unexplained", "re-executed, no fault"),
-           ("completed_steps_rerun", "**completed steps re-run** (by a resumed worker / at a restart)"),
-           ("cancels_not_honoured", "**cancels not honoured**"),
-           ("wall_seconds", "wall s"), ("steps_per_second", "steps/s")]
+COLUMNS = [
+    ("scenario", "scenario"),
+    ("backend", "backend"),
+    ("runs_sent", "runs"),
+    ("completed", "completed"),
+    ("failed", "failed"),
+    ("cancelled", "cancelled"),
+    ("lost_or_stuck", "**lost / stuck**"),
+    ("faults", "faults"),
+    ("step_executions", "step executions"),
+    ("retried_attempts", "injected failures"),
+    ("re_executed", "re-executed at a fault (kill / pause / restart)"),
+    ("re_executed_unexplained", "re-executed, no fault"),
+    ("completed_steps_rerun", "**completed steps re-run** (by a resumed worker / at a restart)"),
+    ("cancels_not_honoured", "**cancels not honoured**"),
+    ("wall_seconds", "wall s"),
+    ("steps_per_second", "steps/s"),
+]
 
 
 @contextlib.contextmanager
@@ -57,9 +66,16 @@ def postgres() -> Iterator[PgCluster]:
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
-    config = Config(runs=args.runs, workers=args.workers, concurrency=args.concurrency, lease_ttl=args.lease_ttl,
-                    fault_seconds=args.seconds, deadline=args.seconds + args.grace, seed=args.seed,
-                    kill_every=args.kill_every)
+    config = Config(
+        runs=args.runs,
+        workers=args.workers,
+        concurrency=args.concurrency,
+        lease_ttl=args.lease_ttl,
+        fault_seconds=args.seconds,
+        deadline=args.seconds + args.grace,
+        seed=args.seed,
+        kill_every=args.kill_every,
+    )
     backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
     scenarios = list(SCENARIOS) if args.scenario == "all" else args.scenario.split(",")
     figures: list[dict[str, Any]] = []
@@ -90,49 +106,62 @@ def _one(scenario: str, backend: str, workdir: Path, config: Config, number: int
 
 
 def summary(f: dict[str, Any]) -> str:
-    line = (f"{f['scenario']:8} {f['backend']:8} runs {f['runs_sent']}: {f['completed']} completed, "
-            f"{f['failed']} failed, {f['cancelled']} cancelled, {f['lost_or_stuck']} LOST/STUCK | "
-            f"{_faults(f)} | {f['step_executions']} executions, {f['retried_attempts']} injected failures, "
-            f"re-executed at kill/pause/restart {f['re_executed_at_kill']}/{f['re_executed_at_pause']}/"
-            f"{f['re_executed_at_restart']}, no fault {f['re_executed_unexplained']} | completed steps re-run "
-            f"{f['completed_steps_rerun']} (by a resumed worker {f['completed_steps_rerun_at_pause']}, at a restart "
-            f"{f['completed_steps_rerun_at_restart']}, unexplained {f['completed_steps_rerun_unexplained']}) | "
-            f"cancels not honoured {f['cancels_not_honoured']} | "
-            f"{f['wall_seconds']} s, {f['steps_per_second']} steps/s")
+    line = (
+        f"{f['scenario']:8} {f['backend']:8} runs {f['runs_sent']}: {f['completed']} completed, "
+        f"{f['failed']} failed, {f['cancelled']} cancelled, {f['lost_or_stuck']} LOST/STUCK | "
+        f"{_faults(f)} | {f['step_executions']} executions, {f['retried_attempts']} injected failures, "
+        f"re-executed at kill/pause/restart {f['re_executed_at_kill']}/{f['re_executed_at_pause']}/"
+        f"{f['re_executed_at_restart']}, no fault {f['re_executed_unexplained']} | completed steps re-run "
+        f"{f['completed_steps_rerun']} (by a resumed worker {f['completed_steps_rerun_at_pause']}, at a restart "
+        f"{f['completed_steps_rerun_at_restart']}, unexplained {f['completed_steps_rerun_unexplained']}) | "
+        f"cancels not honoured {f['cancels_not_honoured']} | "
+        f"{f['wall_seconds']} s, {f['steps_per_second']} steps/s"
+    )
     return line + "".join(f"\n    VIOLATION {v}" for v in f["violations"][:20])
 
 
 def _faults(f: dict[str, Any]) -> str:
     hijacks = f.get("hijacks", 0)
     cancels = f"{f['cancels']} cancels" + (f" ({hijacks} of a paused worker's runs)" if hijacks else "")
-    parts = [(f["kills"], "kills"), (f["pauses"], "pauses"), (f["restarts"], "restarts"),
-             (f["cancels"], cancels), (f["replays"], "replays")]
+    parts = [
+        (f["kills"], "kills"),
+        (f["pauses"], "pauses"),
+        (f["restarts"], "restarts"),
+        (f["cancels"], cancels),
+        (f["replays"], "replays"),
+    ]
     return ", ".join(what if what == cancels else f"{n} {what}" for n, what in parts if n) or "no faults"
 
 
 def markdown(figures: list[dict[str, Any]]) -> str:
     rows = ["| " + " | ".join(title for _, title in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for f in figures:
-        cells = dict(f, faults=_faults(f),
-                     re_executed=f"{f['re_executed_at_kill']} / {f['re_executed_at_pause']} / "
-                                 f"{f['re_executed_at_restart']}",
-                     completed_steps_rerun=f"**{f['completed_steps_rerun']}** "
-                                           f"({f['completed_steps_rerun_at_pause']} / "
-                                           f"{f['completed_steps_rerun_at_restart']})",
-                     lost_or_stuck=f"**{f['lost_or_stuck']}**",
-                     cancels_not_honoured=f"**{f['cancels_not_honoured']}**" if f["cancels"] else "-")
+        cells = dict(
+            f,
+            faults=_faults(f),
+            re_executed=f"{f['re_executed_at_kill']} / {f['re_executed_at_pause']} / "
+            f"{f['re_executed_at_restart']}",
+            completed_steps_rerun=f"**{f['completed_steps_rerun']}** "
+            f"({f['completed_steps_rerun_at_pause']} / "
+            f"{f['completed_steps_rerun_at_restart']})",
+            lost_or_stuck=f"**{f['lost_or_stuck']}**",
+            cancels_not_honoured=f"**{f['cancels_not_honoured']}**" if f["cancels"] else "-",
+        )
         rows.append("| " + " | ".join(str(cells[key]) for key, _ in COLUMNS) + " |")
     return "\n".join(rows)
 
 
 def describe() -> str:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
     return f"commit {commit}, python {platform.python_version()}, cpus {os.cpu_count()}"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument("--scenario", default="all", help=f"all, or a comma-separated list of {SCENARIOS}")
     parser.add_argument("--runs", type=int, default=300, help="runs per scenario")
@@ -143,10 +172,16 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=4, help="per worker process")
     parser.add_argument("--lease-ttl", type=float, default=2.0)
     parser.add_argument("--kill-every", type=float, default=0.7, help="mean seconds between SIGKILLs")
-    parser.add_argument("--keep", default=None, help="keep databases, ledgers and worker logs in this directory")
+    parser.add_argument(
+        "--keep", default=None, help="keep databases, ledgers and worker logs in this directory"
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
-    parser.add_argument("--markdown", metavar="FIGURES_JSON", default=None,
-                        help="print the table for docs/reliability.md from a --json file, and run nothing")
+    parser.add_argument(
+        "--markdown",
+        metavar="FIGURES_JSON",
+        default=None,
+        help="print the table for docs/reliability.md from a --json file, and run nothing",
+    )
     args = parser.parse_args()
     if args.markdown:
         print(markdown(json.loads(Path(args.markdown).read_text())["figures"]))

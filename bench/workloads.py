@@ -16,6 +16,7 @@ def pct(values: list[float], q: float) -> float:
 
 def add_three_steps(app: ss.App) -> None:
     """The benchmark's three-step function (``three``), triggered by ``three``."""
+
     async def trivial() -> int:
         return 1
 

@@ -76,16 +76,26 @@ def show(run: ss.Run, order_id: str) -> None:
 
 
 def order(order_id: str) -> ss.Run:
-    [event_id] = app.send(ss.Event("user.subscription.created", {
-        "order_id": order_id, "user_id": "u-42", "amount": 4900, "plan": "pro",
-    }, id=order_id))
+    [event_id] = app.send(
+        ss.Event(
+            "user.subscription.created",
+            {
+                "order_id": order_id,
+                "user_id": "u-42",
+                "amount": 4900,
+                "plan": "pro",
+            },
+            id=order_id,
+        )
+    )
     [run] = app.runs.list(event_id=event_id)
     return app.runs.wait(run.id, timeout="30s")
 
 
 def count(order_id: str, action: str) -> int:
-    row = ledger.execute("SELECT COUNT(*) FROM effects WHERE order_id = ? AND action = ?",
-                         (order_id, action)).fetchone()
+    row = ledger.execute(
+        "SELECT COUNT(*) FROM effects WHERE order_id = ? AND action = ?", (order_id, action)
+    ).fetchone()
     return int(row[0])
 
 
@@ -112,10 +122,17 @@ def main() -> int:
         assert run.status == "completed" and count("order-2", "charge") == 1
 
         print("\n3. The same order sent again (same event id) starts no second run.")
-        app.send(ss.Event("user.subscription.created", {"order_id": "order-1", "user_id": "u-42",
-                                                        "amount": 4900, "plan": "pro"}, id="order-1"))
-        print(f"   runs for order-1: {len(app.runs.list(event_id='order-1'))}, "
-              f"charges: {count('order-1', 'charge')}")
+        app.send(
+            ss.Event(
+                "user.subscription.created",
+                {"order_id": "order-1", "user_id": "u-42", "amount": 4900, "plan": "pro"},
+                id="order-1",
+            )
+        )
+        print(
+            f"   runs for order-1: {len(app.runs.list(event_id='order-1'))}, "
+            f"charges: {count('order-1', 'charge')}"
+        )
     finally:
         app.stop()
     print("\nEvery card was charged exactly once.")

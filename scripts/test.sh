@@ -5,7 +5,7 @@ EXTRAS="dev,server,postgres,crypto,otel"
 source "$(dirname "$0")/_venv.sh"
 cd "$ROOT"
 source scripts/_services.sh
-echo "== ruff";  ruff check stepstone tests bench examples
+echo "== ruff";  ruff check stepstone tests bench examples && ruff format --check stepstone tests bench examples
 echo "== mypy";  mypy
 echo "== imports"; lint-imports --no-logo  # the layers of docs/architecture.md (pyproject.toml)
 # The PostgreSQL tests start a private cluster (tests/pgcluster.py); with CI set,

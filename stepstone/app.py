@@ -100,9 +100,7 @@ class App:
         if not isinstance(name, str) or not name.strip():
             raise ConfigError("name", "expected a non-empty app name")
         self.name = name
-        self.database_url = (
-            database_url or os.environ.get("STEPSTONE_DATABASE_URL") or DEFAULT_DATABASE_URL
-        )
+        self.database_url = database_url or os.environ.get("STEPSTONE_DATABASE_URL") or DEFAULT_DATABASE_URL
         self.app_version = app_version
         self.middleware = tuple(middleware)
         given = clock or SYSTEM_CLOCK
@@ -140,21 +138,47 @@ class App:
     ) -> Callable[[F], F]:
         """Register a durable function; invalid options raise ``ConfigError`` here."""
         flow = build_flow(
-            concurrency=concurrency, throttle=throttle, rate_limit=rate_limit, debounce=debounce,
-            priority=priority, batch=batch, idempotency=idempotency, singleton=singleton,
-            cancel_on=cancel_on, timeouts=timeouts,
+            concurrency=concurrency,
+            throttle=throttle,
+            rate_limit=rate_limit,
+            debounce=debounce,
+            priority=priority,
+            batch=batch,
+            idempotency=idempotency,
+            singleton=singleton,
+            cancel_on=cancel_on,
+            timeouts=timeouts,
         )
-        options = {k: _jsonable(v) for k, v in {
-            "backoff": backoff, "concurrency": concurrency, "throttle": throttle,
-            "rate_limit": rate_limit, "debounce": debounce, "priority": priority, "batch": batch,
-            "idempotency": idempotency, "singleton": singleton, "cancel_on": cancel_on,
-            "timeouts": timeouts, "on_failure": on_failure,
-        }.items() if v is not None}
+        options = {
+            k: _jsonable(v)
+            for k, v in {
+                "backoff": backoff,
+                "concurrency": concurrency,
+                "throttle": throttle,
+                "rate_limit": rate_limit,
+                "debounce": debounce,
+                "priority": priority,
+                "batch": batch,
+                "idempotency": idempotency,
+                "singleton": singleton,
+                "cancel_on": cancel_on,
+                "timeouts": timeouts,
+                "on_failure": on_failure,
+            }.items()
+            if v is not None
+        }
 
         def decorate(handler: F) -> F:
             fn = build_function(
-                handler, id=id, trigger=trigger, retries=retries, backoff=backoff,
-                on_failure=on_failure, middleware=middleware, flow=flow, options=options,
+                handler,
+                id=id,
+                trigger=trigger,
+                retries=retries,
+                backoff=backoff,
+                on_failure=on_failure,
+                middleware=middleware,
+                flow=flow,
+                options=options,
             )
             with self._lock:
                 self.registry.add(fn)
@@ -274,23 +298,31 @@ class App:
                 callback()
 
     # -- workers -----------------------------------------------------------------------------------
-    def worker(self, *, concurrency: int = 10, instance_id: str | None = None,
-               lease_ttl: float = 15.0) -> Worker:
+    def worker(
+        self, *, concurrency: int = 10, instance_id: str | None = None, lease_ttl: float = 15.0
+    ) -> Worker:
         """A worker for this app's functions (not started). Creating it retires the
         functions this app registered before and no longer has."""
         store = self._store_ready()
         self._register(store, retire_others=True)
         worker = Worker(
-            store=store, registry=self.registry, clock=self.clock,
-            app_name=self.name, app_version=self.app_version, concurrency=concurrency,
-            instance_id=instance_id, lease_ttl=lease_ttl, on_run_end=self._run_changed,
+            store=store,
+            registry=self.registry,
+            clock=self.clock,
+            app_name=self.name,
+            app_version=self.app_version,
+            concurrency=concurrency,
+            instance_id=instance_id,
+            lease_ttl=lease_ttl,
+            on_run_end=self._run_changed,
             matcher=lambda: self.catalog.registry(self._store_ready()),
             middleware=self.middleware,
         )
         return worker
 
-    async def start_async(self, *, concurrency: int = 10, instance_id: str | None = None,
-                          lease_ttl: float = 15.0) -> Worker:
+    async def start_async(
+        self, *, concurrency: int = 10, instance_id: str | None = None, lease_ttl: float = 15.0
+    ) -> Worker:
         """Start a worker on the running event loop."""
         worker = self.worker(concurrency=concurrency, instance_id=instance_id, lease_ttl=lease_ttl)
         await worker.start()
@@ -307,8 +339,9 @@ class App:
                 self._local_workers.remove(worker)
         await asyncio.gather(*(w.stop(drain_timeout) for w in mine))
 
-    def start(self, *, concurrency: int = 10, instance_id: str | None = None,
-              lease_ttl: float = 15.0) -> None:
+    def start(
+        self, *, concurrency: int = 10, instance_id: str | None = None, lease_ttl: float = 15.0
+    ) -> None:
         """Start workers in a background thread of this process."""
         self._portal().call(
             self.start_async(concurrency=concurrency, instance_id=instance_id, lease_ttl=lease_ttl)
@@ -346,4 +379,3 @@ class App:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

@@ -132,7 +132,8 @@ def _named(face: Callable[..., Any], source: Callable[..., Any], name: str) -> N
     face.__qualname__ = source.__qualname__.removesuffix(source.__name__) + name
     face.__doc__ = source.__doc__
     face.__signature__ = inspect.signature(source).replace(  # type: ignore[attr-defined]
-        return_annotation=inspect.Signature.empty)
+        return_annotation=inspect.Signature.empty
+    )
 
 
 def sync_face(plan: Callable[Concatenate[S, P], Plan[T]]) -> Callable[Concatenate[S, P], T]:
@@ -158,7 +159,8 @@ def async_face(
 
 
 def portal_face(
-    method: Callable[Concatenate[S, P], Coroutine[Any, Any, T]], portal: Callable[[S], Portal],
+    method: Callable[Concatenate[S, P], Coroutine[Any, Any, T]],
+    portal: Callable[[S], Portal],
 ) -> Callable[Concatenate[S, P], T]:
     """The blocking twin ``name`` of an ``async`` method ``name_async`` whose
     coroutines need a loop of their own (``ss.Client``: httpx clients are per

@@ -42,9 +42,15 @@ from stepstone.triggers import Trigger, on_cron, on_event
 log = logging.getLogger("stepstone.catalog")
 
 _CONFIG_TYPES: dict[str, type] = {
-    "concurrency": Concurrency, "throttle": Throttle, "rate_limit": RateLimit,
-    "debounce": Debounce, "priority": Priority, "batch": Batch, "singleton": Singleton,
-    "cancel_on": CancelOn, "timeouts": Timeouts,
+    "concurrency": Concurrency,
+    "throttle": Throttle,
+    "rate_limit": RateLimit,
+    "debounce": Debounce,
+    "priority": Priority,
+    "batch": Batch,
+    "singleton": Singleton,
+    "cancel_on": CancelOn,
+    "timeouts": Timeouts,
 }
 
 
@@ -66,16 +72,24 @@ def rebuild(description: dict[str, Any]) -> FunctionDef:
             triggers.append(on_cron(raw["cron"], jitter=raw.get("jitter")))
         else:
             triggers.append(on_event(raw["event"], if_=raw.get("if")))
-    flow_args = {name: _config(kind, description[name]) for name, kind in _CONFIG_TYPES.items()
-                 if description.get(name) is not None}
+    flow_args = {
+        name: _config(kind, description[name])
+        for name, kind in _CONFIG_TYPES.items()
+        if description.get(name) is not None
+    }
     if description.get("idempotency") is not None:
         flow_args["idempotency"] = description["idempotency"]
     backoff = Backoff(**description["backoff"]) if description.get("backoff") else Backoff()
     fn = FunctionDef(
-        id=description["id"], handler=_remote_handler, triggers=tuple(triggers),
-        retries=int(description.get("retries", 4)), backoff=backoff.validated(),
-        flow=build_flow(**flow_args), options={k: v for k, v in description.items()
-                                               if k not in ("id", "triggers", "retries", "failure_of")},
+        id=description["id"],
+        handler=_remote_handler,
+        triggers=tuple(triggers),
+        retries=int(description.get("retries", 4)),
+        backoff=backoff.validated(),
+        flow=build_flow(**flow_args),
+        options={
+            k: v for k, v in description.items() if k not in ("id", "triggers", "retries", "failure_of")
+        },
     )
     fn.failure_of = description.get("failure_of")
     return fn

@@ -76,9 +76,15 @@ def _error_classes() -> dict[str, type[errors.StepstoneError]]:
     from stepstone.events import InvalidEventError
 
     classes: list[type[errors.StepstoneError]] = [
-        errors.NotFoundError, errors.InvalidStateError, errors.LimitExceededError,
-        errors.ExpressionError, errors.SerializationError, errors.RunTimeoutError,
-        errors.StoreError, errors.StoreUnavailableError, errors.AuthenticationError,
+        errors.NotFoundError,
+        errors.InvalidStateError,
+        errors.LimitExceededError,
+        errors.ExpressionError,
+        errors.SerializationError,
+        errors.RunTimeoutError,
+        errors.StoreError,
+        errors.StoreUnavailableError,
+        errors.AuthenticationError,
         InvalidEventError,
     ]
     return {cls.__name__: cls for cls in classes}
@@ -86,8 +92,11 @@ def _error_classes() -> dict[str, type[errors.StepstoneError]]:
 
 _ERRORS = _error_classes()
 _BY_STATUS: dict[int, type[errors.StepstoneError]] = {
-    401: errors.AuthenticationError, 404: errors.NotFoundError, 409: errors.InvalidStateError,
-    413: errors.LimitExceededError, 503: errors.ServerUnavailableError,
+    401: errors.AuthenticationError,
+    404: errors.NotFoundError,
+    409: errors.InvalidStateError,
+    413: errors.LimitExceededError,
+    503: errors.ServerUnavailableError,
 }
 
 
@@ -98,8 +107,9 @@ class Client(_Remote):
     needs the API key. Close it (or use ``with``) to release connections.
     """
 
-    def __init__(self, url: str, *, api_key: str | None = None, event_key: str | None = None,
-                 timeout: float = 30.0) -> None:
+    def __init__(
+        self, url: str, *, api_key: str | None = None, event_key: str | None = None, timeout: float = 30.0
+    ) -> None:
         self.url = url.rstrip("/")
         self.api_key = api_key
         self.event_key = event_key
@@ -111,7 +121,8 @@ class Client(_Remote):
         self._lock = threading.Lock()
         self._portal_: Portal | None = None
         self._http_: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
-            weakref.WeakKeyDictionary())
+            weakref.WeakKeyDictionary()
+        )
 
     # -- plumbing ------------------------------------------------------------------------------
     def _portal(self) -> Portal:
@@ -129,8 +140,15 @@ class Client(_Remote):
             client = self._http_[loop] = httpx.AsyncClient(base_url=self.url, timeout=self.timeout)
         return client
 
-    async def request(self, method: str, path: str, *, json: Any = None,
-                      params: dict[str, Any] | None = None, key: str | None = None) -> Any:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        key: str | None = None,
+    ) -> Any:
         """One API call; returns the decoded JSON or raises the matching Stepstone error."""
         import httpx
 
@@ -138,8 +156,7 @@ class Client(_Remote):
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         query = {k: v for k, v in (params or {}).items() if v is not None}
         try:
-            response = await self._http().request(method, path, json=json, params=query,
-                                                  headers=headers)
+            response = await self._http().request(method, path, json=json, params=query, headers=headers)
         except httpx.TransportError as exc:
             raise errors.ServerUnavailableError(f"cannot reach {self.url}: {exc}") from exc
         if response.status_code >= 400:
@@ -152,8 +169,9 @@ class Client(_Remote):
         batch = [events] if isinstance(events, Event) else list(events)
         for event in batch:
             validate_event(event)
-        body = await self.request("POST", "/api/v1/events", json=[e.to_json() for e in batch],
-                                  key=self.event_key or self.api_key)
+        body = await self.request(
+            "POST", "/api/v1/events", json=[e.to_json() for e in batch], key=self.event_key or self.api_key
+        )
         return [str(i) for i in body["ids"]]
 
     send = _sync(send_async)
@@ -197,19 +215,30 @@ class RemoteRuns(_Remote):
 
         return RunOut.model_validate(await self._client.request("GET", _run_path(run_id))).to_run()
 
-    async def list_async(self, *, function_id: str | None = None, event_id: str | None = None,
-                         status: str | Sequence[str] | None = None, since: Moment | None = None,
-                         until: Moment | None = None, limit: int = 100,
-                         before: str | None = None) -> builtins.list[Run]:
+    async def list_async(
+        self,
+        *,
+        function_id: str | None = None,
+        event_id: str | None = None,
+        status: str | Sequence[str] | None = None,
+        since: Moment | None = None,
+        until: Moment | None = None,
+        limit: int = 100,
+        before: str | None = None,
+    ) -> builtins.list[Run]:
         """Newest first, like ``app.runs.list``; pages are fetched as needed."""
         from stepstone.server.params import encode_cursor
         from stepstone.server.schemas import RunPage
 
         statuses = [status] if isinstance(status, str) else list(status or [])
-        params: dict[str, Any] = {"function_id": function_id, "event_id": event_id,
-                                  "status": statuses or None, "since": _moment(since),
-                                  "until": _moment(until),
-                                  "cursor": encode_cursor(before) if before else None}
+        params: dict[str, Any] = {
+            "function_id": function_id,
+            "event_id": event_id,
+            "status": statuses or None,
+            "since": _moment(since),
+            "until": _moment(until),
+            "cursor": encode_cursor(before) if before else None,
+        }
         found: builtins.list[Run] = []
         while True:
             params["limit"] = min(PAGE, limit - len(found))
@@ -249,20 +278,38 @@ class RemoteRuns(_Remote):
             await asyncio.sleep(min(interval, remaining))
             interval = min(interval * 2, 0.25)
 
-    async def cancel_many_async(self, *, function_id: str, since: Moment | None = None,
-                                until: Moment | None = None, if_: str | None = None,
-                                progress: Progress | None = None) -> int:
+    async def cancel_many_async(
+        self,
+        *,
+        function_id: str,
+        since: Moment | None = None,
+        until: Moment | None = None,
+        if_: str | None = None,
+        progress: Progress | None = None,
+    ) -> int:
         """Start a bulk cancel job on the server and wait for it; returns the count."""
         body = {"function_id": function_id, "since": _moment(since), "until": _moment(until), "if": if_}
         return await self._job("/api/v1/runs/cancel-many", body, progress)
 
-    async def replay_many_async(self, *, function_id: str, status: str | Sequence[str] = RunStatus.FAILED,
-                                since: Moment | None = None, until: Moment | None = None,
-                                if_: str | None = None, progress: Progress | None = None) -> int:
+    async def replay_many_async(
+        self,
+        *,
+        function_id: str,
+        status: str | Sequence[str] = RunStatus.FAILED,
+        since: Moment | None = None,
+        until: Moment | None = None,
+        if_: str | None = None,
+        progress: Progress | None = None,
+    ) -> int:
         """Start a bulk replay job on the server and wait for it; returns the count."""
         statuses = [status] if isinstance(status, str) else list(status)
-        body = {"function_id": function_id, "status": statuses, "since": _moment(since),
-                "until": _moment(until), "if": if_}
+        body = {
+            "function_id": function_id,
+            "status": statuses,
+            "since": _moment(since),
+            "until": _moment(until),
+            "if": if_,
+        }
         return await self._job("/api/v1/runs/replay-many", body, progress)
 
     async def _job(self, path: str, body: dict[str, Any], progress: Progress | None) -> int:

@@ -46,9 +46,12 @@ def sync_at_start(store: Store, clock: Clock) -> None:
             return
         clock.observe(*sample)
     if abs(clock.offset) > NOTABLE_SKEW:
-        log.warning("this machine's clock is %.3f s %s the database server's; Stepstone uses the "
-                    "server's (fix the machine's time sync: logs and spans show local time)",
-                    abs(clock.offset), "behind" if clock.offset > 0 else "ahead of")
+        log.warning(
+            "this machine's clock is %.3f s %s the database server's; Stepstone uses the "
+            "server's (fix the machine's time sync: logs and spans show local time)",
+            abs(clock.offset),
+            "behind" if clock.offset > 0 else "ahead of",
+        )
 
 
 async def resync(store: Store, clock: Clock) -> None:

@@ -97,8 +97,9 @@ class _Key:
 class EncryptionMiddleware(Middleware):
     """Encrypt step outputs, function outputs and ``event.data["encrypted"]``."""
 
-    def __init__(self, key: KeyInput, fallback_keys: Sequence[KeyInput] = (),
-                 decrypt_only: bool = False) -> None:
+    def __init__(
+        self, key: KeyInput, fallback_keys: Sequence[KeyInput] = (), decrypt_only: bool = False
+    ) -> None:
         self.primary = _Key(key)
         self.keys = {k.id: k for k in [self.primary, *(_Key(f) for f in fallback_keys)]}
         self.decrypt_only = decrypt_only
@@ -126,7 +127,8 @@ class EncryptionMiddleware(Middleware):
             return json.loads(plain)
         raise EncryptionError(
             f"{what}: cannot decrypt with the configured keys (wrong key, or a rotated key "
-            f"missing from fallback_keys; key id {envelope.get('kid')!r})")
+            f"missing from fallback_keys; key id {envelope.get('kid')!r})"
+        )
 
     def reveal(self, value: Any, what: str) -> Any:
         """Decrypt every envelope inside ``value``."""
@@ -140,8 +142,7 @@ class EncryptionMiddleware(Middleware):
 
     # -- hooks ---------------------------------------------------------------------------
     def transform_input(self, ctx: Context, steps: dict[str, Any]) -> dict[str, Any]:
-        ctx.events = [Event(e.name, self.reveal(e.data, f"event {e.name!r}"), e.id, e.ts)
-                      for e in ctx.events]
+        ctx.events = [Event(e.name, self.reveal(e.data, f"event {e.name!r}"), e.id, e.ts) for e in ctx.events]
         ctx.event = ctx.events[0]
         return {step_id: self.reveal(value, f"step {step_id!r}") for step_id, value in steps.items()}
 
@@ -153,6 +154,7 @@ class EncryptionMiddleware(Middleware):
             return events
         return [
             Event(e.name, {**e.data, "encrypted": self.encrypt(e.data["encrypted"])}, e.id, e.ts)
-            if "encrypted" in e.data and not is_encrypted(e.data["encrypted"]) else e
+            if "encrypted" in e.data and not is_encrypted(e.data["encrypted"])
+            else e
             for e in events
         ]

@@ -44,15 +44,12 @@ def validate_event(event: Any, *, max_depth: int | None = limits.MAX_EVENT_DEPTH
         raise InvalidEventError("event name must be a non-empty string")
     if len(event.name) > limits.MAX_EVENT_NAME_CHARS:
         raise LimitExceededError(
-            f"event name is {len(event.name)} characters, over the limit of "
-            f"{limits.MAX_EVENT_NAME_CHARS}"
+            f"event name is {len(event.name)} characters, over the limit of {limits.MAX_EVENT_NAME_CHARS}"
         )
     if not isinstance(event.data, dict):
         raise InvalidEventError(f"event {event.name!r}: data must be an object (dict)")
     if max_depth is not None and nesting_depth(event.data, max_depth) > max_depth:
-        raise InvalidEventError(
-            f"event {event.name!r}: data is nested more than {max_depth} levels deep"
-        )
+        raise InvalidEventError(f"event {event.name!r}: data is nested more than {max_depth} levels deep")
     if event.id is not None and (not isinstance(event.id, str) or not event.id):
         raise InvalidEventError(f"event {event.name!r}: id must be a non-empty string")
     if event.ts is not None and (isinstance(event.ts, bool) or not isinstance(event.ts, int)):
@@ -76,9 +73,7 @@ def nesting_depth(value: Any, stop: int) -> int:
 
 
 def encode_event_data(event: Event) -> str:
-    return serde.dumps(
-        event.data, what=f"event {event.name!r} data", limit=limits.MAX_EVENT_BYTES
-    )
+    return serde.dumps(event.data, what=f"event {event.name!r} data", limit=limits.MAX_EVENT_BYTES)
 
 
 def now_ms(now: float | None = None) -> int:

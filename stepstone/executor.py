@@ -77,11 +77,28 @@ class ExecEnv:
         return self.registry.get(function_id) or self.matcher().get(function_id)
 
     # The effects of orchestration steps (the interpreter's ``Services``).
-    def wait_row(self, *, run_id: str, step_id: str, event_name: str, condition: str | None,
-                 run_event: dict[str, Any] | None, now: float, expires_at: float | None) -> WaitRow:
-        return build_wait(run_id=run_id, step_id=step_id, kind=WaitKind.EVENT, event_name=event_name,
-                          condition=condition, run_event=run_event, now=now, expires_at=expires_at,
-                          field="if_")
+    def wait_row(
+        self,
+        *,
+        run_id: str,
+        step_id: str,
+        event_name: str,
+        condition: str | None,
+        run_event: dict[str, Any] | None,
+        now: float,
+        expires_at: float | None,
+    ) -> WaitRow:
+        return build_wait(
+            run_id=run_id,
+            step_id=step_id,
+            kind=WaitKind.EVENT,
+            event_name=event_name,
+            condition=condition,
+            run_event=run_event,
+            now=now,
+            expires_at=expires_at,
+            field="if_",
+        )
 
     def send(self, events: Event | Sequence[Event], now: float) -> tuple[list[str], Ingest]:
         prepared = prepare(events, now)
@@ -91,8 +108,9 @@ class ExecEnv:
 
         return [event.id for event in prepared], ingest_sent
 
-    def start_child(self, target: FunctionDef, data: dict[str, Any], now: float,
-                    parent: tuple[str, str]) -> StartChild:
+    def start_child(
+        self, target: FunctionDef, data: dict[str, Any], now: float, parent: tuple[str, str]
+    ) -> StartChild:
         [event] = prepare(Event(INVOKE_EVENT, data), now, system=True)
         if len(event.data_json.encode()) > limits.MAX_EVENT_BYTES:
             raise LimitExceededError(f"step {parent[1]!r}: invoke data over {limits.MAX_EVENT_BYTES} bytes")
@@ -137,20 +155,27 @@ async def execute(leased: LeasedRun, env: ExecEnv) -> Outcome | None:
         return None
 
 
-async def _invoke(fn: FunctionDef, leased: LeasedRun, journal: RunJournal,
-                  env: ExecEnv) -> Outcome | None:
+async def _invoke(fn: FunctionDef, leased: LeasedRun, journal: RunJournal, env: ExecEnv) -> Outcome | None:
     events = _events(leased)
     hooks = Hooks((*env.middleware, *fn.middleware))
     interp = Interpreter(
-        run_id=leased.run.id, steps=leased.steps, journal=journal, clock=env.clock,
-        retries=fn.retries, backoff=fn.backoff, threads=env.threads, services=env,
-        run_event=events[0].to_json() if events else None, hooks=hooks,
+        run_id=leased.run.id,
+        steps=leased.steps,
+        journal=journal,
+        clock=env.clock,
+        retries=fn.retries,
+        backoff=fn.backoff,
+        threads=env.threads,
+        services=env,
+        run_event=events[0].to_json() if events else None,
+        hooks=hooks,
     )
     ctx = _context(fn, leased, events, interp)
     try:
         if hooks.has("transform_input"):
-            values = {s.step_id: serde.loads(s.output) for s in leased.steps
-                      if s.status == StepStatus.COMPLETED}
+            values = {
+                s.step_id: serde.loads(s.output) for s in leased.steps if s.status == StepStatus.COMPLETED
+            }
             interp.memo_values = await hooks.transform_input(ctx, values)
         output = await _call_handler(fn, ctx, interp, env)
         outcome: tuple[str, Any] = ("return", output)
@@ -178,10 +203,18 @@ def _context(fn: FunctionDef, leased: LeasedRun, events: list[Event], interp: In
         failed_run = data.get("run_id")
         events = [Event.from_json(data["event"])] if data.get("event") else events
     step: AsyncStep | SyncStep = AsyncStep(interp) if fn.is_async else SyncStep(interp, loop)
-    ctx = Context(events=events, run_id=leased.run.id, function_id=fn.id,
-                  run_attempt=leased.run.attempt, step=step, interp=interp, logger=user_log,
-                  error=error, failed_run_id=failed_run,
-                  trace_context=leased.events[0].trace if leased.events else None)
+    ctx = Context(
+        events=events,
+        run_id=leased.run.id,
+        function_id=fn.id,
+        run_attempt=leased.run.attempt,
+        step=step,
+        interp=interp,
+        logger=user_log,
+        error=error,
+        failed_run_id=failed_run,
+        trace_context=leased.events[0].trace if leased.events else None,
+    )
     interp.ctx = ctx
     return ctx
 
@@ -198,19 +231,27 @@ async def _call_handler(fn: FunctionDef, ctx: Context, interp: Interpreter, env:
     return result
 
 
-async def _conclude(outcome: tuple[str, Any], fn: FunctionDef, leased: LeasedRun,
-                    interp: Interpreter, journal: RunJournal, env: ExecEnv) -> Outcome | None:
+async def _conclude(
+    outcome: tuple[str, Any],
+    fn: FunctionDef,
+    leased: LeasedRun,
+    interp: Interpreter,
+    journal: RunJournal,
+    env: ExecEnv,
+) -> Outcome | None:
     kind, value = outcome
     if journal.lease_lost or isinstance(value, LeaseLostSignal):
         raise LeaseLostSignal()  # a commit was fenced out; logged by execute
     if kind == "return":
         try:
-            encoded = serde.dumps(value, what=f"function {fn.id!r} output",
-                                  limit=limits.MAX_STEP_OUTPUT_BYTES)
+            encoded = serde.dumps(
+                value, what=f"function {fn.id!r} output", limit=limits.MAX_STEP_OUTPUT_BYTES
+            )
             if interp.hooks.has("transform_output"):
                 kept = await interp.hooks.transform_output(interp.ctx, serde.loads(encoded), None)
-                encoded = serde.dumps(kept, what=f"function {fn.id!r} output",
-                                      limit=limits.MAX_STEP_OUTPUT_BYTES)
+                encoded = serde.dumps(
+                    kept, what=f"function {fn.id!r} output", limit=limits.MAX_STEP_OUTPUT_BYTES
+                )
         except StepstoneError as exc:
             return await _finish(journal, env, leased, RunStatus.FAILED, None, error_info(exc))
         return await _finish(journal, env, leased, RunStatus.COMPLETED, encoded, None)
@@ -227,18 +268,28 @@ async def _conclude(outcome: tuple[str, Any], fn: FunctionDef, leased: LeasedRun
     return await _retry_invocation(failure, fn, leased, journal, env)
 
 
-async def _park(journal: RunJournal, interp: Interpreter, leased: LeasedRun,
-                env: ExecEnv) -> Outcome:
+async def _park(journal: RunJournal, interp: Interpreter, leased: LeasedRun, env: ExecEnv) -> Outcome:
     wakes = [p.wake_at for p in interp.pauses if p.wake_at is not None]
     wake_at = min(wakes) if wakes else None
     statuses = {p.status for p in interp.pauses}
-    status = (RunStatus.RUNNING if RunStatus.RUNNING in statuses
-              else RunStatus.SLEEPING if RunStatus.SLEEPING in statuses else RunStatus.WAITING)
+    status = (
+        RunStatus.RUNNING
+        if RunStatus.RUNNING in statuses
+        else RunStatus.SLEEPING
+        if RunStatus.SLEEPING in statuses
+        else RunStatus.WAITING
+    )
     return await _park_or_cancel(journal, env, leased, status, wake_at, leased.run.attempt)
 
 
-async def _park_or_cancel(journal: RunJournal, env: ExecEnv, leased: LeasedRun, status: RunStatus,
-                          wake_at: float | None, attempt: int | None) -> Outcome:
+async def _park_or_cancel(
+    journal: RunJournal,
+    env: ExecEnv,
+    leased: LeasedRun,
+    status: RunStatus,
+    wake_at: float | None,
+    attempt: int | None,
+) -> Outcome:
     """Park the run, unless its cancellation was requested since the last
     checkpoint: then the same transaction ends it cancelled (reading the run's
     events only then: a park decodes nothing it does not need)."""
@@ -252,8 +303,9 @@ async def _park_or_cancel(journal: RunJournal, env: ExecEnv, leased: LeasedRun, 
     return Outcome(status, wake_at)
 
 
-async def _retry_invocation(exc: Exception, fn: FunctionDef, leased: LeasedRun,
-                            journal: RunJournal, env: ExecEnv) -> Outcome | None:
+async def _retry_invocation(
+    exc: Exception, fn: FunctionDef, leased: LeasedRun, journal: RunJournal, env: ExecEnv
+) -> Outcome | None:
     """An error outside steps: retry the invocation with back-off, like a step."""
     failures = leased.run.attempt + 1
     info = error_info(exc)
@@ -261,14 +313,29 @@ async def _retry_invocation(exc: Exception, fn: FunctionDef, leased: LeasedRun,
         return await _finish(journal, env, leased, RunStatus.FAILED, None, info)
     now = env.clock.now()
     wake_at = retry_at(exc, now) if isinstance(exc, RetryAfterError) else now + fn.backoff.delay(failures)
-    journal.spans.append(SpanRow(run_id=leased.run.id, kind="invocation", name="handler", started_at=now,
-                                 ended_at=now, status=StepStatus.RETRYING, attempt=leased.run.attempt,
-                                 error=serde.dumps(info.to_json(), what="error")))
+    journal.spans.append(
+        SpanRow(
+            run_id=leased.run.id,
+            kind="invocation",
+            name="handler",
+            started_at=now,
+            ended_at=now,
+            status=StepStatus.RETRYING,
+            attempt=leased.run.attempt,
+            error=serde.dumps(info.to_json(), what="error"),
+        )
+    )
     return await _park_or_cancel(journal, env, leased, RunStatus.RUNNING, wake_at, failures)
 
 
-async def _finish(journal: RunJournal, env: ExecEnv, leased: LeasedRun, status: RunStatus,
-                  output: str | None, error: ErrorInfo | None) -> Outcome:
+async def _finish(
+    journal: RunJournal,
+    env: ExecEnv,
+    leased: LeasedRun,
+    status: RunStatus,
+    output: str | None,
+    error: ErrorInfo | None,
+) -> Outcome:
     now = env.clock.now()
     matcher = env.matcher()
     events = _events(leased)

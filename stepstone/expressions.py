@@ -40,8 +40,9 @@ def _log_failure(source: str, what: str, exc: BaseException) -> None:
     if len(_last_logged) >= 1024:
         _last_logged.clear()
     _last_logged[source] = now
-    log.warning("CEL %s %r failed (treated as %s): %s", what, source,
-                "false" if what == "condition" else "null", exc)
+    log.warning(
+        "CEL %s %r failed (treated as %s): %s", what, source, "false" if what == "condition" else "null", exc
+    )
 
 
 def _is_evaluation_error(exc: BaseException) -> bool:
@@ -133,4 +134,3 @@ def equality_shape(source: str) -> tuple[str, str] | None:
     if match.group(1) == "async":
         return match.group(2), match.group(4)
     return match.group(4), match.group(2)
-

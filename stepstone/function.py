@@ -35,9 +35,7 @@ def _positive_duration(value: Duration, field_name: str) -> float:
     return seconds
 
 
-def _key(source: str | None, field_name: str, variables: frozenset[str] = _EVENT_VARS) -> (
-    Expression | None
-):
+def _key(source: str | None, field_name: str, variables: frozenset[str] = _EVENT_VARS) -> Expression | None:
     return None if source is None else compile_expression(source, field=field_name, variables=variables)
 
 
@@ -320,9 +318,13 @@ def build_flow(
             finish_timeout = _positive_duration(timeouts.finish, "timeouts.finish")
 
     if flow_batch is not None:
-        for name, value in (("cancel_on", cancels), ("debounce", flow_debounce),
-                            ("idempotency", idempotency), ("singleton", flow_singleton),
-                            ("rate_limit", flow_rate)):
+        for name, value in (
+            ("cancel_on", cancels),
+            ("debounce", flow_debounce),
+            ("idempotency", idempotency),
+            ("singleton", flow_singleton),
+            ("rate_limit", flow_rate),
+        ):
             if value:
                 raise ConfigError(name, "cannot be combined with batch")
     if flow_debounce is not None and flow_singleton is not None:

@@ -47,6 +47,7 @@ from stepstone.store.rows import RunStatus, SpanRow, StepKind, StepRow, StepStat
 
 T = TypeVar("T")
 
+
 class PauseSignal(Interrupt):
     """The invocation must end; the run resumes at ``wake_at`` (``None``: when woken)."""
 
@@ -141,8 +142,17 @@ class Services(Protocol):
         """Every function known to the store, for the events a step sends."""
         ...
 
-    def wait_row(self, *, run_id: str, step_id: str, event_name: str, condition: str | None,
-                 run_event: dict[str, Any] | None, now: float, expires_at: float | None) -> WaitRow:
+    def wait_row(
+        self,
+        *,
+        run_id: str,
+        step_id: str,
+        event_name: str,
+        condition: str | None,
+        run_event: dict[str, Any] | None,
+        now: float,
+        expires_at: float | None,
+    ) -> WaitRow:
         """The wait row of ``wait_for_event``; raises ``StepstoneError`` if
         ``condition`` is not a valid CEL condition."""
         ...
@@ -152,8 +162,9 @@ class Services(Protocol):
         returns their ids, fixed now, and what ingests them inside a transaction."""
         ...
 
-    def start_child(self, target: FunctionDef, data: dict[str, Any], now: float,
-                    parent: tuple[str, str]) -> StartChild:
+    def start_child(
+        self, target: FunctionDef, data: dict[str, Any], now: float, parent: tuple[str, str]
+    ) -> StartChild:
         """Encode the invoke event of ``parent`` (run id, step id) now (raises
         ``LimitExceededError`` when its data is too large); returns what, inside a
         transaction, records it and starts ``target``'s run with the given id."""
@@ -297,8 +308,13 @@ class Interpreter:
         return serde.loads(memo.output)
 
     async def finish_step(
-        self, step_id: str, attempt: int, started: float, result: Any,
-        failure: BaseException | None, retries: int | None,
+        self,
+        step_id: str,
+        attempt: int,
+        started: float,
+        result: Any,
+        failure: BaseException | None,
+        retries: int | None,
     ) -> Any:
         """Record the outcome of an executed ``step.run``; return its value or raise."""
         if self.hooks.active:
@@ -313,38 +329,80 @@ class Interpreter:
                 )
                 if self.hooks.has("transform_output"):
                     kept = await self.hooks.transform_output(self.ctx, serde.loads(encoded), step_id)
-                    stored = serde.dumps(kept, what=f"step {step_id!r} output",
-                                         limit=limits.MAX_STEP_OUTPUT_BYTES)
+                    stored = serde.dumps(
+                        kept, what=f"step {step_id!r} output", limit=limits.MAX_STEP_OUTPUT_BYTES
+                    )
             except StepstoneError as exc:
                 failure = exc
         if failure is None:
-            row = StepRow(run_id=self.run_id, step_id=step_id, position=position, kind=StepKind.RUN,
-                          status=StepStatus.COMPLETED, attempts=attempt + 1, output=stored,
-                          started_at=started, ended_at=now, fingerprint=self._fingerprint(step_id))
+            row = StepRow(
+                run_id=self.run_id,
+                step_id=step_id,
+                position=position,
+                kind=StepKind.RUN,
+                status=StepStatus.COMPLETED,
+                attempts=attempt + 1,
+                output=stored,
+                started_at=started,
+                ended_at=now,
+                fingerprint=self._fingerprint(step_id),
+            )
             self._save(row, None)  # the memo itself is the final attempt's trace entry
             return serde.loads(encoded)
         info = error_info(failure)
         error_json = serde.dumps(info.to_json(), what="error")
         allowed = self.retries if retries is None else retries
         if isinstance(failure, NonRetriableError) or attempt >= allowed:
-            row = StepRow(run_id=self.run_id, step_id=step_id, position=position, kind=StepKind.RUN,
-                          status=StepStatus.FAILED, attempts=attempt + 1, error=error_json,
-                          started_at=started, ended_at=now, fingerprint=self._fingerprint(step_id))
+            row = StepRow(
+                run_id=self.run_id,
+                step_id=step_id,
+                position=position,
+                kind=StepKind.RUN,
+                status=StepStatus.FAILED,
+                attempts=attempt + 1,
+                error=error_json,
+                started_at=started,
+                ended_at=now,
+                fingerprint=self._fingerprint(step_id),
+            )
             self._save(row, None)
             raise StepError(step_id, info.type, info.message) from failure
-        wake = (retry_at(failure, now) if isinstance(failure, RetryAfterError)
-                else now + self.backoff.delay(attempt + 1))
-        row = StepRow(run_id=self.run_id, step_id=step_id, position=position, kind=StepKind.RUN,
-                      status=StepStatus.RETRYING, attempts=attempt + 1, error=error_json, wake_at=wake,
-                      started_at=started, fingerprint=self._fingerprint(step_id))
+        wake = (
+            retry_at(failure, now)
+            if isinstance(failure, RetryAfterError)
+            else now + self.backoff.delay(attempt + 1)
+        )
+        row = StepRow(
+            run_id=self.run_id,
+            step_id=step_id,
+            position=position,
+            kind=StepKind.RUN,
+            status=StepStatus.RETRYING,
+            attempts=attempt + 1,
+            error=error_json,
+            wake_at=wake,
+            started_at=started,
+            fingerprint=self._fingerprint(step_id),
+        )
         # A failed attempt that will be retried keeps its own trace entry.
-        self._save(row, SpanRow(run_id=self.run_id, kind="step", name=step_id, started_at=started,
-                                ended_at=now, status=StepStatus.RETRYING, attempt=attempt,
-                                error=error_json))
+        self._save(
+            row,
+            SpanRow(
+                run_id=self.run_id,
+                kind="step",
+                name=step_id,
+                started_at=started,
+                ended_at=now,
+                status=StepStatus.RETRYING,
+                attempt=attempt,
+                error=error_json,
+            ),
+        )
         raise self._pause(row.wake_at, RunStatus.RUNNING) from failure
 
-    async def run(self, step_id: str, fn: Callable[..., Any], args: tuple[Any, ...],
-                  retries: int | None) -> Any:
+    async def run(
+        self, step_id: str, fn: Callable[..., Any], args: tuple[Any, ...], retries: int | None
+    ) -> Any:
         """``step.run`` for async handlers."""
         done, value = await self.begin_step(step_id, fn)
         if done:
@@ -379,23 +437,37 @@ class Interpreter:
             return
         if memo is None:
             if wake_at - now > limits.MAX_SLEEP_SECONDS:
-                raise LimitExceededError(
-                    f"step {step_id!r}: sleeps are limited to 366 days"
-                )
+                raise LimitExceededError(f"step {step_id!r}: sleeps are limited to 366 days")
         else:
             wake_at = memo.wake_at if memo.wake_at is not None else now
         started = memo.started_at if memo and memo.started_at else now
         position = self._position(step_id)
         if wake_at <= now:
-            row = StepRow(run_id=self.run_id, step_id=step_id, position=position, kind=StepKind.SLEEP,
-                          status=StepStatus.COMPLETED, attempts=1, wake_at=wake_at, started_at=started,
-                          ended_at=now, fingerprint=self._fingerprint(step_id))
+            row = StepRow(
+                run_id=self.run_id,
+                step_id=step_id,
+                position=position,
+                kind=StepKind.SLEEP,
+                status=StepStatus.COMPLETED,
+                attempts=1,
+                wake_at=wake_at,
+                started_at=started,
+                ended_at=now,
+                fingerprint=self._fingerprint(step_id),
+            )
             self._save(row, None)
             return
         if memo is None:
-            row = StepRow(run_id=self.run_id, step_id=step_id, position=position, kind=StepKind.SLEEP,
-                          status=StepStatus.SLEEPING, wake_at=wake_at, started_at=started,
-                          fingerprint=self._fingerprint(step_id))
+            row = StepRow(
+                run_id=self.run_id,
+                step_id=step_id,
+                position=position,
+                kind=StepKind.SLEEP,
+                status=StepStatus.SLEEPING,
+                wake_at=wake_at,
+                started_at=started,
+                fingerprint=self._fingerprint(step_id),
+            )
             self._save(row, None)
         raise self._pause(wake_at, RunStatus.SLEEPING)
 
@@ -410,17 +482,20 @@ class Interpreter:
         now = self.clock.now()
         failure = None
         if memo.kind == StepKind.INVOKE:
-            failure = serde.dumps({"type": "InvokeTimeout", "message":
-                                   f"step {memo.step_id!r}: the invoked run did not finish in time"},
-                                  what="error")
+            failure = serde.dumps(
+                {
+                    "type": "InvokeTimeout",
+                    "message": f"step {memo.step_id!r}: the invoked run did not finish in time",
+                },
+                what="error",
+            )
         run_id, step_id = self.run_id, memo.step_id
 
         def timeout(tx: Tx) -> StepRow | None:
             # Deleting the wait decides the race: the event (or child) or the timeout.
             if tx.claim_step_waits(run_id, step_id):
                 status = StepStatus.FAILED if failure else StepStatus.COMPLETED
-                tx.complete_waiting_step(run_id, step_id, status, None if failure else "null",
-                                         failure, now)
+                tx.complete_waiting_step(run_id, step_id, status, None if failure else "null", failure, now)
             return tx.get_step(run_id, step_id)
 
         row: StepRow | None = await self.journal.apply(timeout)
@@ -433,8 +508,9 @@ class Interpreter:
             raise _step_error(memo)
         return self.memo_value(memo)
 
-    async def wait_for_event(self, step_id: str, event: str, condition: str | None,
-                             timeout: float | None) -> Event | None:
+    async def wait_for_event(
+        self, step_id: str, event: str, condition: str | None, timeout: float | None
+    ) -> Event | None:
         memo = self._reach(step_id, StepKind.WAIT, event)
         if memo is not None:
             resolved = await self._resolved(memo)
@@ -443,14 +519,27 @@ class Interpreter:
         now = self.clock.now()
         expires = self._expiry(step_id, now, timeout)
         try:
-            wait = self.services.wait_row(run_id=self.run_id, step_id=step_id, event_name=event,
-                                          condition=condition, run_event=self.run_event, now=now,
-                                          expires_at=expires)
+            wait = self.services.wait_row(
+                run_id=self.run_id,
+                step_id=step_id,
+                event_name=event,
+                condition=condition,
+                run_event=self.run_event,
+                now=now,
+                expires_at=expires,
+            )
         except StepstoneError as exc:
             raise NonRetriableError(f"step {step_id!r}: {exc}") from exc
-        row = StepRow(run_id=self.run_id, step_id=step_id, position=self._position(step_id),
-                      kind=StepKind.WAIT, status=StepStatus.WAITING, wake_at=expires, started_at=now,
-                      fingerprint=self._fingerprint(step_id))
+        row = StepRow(
+            run_id=self.run_id,
+            step_id=step_id,
+            position=self._position(step_id),
+            kind=StepKind.WAIT,
+            status=StepStatus.WAITING,
+            wake_at=expires,
+            started_at=now,
+            fingerprint=self._fingerprint(step_id),
+        )
 
         def insert_wait(tx: Tx) -> None:
             tx.start_wait(wait)  # nothing if this is a repeated commit
@@ -465,8 +554,9 @@ class Interpreter:
             raise LimitExceededError(f"step {step_id!r}: timeouts are limited to 366 days")
         return now + timeout
 
-    async def invoke(self, step_id: str, function: str | Callable[..., Any], data: dict[str, Any],
-                     timeout: float | None) -> Any:
+    async def invoke(
+        self, step_id: str, function: str | Callable[..., Any], data: dict[str, Any], timeout: float | None
+    ) -> Any:
         target_id = function if isinstance(function, str) else getattr(function, "__stepstone_id__", None)
         memo = self._reach(step_id, StepKind.INVOKE, target_id)
         if memo is not None:
@@ -483,24 +573,40 @@ class Interpreter:
         def start_child(tx: Tx) -> None:
             # The wait comes first: a repeated commit of this step (an ambiguous
             # COMMIT retried) inserts none, and then starts nothing.
-            if not tx.start_wait(WaitRow(run_id=run_id, step_id=step_id, kind=WaitKind.INVOKE,
-                                         event_name="", match_value=child_id, created_at=now,
-                                         expires_at=expires))():
+            if not tx.start_wait(
+                WaitRow(
+                    run_id=run_id,
+                    step_id=step_id,
+                    kind=WaitKind.INVOKE,
+                    event_name="",
+                    match_value=child_id,
+                    created_at=now,
+                    expires_at=expires,
+                )
+            )():
                 return
             child = start(tx, matcher, child_id)
             if child is not None and child != child_id:  # joined a pending debounce or batch run
                 tx.set_wait_match(run_id, step_id, child)
             child_run = tx.get_run(child) if child else None
             if child_run is None or child_run.status == RunStatus.SKIPPED:
-                reason = serde.dumps({"type": "InvokeSkipped", "message": "the invoked run was skipped"},
-                                     what="error")
+                reason = serde.dumps(
+                    {"type": "InvokeSkipped", "message": "the invoked run was skipped"}, what="error"
+                )
                 tx.claim_step_waits(run_id, step_id)
                 tx.complete_waiting_step(run_id, step_id, StepStatus.FAILED, None, reason, now)
                 tx.wake_run(run_id, now)
 
-        row = StepRow(run_id=self.run_id, step_id=step_id, position=self._position(step_id),
-                      kind=StepKind.INVOKE, status=StepStatus.WAITING, wake_at=expires, started_at=now,
-                      fingerprint=self._fingerprint(step_id))
+        row = StepRow(
+            run_id=self.run_id,
+            step_id=step_id,
+            position=self._position(step_id),
+            kind=StepKind.INVOKE,
+            status=StepStatus.WAITING,
+            wake_at=expires,
+            started_at=now,
+            fingerprint=self._fingerprint(step_id),
+        )
         self._save(row, None, start_child)
         raise self._pause(expires, RunStatus.WAITING)
 
@@ -520,16 +626,32 @@ class Interpreter:
             ids, ingest = self.services.send(events, now)
         except StepstoneError as exc:
             info = error_info(exc)
-            row = StepRow(run_id=self.run_id, step_id=step_id, position=self._position(step_id),
-                          kind=StepKind.SEND, status=StepStatus.FAILED, attempts=1,
-                          error=serde.dumps(info.to_json(), what="error"), started_at=now, ended_at=now,
-                          fingerprint=self._fingerprint(step_id))
+            row = StepRow(
+                run_id=self.run_id,
+                step_id=step_id,
+                position=self._position(step_id),
+                kind=StepKind.SEND,
+                status=StepStatus.FAILED,
+                attempts=1,
+                error=serde.dumps(info.to_json(), what="error"),
+                started_at=now,
+                ended_at=now,
+                fingerprint=self._fingerprint(step_id),
+            )
             self._save(row, None)
             raise StepError(step_id, info.type, info.message) from exc
-        row = StepRow(run_id=self.run_id, step_id=step_id, position=self._position(step_id),
-                      kind=StepKind.SEND, status=StepStatus.COMPLETED, attempts=1,
-                      output=serde.dumps(ids, what="event ids"), started_at=now, ended_at=now,
-                      fingerprint=self._fingerprint(step_id))
+        row = StepRow(
+            run_id=self.run_id,
+            step_id=step_id,
+            position=self._position(step_id),
+            kind=StepKind.SEND,
+            status=StepStatus.COMPLETED,
+            attempts=1,
+            output=serde.dumps(ids, what="event ids"),
+            started_at=now,
+            ended_at=now,
+            fingerprint=self._fingerprint(step_id),
+        )
         matcher = self.services.matcher()
 
         def ingest_sent(tx: Tx) -> None:  # ids fixed above: a repeated commit is deduplicated

@@ -35,9 +35,13 @@ class FunctionInfo:
 def _info(function_id: str, app: str, config_json: str, retired_at: float | None = None) -> FunctionInfo:
     raw = json.loads(config_json)
     return FunctionInfo(
-        id=function_id, app=app, triggers=list(raw.get("triggers") or []),
-        retries=int(raw.get("retries", 4)), failure_of=raw.get("failure_of"),
-        config={k: v for k, v in raw.items() if k not in _SHAPE_KEYS}, retired_at=retired_at,
+        id=function_id,
+        app=app,
+        triggers=list(raw.get("triggers") or []),
+        retries=int(raw.get("retries", 4)),
+        failure_of=raw.get("failure_of"),
+        config={k: v for k, v in raw.items() if k not in _SHAPE_KEYS},
+        retired_at=retired_at,
     )
 
 
@@ -45,8 +49,10 @@ def list_functions(tx: Tx) -> list[FunctionInfo]:
     """Every function registered in the store, by id, retired ones included
     (their queued runs are still there to see and cancel)."""
     retired = tx.retired_functions()
-    return [_info(fid, app, config, retired.get(fid))
-            for fid, (app, config) in sorted(tx.load_functions().items())]
+    return [
+        _info(fid, app, config, retired.get(fid))
+        for fid, (app, config) in sorted(tx.load_functions().items())
+    ]
 
 
 def require_function(tx: Tx, function_id: str, field_name: str = "function_id") -> None:

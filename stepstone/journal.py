@@ -28,8 +28,9 @@ from stepstone.store.rows import Fence, SpanRow, StepRow
 
 
 class RunJournal:
-    def __init__(self, store: Store, fence: Fence, clock: Clock,
-                 held: Callable[[], bool] = lambda: True) -> None:
+    def __init__(
+        self, store: Store, fence: Fence, clock: Clock, held: Callable[[], bool] = lambda: True
+    ) -> None:
         self.store = store
         self.fence = fence
         self.clock = clock
@@ -55,8 +56,17 @@ class RunJournal:
 
     def warn(self, name: str, message: str) -> None:
         now = self.clock.now()
-        self.spans.append(SpanRow(run_id=self.fence.run_id, kind="warning", name=name, started_at=now,
-                                  ended_at=now, status="warning", detail=message))
+        self.spans.append(
+            SpanRow(
+                run_id=self.fence.run_id,
+                kind="warning",
+                name=name,
+                started_at=now,
+                ended_at=now,
+                status="warning",
+                detail=message,
+            )
+        )
 
     async def flush(self) -> None:
         """Commit what is staged (and wait for commits already under way) before
@@ -166,8 +176,14 @@ class _Staged:
 
     __slots__ = ("effects", "fence", "spans", "steps", "then")
 
-    def __init__(self, fence: Fence, steps: list[StepRow], spans: list[SpanRow],
-                 effects: list[Effect], then: Callable[[Tx], Any] | None) -> None:
+    def __init__(
+        self,
+        fence: Fence,
+        steps: list[StepRow],
+        spans: list[SpanRow],
+        effects: list[Effect],
+        then: Callable[[Tx], Any] | None,
+    ) -> None:
         self.fence, self.steps, self.spans, self.effects, self.then = fence, steps, spans, effects, then
 
     def __call__(self, tx: Tx) -> Any:

@@ -38,10 +38,13 @@ def mismatch(memo: StepRow, kind: str, fingerprint: str | None) -> str | None:
     """Why ``memo`` must not be returned to a call of ``kind``/``fingerprint``
     (``None``: it may). Memos recorded before fingerprints existed match."""
     if memo.kind != kind:
-        return (f"step {memo.step_id!r} was recorded as a {memo.kind} step; "
-                f"this code reaches it as a {kind} step")
+        return (
+            f"step {memo.step_id!r} was recorded as a {memo.kind} step; this code reaches it as a {kind} step"
+        )
     if memo.fingerprint and fingerprint and memo.fingerprint != fingerprint:
-        return (f"step {memo.step_id!r} was recorded calling {memo.fingerprint}; this code "
-                f"calls {fingerprint} there (a call with this id was added, removed or moved "
-                "before it, or the function was renamed)")
+        return (
+            f"step {memo.step_id!r} was recorded calling {memo.fingerprint}; this code "
+            f"calls {fingerprint} there (a call with this id was added, removed or moved "
+            "before it, or the function was renamed)"
+        )
     return None

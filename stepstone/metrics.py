@@ -28,18 +28,30 @@ class _Metrics:
 
         self.registry = CollectorRegistry()
         self.runs_started = Counter(
-            "stepstone_runs_started", "Runs that began executing (first lease), by function",
-            ["function"], registry=self.registry)
+            "stepstone_runs_started",
+            "Runs that began executing (first lease), by function",
+            ["function"],
+            registry=self.registry,
+        )
         self.runs_finished = Counter(
-            "stepstone_runs_finished", "Runs that ended, by function and final status",
-            ["function", "status"], registry=self.registry)
+            "stepstone_runs_finished",
+            "Runs that ended, by function and final status",
+            ["function", "status"],
+            registry=self.registry,
+        )
         self.step_duration = Histogram(
             "stepstone_step_duration_seconds",
             "step.run durations, from the step's first start to its end, by function",
-            ["function"], registry=self.registry)
+            ["function"],
+            registry=self.registry,
+        )
         self.queue_delay = Histogram(
-            "stepstone_queue_delay_seconds", "From a run's creation to its first start, by function",
-            ["function"], buckets=_DELAY_BUCKETS, registry=self.registry)
+            "stepstone_queue_delay_seconds",
+            "From a run's creation to its first start, by function",
+            ["function"],
+            buckets=_DELAY_BUCKETS,
+            registry=self.registry,
+        )
 
 
 try:
@@ -84,15 +96,20 @@ class _SnapshotCollector:
         from prometheus_client.core import GaugeMetricFamily
 
         snap = self.snapshot
-        backlog = GaugeMetricFamily("stepstone_backlog", "Runs due and waiting for a worker",
-                                    labels=["function"])
-        oldest = GaugeMetricFamily("stepstone_backlog_oldest_seconds",
-                                   "Age of the oldest due run waiting for a worker", labels=["function"])
+        backlog = GaugeMetricFamily(
+            "stepstone_backlog", "Runs due and waiting for a worker", labels=["function"]
+        )
+        oldest = GaugeMetricFamily(
+            "stepstone_backlog_oldest_seconds",
+            "Age of the oldest due run waiting for a worker",
+            labels=["function"],
+        )
         for row in snap.backlog:
             backlog.add_metric([row.function_id], row.due)
             oldest.add_metric([row.function_id], max(0.0, snap.now - row.oldest_due_at))
-        active = GaugeMetricFamily("stepstone_runs_active", "Runs not yet ended, by status",
-                                   labels=["function", "status"])
+        active = GaugeMetricFamily(
+            "stepstone_runs_active", "Runs not yet ended, by status", labels=["function", "status"]
+        )
         for count in snap.active:
             active.add_metric([count.function_id, count.status], count.count)
         yield from (backlog, oldest, active)

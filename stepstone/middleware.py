@@ -59,8 +59,17 @@ class Middleware:
         """The run failed (called once, after the failure is committed)."""
 
 
-_HOOKS = ("transform_input", "before_execution", "after_execution", "before_step", "after_step",
-          "transform_output", "before_send_events", "after_send_events", "on_failure")
+_HOOKS = (
+    "transform_input",
+    "before_execution",
+    "after_execution",
+    "before_step",
+    "after_step",
+    "transform_output",
+    "before_send_events",
+    "after_send_events",
+    "on_failure",
+)
 
 
 async def _call(method: Any, *args: Any) -> Any:
@@ -76,8 +85,11 @@ class Hooks:
     def __init__(self, middleware: Sequence[Middleware]) -> None:
         self.middleware = list(middleware)
         self._by_hook = {
-            hook: [getattr(m, hook) for m in self.middleware
-                   if getattr(type(m), hook, None) is not getattr(Middleware, hook)]
+            hook: [
+                getattr(m, hook)
+                for m in self.middleware
+                if getattr(type(m), hook, None) is not getattr(Middleware, hook)
+            ]
             for hook in _HOOKS
         }
         self.active = any(self._by_hook.values())
@@ -131,4 +143,3 @@ class Hooks:
 
 
 NO_HOOKS = Hooks(())
-

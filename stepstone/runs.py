@@ -117,33 +117,49 @@ class Run:
 
 def _step_record(row: StepRow) -> StepRecord:
     return StepRecord(
-        id=row.step_id, status=row.status, attempts=row.attempts, output=serde.loads(row.output),
-        error=ErrorInfo.from_json(serde.loads(row.error)), kind=row.kind,
-        started_at=_dt(row.started_at), ended_at=_dt(row.ended_at),
+        id=row.step_id,
+        status=row.status,
+        attempts=row.attempts,
+        output=serde.loads(row.output),
+        error=ErrorInfo.from_json(serde.loads(row.error)),
+        kind=row.kind,
+        started_at=_dt(row.started_at),
+        ended_at=_dt(row.ended_at),
     )
 
 
 def to_run(row: RunRow, steps: list[StepRow]) -> Run:
     return Run(
-        id=row.id, function_id=row.function_id, status=row.status,
-        output=serde.loads(row.output), error=ErrorInfo.from_json(serde.loads(row.error)),
-        event_ids=row.event_ids, created_at=_dt(row.created_at) or datetime.now(UTC),
-        started_at=_dt(row.started_at), ended_at=_dt(row.ended_at),
-        steps=[_step_record(s) for s in steps], attempt=row.attempt,
+        id=row.id,
+        function_id=row.function_id,
+        status=row.status,
+        output=serde.loads(row.output),
+        error=ErrorInfo.from_json(serde.loads(row.error)),
+        event_ids=row.event_ids,
+        created_at=_dt(row.created_at) or datetime.now(UTC),
+        started_at=_dt(row.started_at),
+        ended_at=_dt(row.ended_at),
+        steps=[_step_record(s) for s in steps],
+        attempt=row.attempt,
         meta=serde.loads(row.meta) or {},
     )
 
 
 def _to_span(row: SpanRow) -> Span:
     return Span(
-        kind=row.kind, name=row.name, status=row.status, attempt=row.attempt,
-        started_at=_dt(row.started_at) or datetime.now(UTC), ended_at=_dt(row.ended_at),
-        error=ErrorInfo.from_json(serde.loads(row.error)), detail=serde.loads(row.detail)
-        if row.detail and row.detail[:1] in "{[\"" else row.detail,
+        kind=row.kind,
+        name=row.name,
+        status=row.status,
+        attempt=row.attempt,
+        started_at=_dt(row.started_at) or datetime.now(UTC),
+        ended_at=_dt(row.ended_at),
+        error=ErrorInfo.from_json(serde.loads(row.error)),
+        detail=serde.loads(row.detail) if row.detail and row.detail[:1] in '{["' else row.detail,
     )
 
 
 # -- operations ------------------------------------------------------------------------------
+
 
 def _get_op(run_id: str) -> Callable[[Tx], Run]:
     def op(tx: Tx) -> Run:
@@ -151,33 +167,60 @@ def _get_op(run_id: str) -> Callable[[Tx], Run]:
         if row is None:
             raise NotFoundError(f"no run {run_id!r}")
         return to_run(row, tx.get_steps(run_id))
+
     return op
 
 
 def _list_op(where: RunFilter) -> Callable[[Tx], list[Run]]:
     def op(tx: Tx) -> list[Run]:
         return [to_run(row, tx.get_steps(row.id)) for row in tx.list_runs(where)]
+
     return op
 
 
 def _trace_op(run_id: str) -> Callable[[Tx], list[Span]]:
     """The trace: stored spans (retried attempts, warnings, operator actions) plus
     the final state of every step, plus the run's time in the queue."""
+
     def op(tx: Tx) -> list[Span]:
         run = tx.get_run(run_id)
         if run is None:
             raise NotFoundError(f"no run {run_id!r}")
         spans = [_to_span(s) for s in tx.get_spans(run_id)]
         # a step waiting for its retry is already traced by its failed attempts
-        spans.extend(_step_span(step) for step in tx.get_steps(run_id)
-                     if step.started_at is not None and step.status != StepStatus.RETRYING)
+        spans.extend(
+            _step_span(step)
+            for step in tx.get_steps(run_id)
+            if step.started_at is not None and step.status != StepStatus.RETRYING
+        )
         created = _dt(run.created_at) or datetime.now(UTC)
-        spans.append(Span("queued", "queue", "done" if run.started_at else "waiting", 0, created,
-                          _dt(run.started_at), None, None))
-        spans.append(Span("run", run.function_id, run.status, run.attempt, created,
-                          _dt(run.ended_at), ErrorInfo.from_json(serde.loads(run.error)), None))
+        spans.append(
+            Span(
+                "queued",
+                "queue",
+                "done" if run.started_at else "waiting",
+                0,
+                created,
+                _dt(run.started_at),
+                None,
+                None,
+            )
+        )
+        spans.append(
+            Span(
+                "run",
+                run.function_id,
+                run.status,
+                run.attempt,
+                created,
+                _dt(run.ended_at),
+                ErrorInfo.from_json(serde.loads(run.error)),
+                None,
+            )
+        )
         spans.sort(key=lambda s: (s.started_at, _SPAN_ORDER.get(s.kind, 2)))
         return spans
+
     return op
 
 
@@ -188,10 +231,13 @@ _SPAN_ORDER = {"run": 0, "queued": 1}
 def _step_span(row: StepRow) -> Span:
     started = _dt(row.started_at) or datetime.now(UTC)
     return Span(
-        kind=_STEP_SPAN_KIND.get(row.kind, row.kind), name=row.step_id, status=row.status,
-        attempt=max(0, row.attempts - 1) if row.kind == StepKind.RUN else 0, started_at=started,
-        ended_at=_dt(row.ended_at), error=ErrorInfo.from_json(serde.loads(row.error))
-        if row.status == StepStatus.FAILED else None,
+        kind=_STEP_SPAN_KIND.get(row.kind, row.kind),
+        name=row.step_id,
+        status=row.status,
+        attempt=max(0, row.attempts - 1) if row.kind == StepKind.RUN else 0,
+        started_at=started,
+        ended_at=_dt(row.ended_at),
+        error=ErrorInfo.from_json(serde.loads(row.error)) if row.status == StepStatus.FAILED else None,
         detail={"wake_at": row.wake_at} if row.wake_at is not None else None,
     )
 
@@ -201,6 +247,7 @@ def _cancel_op(run_id: str, now: float, matcher: Registry) -> Callable[[Tx], str
         if tx.get_run(run_id) is None:
             raise NotFoundError(f"no run {run_id!r}")
         return cancel_run(tx, run_id, now, matcher)
+
     return op
 
 
@@ -214,12 +261,37 @@ def _replay_op(run_id: str, now: float) -> Callable[[Tx], None]:
         _claim_singleton(tx, run, run_id, now, "replay")
         unfinished = [s for s in tx.get_steps(run_id) if s.status != StepStatus.COMPLETED]
         # The failed attempt's memo is about to go: keep it in the trace.
-        kept = [SpanRow(run_id=run_id, kind="step", name=s.step_id, started_at=s.started_at,
-                        ended_at=s.ended_at, status=s.status, attempt=max(0, s.attempts - 1), error=s.error)
-                for s in unfinished if s.status == StepStatus.FAILED and s.started_at is not None]
+        kept = [
+            SpanRow(
+                run_id=run_id,
+                kind="step",
+                name=s.step_id,
+                started_at=s.started_at,
+                ended_at=s.ended_at,
+                status=s.status,
+                attempt=max(0, s.attempts - 1),
+                error=s.error,
+            )
+            for s in unfinished
+            if s.status == StepStatus.FAILED and s.started_at is not None
+        ]
         tx.requeue_run(run_id, now, [s.step_id for s in unfinished])
-        tx.save_steps([], [*kept, SpanRow(run_id=run_id, kind="replay", name="replay", started_at=now,
-                                          ended_at=now, status="ok", detail=f"replayed from {run.status}")])
+        tx.save_steps(
+            [],
+            [
+                *kept,
+                SpanRow(
+                    run_id=run_id,
+                    kind="replay",
+                    name="replay",
+                    started_at=now,
+                    ended_at=now,
+                    status="ok",
+                    detail=f"replayed from {run.status}",
+                ),
+            ],
+        )
+
     return op
 
 
@@ -231,8 +303,10 @@ def _claim_singleton(tx: Tx, run: RunRow, claimant: str, now: float, action: str
         return
     holder = claim_singleton(tx, run.singleton_key, claimant, now)
     if holder is not None:
-        raise InvalidStateError(f"cannot {action} run {run.id}: run {holder} is active for its singleton key "
-                                f"(cancel it or wait for it to end)")
+        raise InvalidStateError(
+            f"cannot {action} run {run.id}: run {holder} is active for its singleton key "
+            f"(cancel it or wait for it to end)"
+        )
 
 
 def _rerun_op(run_id: str, step_id: str, now: float) -> Callable[[Tx], str]:
@@ -248,17 +322,40 @@ def _rerun_op(run_id: str, step_id: str, now: float) -> Callable[[Tx], str]:
         new_run = new_id(now)
         _claim_singleton(tx, run, new_run, now, "re-run")
         events = tx.get_events(run_id)
-        tx.create_run(NewRun(
-            id=new_run, function_id=run.function_id, event_seqs=[e.seq for e in events],
-            event_ids=[e.id for e in events], available_at=now, created_at=now,
-            meta=serde.dumps({"rerun_of": run_id, "from_step": step_id}, what="meta"),
-            singleton_key=run.singleton_key, spec=tx.queue_spec(run_id),
-        ))
-        kept = [dataclasses.replace(s, run_id=new_run) for s in steps
-                if s.position < cut and s.status == StepStatus.COMPLETED]
-        tx.save_steps(kept, [SpanRow(run_id=new_run, kind="rerun", name=step_id, started_at=now, ended_at=now,
-                                     status="ok", detail=f"forked from run {run_id} at step {step_id!r}")])
+        tx.create_run(
+            NewRun(
+                id=new_run,
+                function_id=run.function_id,
+                event_seqs=[e.seq for e in events],
+                event_ids=[e.id for e in events],
+                available_at=now,
+                created_at=now,
+                meta=serde.dumps({"rerun_of": run_id, "from_step": step_id}, what="meta"),
+                singleton_key=run.singleton_key,
+                spec=tx.queue_spec(run_id),
+            )
+        )
+        kept = [
+            dataclasses.replace(s, run_id=new_run)
+            for s in steps
+            if s.position < cut and s.status == StepStatus.COMPLETED
+        ]
+        tx.save_steps(
+            kept,
+            [
+                SpanRow(
+                    run_id=new_run,
+                    kind="rerun",
+                    name=step_id,
+                    started_at=now,
+                    ended_at=now,
+                    status="ok",
+                    detail=f"forked from run {run_id} at step {step_id!r}",
+                )
+            ],
+        )
         return new_run
+
     return op
 
 
@@ -286,8 +383,16 @@ class _Bulk:
                 if self.condition is not None:
                     events = tx.get_events(row.id)
                     first = events[0] if events else None
-                    variables = {"event": {"name": first.name, "data": serde.loads(first.data),
-                                           "id": first.id, "ts": first.ts} if first else {}}
+                    variables = {
+                        "event": {
+                            "name": first.name,
+                            "data": serde.loads(first.data),
+                            "id": first.id,
+                            "ts": first.ts,
+                        }
+                        if first
+                        else {}
+                    }
                     if not self.condition.test(variables):
                         continue
                 if self.act(tx, row):
@@ -295,12 +400,21 @@ class _Bulk:
             self.finished = len(rows) < self.where.limit
             if rows:
                 self.where = dataclasses.replace(self.where, before_id=rows[-1].id)
+
         return op
 
 
-def _bulk(action: str, now: float, matcher: Registry, *, function_id: str | None,
-          status: str | Sequence[str], since: Moment | None, until: Moment | None,
-          if_: str | None) -> _Bulk:
+def _bulk(
+    action: str,
+    now: float,
+    matcher: Registry,
+    *,
+    function_id: str | None,
+    status: str | Sequence[str],
+    since: Moment | None,
+    until: Moment | None,
+    if_: str | None,
+) -> _Bulk:
     where = _filter(function_id=function_id, status=status, since=since, until=until, limit=BULK_PAGE)
     condition = None if if_ is None else compile_expression(if_, field="if_")
 
@@ -355,15 +469,29 @@ class Runs:
         run: Run = yield self._read(_get_op(run_id))
         return run
 
-    def _list(self, *, function_id: str | None = None, event_id: str | None = None,
-              status: str | Sequence[str] | None = None, since: Moment | None = None,
-              until: Moment | None = None, limit: int = 100,
-              before: str | None = None) -> Plan[builtins.list[Run]]:
+    def _list(
+        self,
+        *,
+        function_id: str | None = None,
+        event_id: str | None = None,
+        status: str | Sequence[str] | None = None,
+        since: Moment | None = None,
+        until: Moment | None = None,
+        limit: int = 100,
+        before: str | None = None,
+    ) -> Plan[builtins.list[Run]]:
         """Newest first, at most ``limit`` (1 to 1000) runs; ``status`` one or several
         run statuses, ``since``/``until`` bounds on the creation time, ``before`` a
         run id (the last of the previous page)."""
-        where = _filter(function_id=function_id, event_id=event_id, status=status, since=since,
-                        until=until, limit=limit, before=before)
+        where = _filter(
+            function_id=function_id,
+            event_id=event_id,
+            status=status,
+            since=since,
+            until=until,
+            limit=limit,
+            before=before,
+        )
         runs: builtins.list[Run] = yield self._read(_list_op(where))
         return runs
 
@@ -386,22 +514,51 @@ class Runs:
         return (yield from self._write(_rerun_op(run_id, step_id, self._now())))
 
     # -- bulk ----------------------------------------------------------------------------
-    def _cancel_many(self, *, function_id: str | None = None, since: Moment | None = None,
-                     until: Moment | None = None, if_: str | None = None,
-                     progress: Progress | None = None) -> Plan[int]:
+    def _cancel_many(
+        self,
+        *,
+        function_id: str | None = None,
+        since: Moment | None = None,
+        until: Moment | None = None,
+        if_: str | None = None,
+        progress: Progress | None = None,
+    ) -> Plan[int]:
         """Cancel every active run matching the filters (``if_`` is CEL over the
         run's ``event``); returns how many were cancelled or flagged."""
-        bulk = _bulk("cancel", self._now(), self._matcher(), function_id=function_id,
-                     status=ACTIVE_STATUSES, since=since, until=until, if_=if_)
+        bulk = _bulk(
+            "cancel",
+            self._now(),
+            self._matcher(),
+            function_id=function_id,
+            status=ACTIVE_STATUSES,
+            since=since,
+            until=until,
+            if_=if_,
+        )
         return (yield from self._drive(bulk, progress))
 
-    def _replay_many(self, *, function_id: str | None = None, status: str | Sequence[str] = RunStatus.FAILED,
-                     since: Moment | None = None, until: Moment | None = None,
-                     if_: str | None = None, progress: Progress | None = None) -> Plan[int]:
+    def _replay_many(
+        self,
+        *,
+        function_id: str | None = None,
+        status: str | Sequence[str] = RunStatus.FAILED,
+        since: Moment | None = None,
+        until: Moment | None = None,
+        if_: str | None = None,
+        progress: Progress | None = None,
+    ) -> Plan[int]:
         """Replay every failed (or ``status``: failed/cancelled) run matching the
         filters; returns how many were replayed."""
-        bulk = _bulk("replay", self._now(), self._matcher(), function_id=function_id,
-                     status=_replayable(status), since=since, until=until, if_=if_)
+        bulk = _bulk(
+            "replay",
+            self._now(),
+            self._matcher(),
+            function_id=function_id,
+            status=_replayable(status),
+            since=since,
+            until=until,
+            if_=if_,
+        )
         return (yield from self._drive(bulk, progress))
 
     def _drive(self, bulk: _Bulk, progress: Progress | None) -> Plan[int]:
@@ -473,9 +630,14 @@ def _replayable(status: str | Sequence[str]) -> tuple[str, ...]:
 
 
 def _filter(
-    *, function_id: str | None = None, event_id: str | None = None,
-    status: str | Sequence[str] | None = None, since: Moment | None = None,
-    until: Moment | None = None, limit: int = 100, before: str | None = None,
+    *,
+    function_id: str | None = None,
+    event_id: str | None = None,
+    status: str | Sequence[str] | None = None,
+    since: Moment | None = None,
+    until: Moment | None = None,
+    limit: int = 100,
+    before: str | None = None,
 ) -> RunFilter:
     statuses = (status,) if isinstance(status, str) else tuple(status or ())
     for item in statuses:
@@ -486,6 +648,12 @@ def _filter(
     lo, hi = _ts(since, "since"), _ts(until, "until")
     if lo is not None and hi is not None and lo > hi:
         raise ConfigError("since", "must not be after until")
-    return RunFilter(function_id=function_id, statuses=statuses, event_id=event_id, since=lo,
-                     until=hi, limit=limit, before_id=before)
-
+    return RunFilter(
+        function_id=function_id,
+        statuses=statuses,
+        event_id=event_id,
+        since=lo,
+        until=hi,
+        limit=limit,
+        before_id=before,
+    )

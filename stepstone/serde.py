@@ -22,9 +22,7 @@ def dumps(value: Any, *, what: str, limit: int | None = None) -> str:
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"{what} is not JSON-serialisable: {exc}") from exc
     if limit is not None and len(text) > limit // 4 and len(text.encode()) > limit:
-        raise LimitExceededError(
-            f"{what} is {len(text.encode())} bytes, over the limit of {limit} bytes"
-        )
+        raise LimitExceededError(f"{what} is {len(text.encode())} bytes, over the limit of {limit} bytes")
     return text
 
 

@@ -37,8 +37,9 @@ def _timeout(timeout: Duration | None) -> float | None:
 
 
 def _check_retries(retries: int | None) -> int | None:
-    if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int)
-                                or not 0 <= retries <= 100):
+    if retries is not None and (
+        isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100
+    ):
         raise NonRetriableError(f"retries must be an integer between 0 and 100, got {retries!r}")
     return retries
 
@@ -49,8 +50,9 @@ class AsyncStep:
     def __init__(self, interp: Interpreter) -> None:
         self._i = interp
 
-    def run(self, id: str, fn: Callable[..., Any], *args: Any,
-            retries: int | None = None) -> Coroutine[Any, Any, Any]:
+    def run(
+        self, id: str, fn: Callable[..., Any], *args: Any, retries: int | None = None
+    ) -> Coroutine[Any, Any, Any]:
         """Run ``fn(*args)`` once, durably; its JSON result is memoized."""
         step_id = self._i.claim_id(id)
         return self._i.run(step_id, fn, args, _check_retries(retries))
@@ -64,14 +66,21 @@ class AsyncStep:
         step_id = self._i.claim_id(id)
         self._i.sleep_until(step_id, as_timestamp(until))
 
-    def wait_for_event(self, id: str, *, event: str, if_: str | None = None,
-                       timeout: Duration | None = None) -> Coroutine[Any, Any, Event | None]:
+    def wait_for_event(
+        self, id: str, *, event: str, if_: str | None = None, timeout: Duration | None = None
+    ) -> Coroutine[Any, Any, Event | None]:
         """The first matching event sent after the wait began, or ``None`` at the timeout."""
         step_id = self._i.claim_id(id)
         return self._i.wait_for_event(step_id, event, if_, _timeout(timeout))
 
-    def invoke(self, id: str, *, function: FunctionRef, data: dict[str, Any] | None = None,
-               timeout: Duration | None = None) -> Coroutine[Any, Any, Any]:
+    def invoke(
+        self,
+        id: str,
+        *,
+        function: FunctionRef,
+        data: dict[str, Any] | None = None,
+        timeout: Duration | None = None,
+    ) -> Coroutine[Any, Any, Any]:
         """Run another function and return its output (``StepError`` if it fails)."""
         step_id = self._i.claim_id(id)
         return self._i.invoke(step_id, function, data or {}, _timeout(timeout))
@@ -113,8 +122,7 @@ class SyncStep:
     def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
         return call_in(self._loop, coro)
 
-    def run(self, id: str, fn: Callable[..., Any], *args: Any,
-            retries: int | None = None) -> Any:
+    def run(self, id: str, fn: Callable[..., Any], *args: Any, retries: int | None = None) -> Any:
         step_id = self._i.claim_id(id)
         retries = _check_retries(retries)
         done, value = self._on_loop(self._i.begin_step(step_id, fn))
@@ -142,13 +150,20 @@ class SyncStep:
         step_id = self._i.claim_id(id)
         self._on_loop(_call(self._i.sleep_until, step_id, as_timestamp(until)))
 
-    def wait_for_event(self, id: str, *, event: str, if_: str | None = None,
-                       timeout: Duration | None = None) -> Event | None:
+    def wait_for_event(
+        self, id: str, *, event: str, if_: str | None = None, timeout: Duration | None = None
+    ) -> Event | None:
         step_id = self._i.claim_id(id)
         return self._on_loop(self._i.wait_for_event(step_id, event, if_, _timeout(timeout)))
 
-    def invoke(self, id: str, *, function: FunctionRef, data: dict[str, Any] | None = None,
-               timeout: Duration | None = None) -> Any:
+    def invoke(
+        self,
+        id: str,
+        *,
+        function: FunctionRef,
+        data: dict[str, Any] | None = None,
+        timeout: Duration | None = None,
+    ) -> Any:
         step_id = self._i.claim_id(id)
         return self._on_loop(self._i.invoke(step_id, function, data or {}, _timeout(timeout)))
 

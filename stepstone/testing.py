@@ -111,8 +111,7 @@ class TestEnv:
     # -- running -------------------------------------------------------------------------------
     def run_until_idle(self) -> None:
         """Execute every run and duty due at the current virtual time."""
-        assert self._worker is not None and self._portal is not None, \
-            "use TestEnv as a context manager"
+        assert self._worker is not None and self._portal is not None, "use TestEnv as a context manager"
         self._portal.call(self._worker.drain())
 
     def send(self, events: Event | Sequence[Event]) -> list[Run]:
@@ -144,7 +143,8 @@ class TestEnv:
                 waiting = [s.id for s in run.steps if s.status == StepStatus.WAITING]
                 raise RunTimeoutError(
                     f"run {run_id} is {run.status} and nothing is scheduled"
-                    + (f"; steps {waiting} wait for an event: send it" if waiting else ""))
+                    + (f"; steps {waiting} wait for an event: send it" if waiting else "")
+                )
             if due > limit:
                 raise RunTimeoutError(f"run {run_id} still {run.status} after {timeout} of virtual time")
             self.clock.move_to(due)
@@ -154,8 +154,7 @@ class TestEnv:
         ids, crons = self.app.registry.ids(), self._worker._schedules()
 
         def op(tx: Tx) -> float | None:
-            times = [t for t in (tx.next_due(ids), tx.next_cron(crons), tx.next_deadline())
-                     if t is not None]
+            times = [t for t in (tx.next_due(ids), tx.next_cron(crons), tx.next_deadline()) if t is not None]
             return min(times) if times else None
 
         return self.app.store.read_sync(op)
@@ -163,4 +162,3 @@ class TestEnv:
     @property
     def runs(self) -> Runs:
         return self.app.runs
-

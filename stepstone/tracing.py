@@ -45,20 +45,31 @@ class OpenTelemetryMiddleware(Middleware):
 
         carrier = json.loads(ctx.trace_context) if ctx.trace_context else {}
         parent = propagate.extract(carrier) if carrier else None
-        span = self.tracer.start_span(f"stepstone.run {ctx.function_id}", context=parent, attributes={
-            "stepstone.run_id": ctx.run_id, "stepstone.function_id": ctx.function_id,
-            "stepstone.attempt": ctx.run_attempt, "stepstone.event": ctx.event.name,
-        })
+        span = self.tracer.start_span(
+            f"stepstone.run {ctx.function_id}",
+            context=parent,
+            attributes={
+                "stepstone.run_id": ctx.run_id,
+                "stepstone.function_id": ctx.function_id,
+                "stepstone.attempt": ctx.run_attempt,
+                "stepstone.event": ctx.event.name,
+            },
+        )
         ctx.state["otel.run"] = span
 
     def before_step(self, ctx: Context, step_id: str) -> None:
         run = ctx.state.get("otel.run")
         parent = self._trace.set_span_in_context(run) if run is not None else None
         ctx.state[f"otel.step.{step_id}"] = self.tracer.start_span(
-            f"stepstone.step {step_id}", context=parent, attributes={
-                "stepstone.run_id": ctx.run_id, "stepstone.function_id": ctx.function_id,
-                "stepstone.step_id": step_id, "stepstone.attempt": ctx.step_attempt(step_id),
-            })
+            f"stepstone.step {step_id}",
+            context=parent,
+            attributes={
+                "stepstone.run_id": ctx.run_id,
+                "stepstone.function_id": ctx.function_id,
+                "stepstone.step_id": step_id,
+                "stepstone.attempt": ctx.step_attempt(step_id),
+            },
+        )
 
     def after_step(self, ctx: Context, step_id: str, output: Any, error: BaseException | None) -> None:
         span = ctx.state.pop(f"otel.step.{step_id}", None)

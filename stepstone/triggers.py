@@ -67,9 +67,7 @@ def on_cron(cron: str, jitter: Duration | None = None) -> CronTrigger:
     from stepstone.scheduler.cron import parse_cron
 
     timezone, expression = parse_cron(cron, field="trigger.cron")
-    return CronTrigger(
-        cron, optional_duration(jitter, field="trigger.jitter"), timezone, expression
-    )
+    return CronTrigger(cron, optional_duration(jitter, field="trigger.jitter"), timezone, expression)
 
 
 def normalise_triggers(trigger: Trigger | list[Trigger] | None) -> tuple[Trigger, ...]:

@@ -139,11 +139,13 @@ class Worker:
         await self._register()
         self._token = self.store.change_token()
         self._tasks = [
-            asyncio.create_task(self._forever("lease loop", self._lease_once, STORE_RETRY),
-                                name=f"stepstone-worker-{self.id}"),
+            asyncio.create_task(
+                self._forever("lease loop", self._lease_once, STORE_RETRY), name=f"stepstone-worker-{self.id}"
+            ),
             # the heartbeat's own interval paces its retries during an outage
-            asyncio.create_task(self._forever("heartbeat", self._heartbeat_once, 0.0),
-                                name=f"stepstone-heartbeat-{self.id}"),
+            asyncio.create_task(
+                self._forever("heartbeat", self._heartbeat_once, 0.0), name=f"stepstone-heartbeat-{self.id}"
+            ),
         ]
         for task in self._tasks:
             task.add_done_callback(self._loop_ended)
@@ -156,9 +158,15 @@ class Worker:
         since = None if ok_at is None else round(time.monotonic() - ok_at, 3)
         dead = self.dead_loops()
         ready = since is not None and since < self.lease_ttl and not self._stopping and not dead
-        return {"ready": ready, "worker": self.id, "draining": self._stopping,
-                "in_flight": len(self.inflight), "concurrency": self.concurrency,
-                "seconds_since_heartbeat": since, "dead_loops": dead}
+        return {
+            "ready": ready,
+            "worker": self.id,
+            "draining": self._stopping,
+            "in_flight": len(self.inflight),
+            "concurrency": self.concurrency,
+            "seconds_since_heartbeat": since,
+            "dead_loops": dead,
+        }
 
     def dead_loops(self) -> list[str]:
         """Names of the background loops whose task has ended."""
@@ -192,8 +200,13 @@ class Worker:
             return
         exc = task.exception()  # retrieved here, so asyncio does not complain later
         if not self._stopping:
-            log.error("worker %s: %s ended (%r); the worker reports not ready", self.id,
-                      task.get_name(), exc, exc_info=exc)
+            log.error(
+                "worker %s: %s ended (%r); the worker reports not ready",
+                self.id,
+                task.get_name(),
+                exc,
+                exc_info=exc,
+            )
 
     def notify(self) -> None:
         """Wake the worker (thread-safe): new work may be due."""
@@ -366,8 +379,17 @@ class Worker:
                 self._held.pop(item.run.id, None)
 
     def _env(self) -> ExecEnv:
-        return ExecEnv(self.store, self.registry, self.clock, self.lease_owner, self.lease_ttl, self.threads,
-                       self.matcher, self.middleware, self._lease_held)
+        return ExecEnv(
+            self.store,
+            self.registry,
+            self.clock,
+            self.lease_owner,
+            self.lease_ttl,
+            self.threads,
+            self.matcher,
+            self.middleware,
+            self._lease_held,
+        )
 
     def _lease_held(self, run_id: str) -> bool:
         """Whether this worker's lease on the run is still known to be live: a
@@ -389,8 +411,7 @@ class Worker:
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("run %s: invocation crashed; the lease will expire and it will resume",
-                          item.run.id)
+            log.exception("run %s: invocation crashed; the lease will expire and it will resume", item.run.id)
         finally:
             # After a lost lease this worker may have leased the run again: the
             # slot then belongs to the newer invocation.
@@ -407,9 +428,15 @@ class Worker:
     async def _register(self) -> None:
         await resync(self.store, self.clock)
         now = self.clock.now()
-        row = WorkerRow(id=self.id, app=self.app_name, app_version=self.app_version,
-                        concurrency=self.concurrency, started_at=self.started_at, heartbeat_at=now,
-                        functions=self._function_ids)
+        row = WorkerRow(
+            id=self.id,
+            app=self.app_name,
+            app_version=self.app_version,
+            concurrency=self.concurrency,
+            started_at=self.started_at,
+            heartbeat_at=now,
+            functions=self._function_ids,
+        )
 
         def op(tx: Tx) -> bool:
             twin = any(w.id == self.id for w in tx.list_workers(now - self.lease_ttl))
@@ -419,9 +446,11 @@ class Worker:
         twin = await self.store.transact(op)
         self._store_ok_at = time.monotonic()
         if twin:
-            log.warning("worker %s: another live worker has this instance id; both will work, "
-                        "but app.workers.list() shows them as one: give each its own --instance-id",
-                        self.id)
+            log.warning(
+                "worker %s: another live worker has this instance id; both will work, "
+                "but app.workers.list() shows them as one: give each its own --instance-id",
+                self.id,
+            )
 
     async def _heartbeat_once(self) -> None:
         """Every third of the lease TTL: measure the database's clock again,
@@ -430,9 +459,15 @@ class Worker:
         await resync(self.store, self.clock)
         held = list(self.inflight)
         owner = self.lease_owner
-        row = WorkerRow(id=self.id, app=self.app_name, app_version=self.app_version,
-                        concurrency=self.concurrency, started_at=self.started_at,
-                        heartbeat_at=self.clock.now(), functions=self._function_ids)
+        row = WorkerRow(
+            id=self.id,
+            app=self.app_name,
+            app_version=self.app_version,
+            concurrency=self.concurrency,
+            started_at=self.started_at,
+            heartbeat_at=self.clock.now(),
+            functions=self._function_ids,
+        )
 
         def op(tx: Tx) -> list[str]:
             tx.upsert_worker(row)

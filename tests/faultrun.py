@@ -47,8 +47,7 @@ class Driver:
         ids, crons = self.app.registry.ids(), self.worker._schedules()
 
         def op(tx: Tx) -> float | None:
-            times = [t for t in (tx.next_due(ids), tx.next_cron(crons), tx.next_deadline())
-                     if t is not None]
+            times = [t for t in (tx.next_due(ids), tx.next_cron(crons), tx.next_deadline()) if t is not None]
             return min(times) if times else None
 
         return await self.app.store.read(op)

@@ -27,8 +27,12 @@ import psycopg
 # partition rows do happen under contention (the store runs the victim again);
 # finding them after 100 ms instead of the default 1 s keeps timing-based tests
 # from stalling on one.
-FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
-                 "deadlock_timeout": "100ms"}
+FAST_SETTINGS = {
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "deadlock_timeout": "100ms",
+}
 
 
 class PgUnavailable(RuntimeError):
@@ -69,8 +73,9 @@ def _as_owner() -> tuple[list[str], int | None]:
     try:
         uid = pwd.getpwnam("postgres").pw_uid
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "postgres"], check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "postgres"], check=True, capture_output=True
+        )
         uid = pwd.getpwnam("postgres").pw_uid
     return ["runuser", "-u", "postgres", "--"], uid
 
@@ -101,8 +106,9 @@ class PgCluster:
 
     def _run(self, args: Sequence[str], timeout: float = 120) -> None:
         # cwd: the cluster owner may not be allowed into the caller's directory
-        result = subprocess.run([*self.prefix, *args], capture_output=True, text=True, timeout=timeout,
-                                cwd=self.root)
+        result = subprocess.run(
+            [*self.prefix, *args], capture_output=True, text=True, timeout=timeout, cwd=self.root
+        )
         if result.returncode != 0:
             raise PgUnavailable(f"{args[0]} failed: {result.stdout}{result.stderr}{self._log_tail()}")
 
@@ -112,19 +118,49 @@ class PgCluster:
         return ""
 
     def _initdb(self) -> None:
-        self._run([f"{self.bindir}/initdb", "-D", self.data, "-U", "postgres", "--auth=trust",
-                   "--encoding=UTF8", "--locale=C", "--no-instructions"])
+        self._run(
+            [
+                f"{self.bindir}/initdb",
+                "-D",
+                self.data,
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C",
+                "--no-instructions",
+            ]
+        )
 
     def start(self) -> None:
         """Start (or restart after ``stop_server``) on a free loopback port."""
         for _attempt in range(5):
             self.port = self.port or free_port()
             options = " ".join(
-                [f"-p {self.port}", "-c listen_addresses=127.0.0.1", f"-k {self.root}",
-                 "-c max_connections=300"] + [f"-c {k}={v}" for k, v in self.settings.items()])
+                [
+                    f"-p {self.port}",
+                    "-c listen_addresses=127.0.0.1",
+                    f"-k {self.root}",
+                    "-c max_connections=300",
+                ]
+                + [f"-c {k}={v}" for k, v in self.settings.items()]
+            )
             try:
-                self._run([f"{self.bindir}/pg_ctl", "-D", self.data, "-l", self.log, "-o", options,
-                           "-w", "-t", "60", "start"])
+                self._run(
+                    [
+                        f"{self.bindir}/pg_ctl",
+                        "-D",
+                        self.data,
+                        "-l",
+                        self.log,
+                        "-o",
+                        options,
+                        "-w",
+                        "-t",
+                        "60",
+                        "start",
+                    ]
+                )
                 return
             except PgUnavailable:
                 if "could not bind" not in self._log_tail():

@@ -63,21 +63,35 @@ def guard(action: Callable[[], Any]) -> None:
 
 def target_options(fn: F) -> F:
     """``--database-url`` (act on the database) or ``--url``/``--api-key`` (a server)."""
-    for option in reversed([
-        click.option("--database-url", default=None,
-                     help="Default: $STEPSTONE_DATABASE_URL or the local SQLite file."),
-        click.option("--url", envvar="STEPSTONE_URL", default=None,
-                     help="A Stepstone server instead of the database ($STEPSTONE_URL)."),
-        click.option("--api-key", envvar="STEPSTONE_API_KEY", default=None,
-                     help="The server's API key ($STEPSTONE_API_KEY)."),
-    ]):
+    for option in reversed(
+        [
+            click.option(
+                "--database-url",
+                default=None,
+                help="Default: $STEPSTONE_DATABASE_URL or the local SQLite file.",
+            ),
+            click.option(
+                "--url",
+                envvar="STEPSTONE_URL",
+                default=None,
+                help="A Stepstone server instead of the database ($STEPSTONE_URL).",
+            ),
+            click.option(
+                "--api-key",
+                envvar="STEPSTONE_API_KEY",
+                default=None,
+                help="The server's API key ($STEPSTONE_API_KEY).",
+            ),
+        ]
+    ):
         fn = option(fn)
     return fn
 
 
 @contextlib.contextmanager
-def open_target(database_url: str | None, url: str | None, api_key: str | None,
-                event_key: str | None = None) -> Iterator[App | Client]:
+def open_target(
+    database_url: str | None, url: str | None, api_key: str | None, event_key: str | None = None
+) -> Iterator[App | Client]:
     """An ``App`` on the database, or a ``Client`` when ``url`` is given."""
     target: App | Client
     if url:

@@ -16,6 +16,7 @@ from stepstone.inventory import list_functions
 def functions(database_url: str | None, url: str | None, api_key: str | None, as_json: bool) -> None:
     """Functions registered in the database, with triggers and flow control."""
     with open_target(database_url, url, api_key) as target:
+
         def show() -> None:
             if isinstance(target, Client):
                 found = target.functions.list()
@@ -33,10 +34,12 @@ def functions(database_url: str | None, url: str | None, api_key: str | None, as
 @target_options
 @click.option("--alive-within", default=60.0, show_default=True, help="Seconds since the last heartbeat.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def workers(database_url: str | None, url: str | None, api_key: str | None, alive_within: float,
-            as_json: bool) -> None:
+def workers(
+    database_url: str | None, url: str | None, api_key: str | None, alive_within: float, as_json: bool
+) -> None:
     """Live workers."""
     with open_target(database_url, url, api_key) as target:
+
         def show() -> None:
             found = target.workers.list(alive_within)
             if as_json:

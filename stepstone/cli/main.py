@@ -16,6 +16,14 @@ def main(log_level: str) -> None:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
 
-for command in (worker.worker, worker.migrate, events.send, runs.runs, inventory.functions,
-                inventory.workers, serve.server, serve.dev):
+for command in (
+    worker.worker,
+    worker.migrate,
+    events.send,
+    runs.runs,
+    inventory.functions,
+    inventory.workers,
+    serve.server,
+    serve.dev,
+):
     main.add_command(command)

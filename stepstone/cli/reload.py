@@ -39,8 +39,13 @@ def snapshot(root: Path) -> Snapshot:
     """``{path: (mtime_ns, size)}`` of every ``.py`` file under ``root``."""
     found: Snapshot = {}
     for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in _SKIP
-                   and not os.path.exists(os.path.join(folder, d, "pyvenv.cfg"))]
+        dirs[:] = [
+            d
+            for d in dirs
+            if not d.startswith(".")
+            and d not in _SKIP
+            and not os.path.exists(os.path.join(folder, d, "pyvenv.cfg"))
+        ]
         for name in files:
             if name.endswith(".py"):
                 path = os.path.join(folder, name)
@@ -53,8 +58,15 @@ def snapshot(root: Path) -> Snapshot:
 
 
 class Supervisor:
-    def __init__(self, argv: Sequence[str], env: dict[str, str], root: Path, *,
-                 interval: float = 0.3, grace: float = 15.0) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        env: dict[str, str],
+        root: Path,
+        *,
+        interval: float = 0.3,
+        grace: float = 15.0,
+    ) -> None:
         self.argv = list(argv)
         self.env = {**os.environ, **env}
         self.root = root
@@ -83,8 +95,7 @@ class Supervisor:
                 child, reported = self._spawn(), False
             elif child.poll() is not None and not reported:
                 reported = True
-                errors.print(f"the app exited ({child.returncode}); waiting for a change",
-                             highlight=False)
+                errors.print(f"the app exited ({child.returncode}); waiting for a change", highlight=False)
         self._stop(child)
         return 0
 

@@ -30,19 +30,40 @@ def _error(error: ErrorInfo | None) -> dict[str, Any] | None:
 
 def run_json(run: Run) -> dict[str, Any]:
     return {
-        "id": run.id, "function_id": run.function_id, "status": run.status, "output": run.output,
-        "error": _error(run.error), "event_ids": run.event_ids,
-        "created_at": run.created_at.isoformat(), "started_at": _iso(run.started_at),
+        "id": run.id,
+        "function_id": run.function_id,
+        "status": run.status,
+        "output": run.output,
+        "error": _error(run.error),
+        "event_ids": run.event_ids,
+        "created_at": run.created_at.isoformat(),
+        "started_at": _iso(run.started_at),
         "ended_at": _iso(run.ended_at),
-        "steps": [{"id": s.id, "status": s.status, "attempts": s.attempts, "output": s.output,
-                   "error": _error(s.error)} for s in run.steps],
+        "steps": [
+            {
+                "id": s.id,
+                "status": s.status,
+                "attempts": s.attempts,
+                "output": s.output,
+                "error": _error(s.error),
+            }
+            for s in run.steps
+        ],
     }
 
 
 def span_json(span: Span) -> dict[str, Any]:
-    return {"kind": span.kind, "name": span.name, "status": span.status, "attempt": span.attempt,
-            "started_at": span.started_at.isoformat(), "ended_at": _iso(span.ended_at),
-            "duration": span.duration, "error": _error(span.error), "detail": span.detail}
+    return {
+        "kind": span.kind,
+        "name": span.name,
+        "status": span.status,
+        "attempt": span.attempt,
+        "started_at": span.started_at.isoformat(),
+        "ended_at": _iso(span.ended_at),
+        "duration": span.duration,
+        "error": _error(span.error),
+        "detail": span.detail,
+    }
 
 
 def emit_json(value: Any) -> None:
@@ -52,8 +73,13 @@ def emit_json(value: Any) -> None:
 def runs_table(runs: Sequence[Run]) -> None:
     table = Table("run", "function", "status", "created", "ended")
     for r in runs:
-        table.add_row(r.id, r.function_id, r.status, f"{r.created_at:%Y-%m-%d %H:%M:%S}",
-                      f"{r.ended_at:%H:%M:%S}" if r.ended_at else "")
+        table.add_row(
+            r.id,
+            r.function_id,
+            r.status,
+            f"{r.created_at:%Y-%m-%d %H:%M:%S}",
+            f"{r.ended_at:%H:%M:%S}" if r.ended_at else "",
+        )
     console.print(table)
 
 
@@ -73,8 +99,9 @@ def spans_table(spans: Sequence[Span]) -> None:
     for s in spans:
         note = f"{s.error.type}: {s.error.message}" if s.error else str(s.detail or "")
         duration = "" if s.duration is None else f"{s.duration * 1000:.1f} ms"
-        table.add_row(s.kind, s.name, s.status, str(s.attempt), f"{s.started_at:%H:%M:%S.%f}"[:-3],
-                      duration, note[:80])
+        table.add_row(
+            s.kind, s.name, s.status, str(s.attempt), f"{s.started_at:%H:%M:%S.%f}"[:-3], duration, note[:80]
+        )
     console.print(table)
 
 
@@ -104,8 +131,14 @@ def workers_table(workers: Sequence[WorkerRow]) -> None:
     now = datetime.now(UTC).timestamp()
     table = Table("worker", "app", "version", "concurrency", "heartbeat", "functions")
     for w in workers:
-        table.add_row(w.id, w.app, w.app_version or "-", str(w.concurrency),
-                      f"{max(0.0, now - w.heartbeat_at):.1f}s ago", str(len(w.functions)))
+        table.add_row(
+            w.id,
+            w.app,
+            w.app_version or "-",
+            str(w.concurrency),
+            f"{max(0.0, now - w.heartbeat_at):.1f}s ago",
+            str(len(w.functions)),
+        )
     console.print(table)
 
 
@@ -119,9 +152,13 @@ def bulk_progress(label: str, quiet: bool) -> Iterator[Callable[[int, int], None
     if quiet:
         yield lambda done, examined: None
         return
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-               TextColumn("{task.fields[done]} done / {task.completed:.0f} examined"),
-               TimeElapsedColumn())
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[done]} done / {task.completed:.0f} examined"),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=errors, transient=False) as bar:
         task = bar.add_task(label, total=None, done=0)
 

@@ -31,15 +31,28 @@ def runs() -> None:
 @click.option("--limit", default=20, show_default=True)
 @target_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def runs_list(function_id: str | None, status: tuple[str, ...], since: str | None, until: str | None,
-              limit: int, database_url: str | None, url: str | None, api_key: str | None,
-              as_json: bool) -> None:
+def runs_list(
+    function_id: str | None,
+    status: tuple[str, ...],
+    since: str | None,
+    until: str | None,
+    limit: int,
+    database_url: str | None,
+    url: str | None,
+    api_key: str | None,
+    as_json: bool,
+) -> None:
     """Runs, newest first."""
     with open_target(database_url, url, api_key) as target:
+
         def show() -> None:
-            found = target.runs.list(function_id=function_id, status=list(status) or None,
-                                     since=parse_moment(since, "since"),
-                                     until=parse_moment(until, "until"), limit=limit)
+            found = target.runs.list(
+                function_id=function_id,
+                status=list(status) or None,
+                since=parse_moment(since, "since"),
+                until=parse_moment(until, "until"),
+                limit=limit,
+            )
             if as_json:
                 render.emit_json([render.run_json(r) for r in found])
             else:
@@ -53,10 +66,12 @@ def runs_list(function_id: str | None, status: tuple[str, ...], since: str | Non
 @click.option("--trace", is_flag=True, help="Also show every span (attempts, sleeps, warnings).")
 @target_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def runs_show(run_id: str, trace: bool, database_url: str | None, url: str | None, api_key: str | None,
-              as_json: bool) -> None:
+def runs_show(
+    run_id: str, trace: bool, database_url: str | None, url: str | None, api_key: str | None, as_json: bool
+) -> None:
     """A run with its steps (and its trace with --trace)."""
     with open_target(database_url, url, api_key) as target:
+
         def show() -> None:
             run = target.runs.get(run_id)
             spans = target.runs.trace(run_id) if trace else []
@@ -88,6 +103,7 @@ def runs_cancel(run_id: str, database_url: str | None, url: str | None, api_key:
 def runs_replay(run_id: str, database_url: str | None, url: str | None, api_key: str | None) -> None:
     """Resume a failed or cancelled run from its last successful step."""
     with open_target(database_url, url, api_key) as target:
+
         def replay() -> None:
             target.runs.replay(run_id)
             click.echo(f"replaying {run_id}")
@@ -99,26 +115,37 @@ def runs_replay(run_id: str, database_url: str | None, url: str | None, api_key:
 @click.argument("run_id")
 @click.argument("step_id")
 @target_options
-def runs_rerun(run_id: str, step_id: str, database_url: str | None, url: str | None,
-               api_key: str | None) -> None:
+def runs_rerun(
+    run_id: str, step_id: str, database_url: str | None, url: str | None, api_key: str | None
+) -> None:
     """Fork a new run keeping the steps before STEP_ID; prints the new run id."""
     with open_target(database_url, url, api_key) as target:
         guard(lambda: click.echo(target.runs.rerun_from(run_id, step_id)))
 
 
 def _bulk_options(fn: Any) -> Any:
-    for option in reversed([
-        click.option("--function", "function_id", required=True),
-        click.option("--since", default=None, help=f"Created at or after: {TIME_HELP}."),
-        click.option("--until", default=None, help=f"Created before: {TIME_HELP}."),
-        click.option("--if", "if_", default=None, help="CEL condition over the run's `event`."),
-    ]):
+    for option in reversed(
+        [
+            click.option("--function", "function_id", required=True),
+            click.option("--since", default=None, help=f"Created at or after: {TIME_HELP}."),
+            click.option("--until", default=None, help=f"Created before: {TIME_HELP}."),
+            click.option("--if", "if_", default=None, help="CEL condition over the run's `event`."),
+        ]
+    ):
         fn = option(fn)
     return target_options(click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn))
 
 
-def _bulk(action: str, target: App | Client, function_id: str, since: str | None, until: str | None,
-          if_: str | None, as_json: bool, **extra: Any) -> None:
+def _bulk(
+    action: str,
+    target: App | Client,
+    function_id: str,
+    since: str | None,
+    until: str | None,
+    if_: str | None,
+    as_json: bool,
+    **extra: Any,
+) -> None:
     lo, hi = parse_moment(since, "since"), parse_moment(until, "until")
     check_range(lo, hi)
     if isinstance(target, App):
@@ -134,9 +161,16 @@ def _bulk(action: str, target: App | Client, function_id: str, since: str | None
 
 @runs.command("cancel-many")
 @_bulk_options
-def runs_cancel_many(function_id: str, since: str | None, until: str | None, if_: str | None,
-                     as_json: bool, database_url: str | None, url: str | None,
-                     api_key: str | None) -> None:
+def runs_cancel_many(
+    function_id: str,
+    since: str | None,
+    until: str | None,
+    if_: str | None,
+    as_json: bool,
+    database_url: str | None,
+    url: str | None,
+    api_key: str | None,
+) -> None:
     """Cancel a function's active runs (optionally in a time range, matching --if)."""
     with open_target(database_url, url, api_key) as target:
         guard(lambda: _bulk("cancel", target, function_id, since, until, if_, as_json))
@@ -144,12 +178,34 @@ def runs_cancel_many(function_id: str, since: str | None, until: str | None, if_
 
 @runs.command("replay-many")
 @_bulk_options
-@click.option("--status", type=click.Choice([RunStatus.FAILED.value, RunStatus.CANCELLED.value]),
-              multiple=True, help="Default: failed. Repeat for both.")
-def runs_replay_many(function_id: str, since: str | None, until: str | None, if_: str | None,
-                     as_json: bool, database_url: str | None, url: str | None, api_key: str | None,
-                     status: tuple[str, ...]) -> None:
+@click.option(
+    "--status",
+    type=click.Choice([RunStatus.FAILED.value, RunStatus.CANCELLED.value]),
+    multiple=True,
+    help="Default: failed. Repeat for both.",
+)
+def runs_replay_many(
+    function_id: str,
+    since: str | None,
+    until: str | None,
+    if_: str | None,
+    as_json: bool,
+    database_url: str | None,
+    url: str | None,
+    api_key: str | None,
+    status: tuple[str, ...],
+) -> None:
     """Replay a function's failed (or cancelled) runs."""
     with open_target(database_url, url, api_key) as target:
-        guard(lambda: _bulk("replay", target, function_id, since, until, if_, as_json,
-                            status=list(status) or RunStatus.FAILED))
+        guard(
+            lambda: _bulk(
+                "replay",
+                target,
+                function_id,
+                since,
+                until,
+                if_,
+                as_json,
+                status=list(status) or RunStatus.FAILED,
+            )
+        )

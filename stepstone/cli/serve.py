@@ -26,16 +26,24 @@ def _serve(api: Any, host: str, port: int, access_log: bool = True) -> None:
 
 
 @click.command()
-@click.option("--database-url", default=None,
-              help="Default: $STEPSTONE_DATABASE_URL or the local SQLite file.")
+@click.option(
+    "--database-url", default=None, help="Default: $STEPSTONE_DATABASE_URL or the local SQLite file."
+)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=DEV_PORT, show_default=True)
 @click.option("--api-key", default=None, help="Default: $STEPSTONE_API_KEY (comma-separated for rotation).")
 @click.option("--event-key", default=None, help="May only send events. Default: $STEPSTONE_EVENT_KEY.")
 @click.option("--insecure-no-auth", is_flag=True, help="Serve without keys (never on a shared network).")
 @click.option("--access-log/--no-access-log", default=True, show_default=True, help="Log every request.")
-def server(database_url: str | None, host: str, port: int, api_key: str | None, event_key: str | None,
-           insecure_no_auth: bool, access_log: bool) -> None:
+def server(
+    database_url: str | None,
+    host: str,
+    port: int,
+    api_key: str | None,
+    event_key: str | None,
+    insecure_no_auth: bool,
+    access_log: bool,
+) -> None:
     """Serve the HTTP API over a database; no user code needed."""
     from stepstone.server.auth import AuthConfig
     from stepstone.server.factory import create_app
@@ -49,8 +57,9 @@ def server(database_url: str | None, host: str, port: int, api_key: str | None, 
     app = App("stepstone-server", database_url=resolve_url(database_url))
     try:
         app.store  # noqa: B018 - open and migrate now: fail fast on a bad database
-        console.print(f"Stepstone API and dashboard on http://{host}:{port} over {app.database_url}",
-                      highlight=False)
+        console.print(
+            f"Stepstone API and dashboard on http://{host}:{port} over {app.database_url}", highlight=False
+        )
         _serve(create_app(app, auth), host, port, access_log)
     finally:
         app.close()
@@ -63,10 +72,21 @@ def server(database_url: str | None, host: str, port: int, api_key: str | None, 
 @click.option("--concurrency", default=10, show_default=True, help="Runs executed at once.")
 @click.option("--api-key", default=None, help="Default: $STEPSTONE_API_KEY, else a generated key.")
 @click.option("--event-key", default=None, help="Default: $STEPSTONE_EVENT_KEY.")
-@click.option("--reload/--no-reload", default=True, show_default=True,
-              help="Restart when a Python file under the app's directory changes.")
-def dev(target: str, host: str, port: int, concurrency: int, api_key: str | None,
-        event_key: str | None, reload: bool) -> None:
+@click.option(
+    "--reload/--no-reload",
+    default=True,
+    show_default=True,
+    help="Restart when a Python file under the app's directory changes.",
+)
+def dev(
+    target: str,
+    host: str,
+    port: int,
+    concurrency: int,
+    api_key: str | None,
+    event_key: str | None,
+    reload: bool,
+) -> None:
     """Run MODULE:app for development: workers and the HTTP API in one process."""
     from stepstone.server.auth import API_KEY_ENV, EVENT_KEY_ENV
 
@@ -82,16 +102,33 @@ def dev(target: str, host: str, port: int, concurrency: int, api_key: str | None
     from stepstone.cli.reload import Supervisor, watch_root
 
     level = click.get_current_context().find_root().params.get("log_level", "INFO")
-    argv = [sys.executable, "-m", "stepstone.cli", "--log-level", level, "dev", target, "--no-reload",
-            "--host", host, "--port", str(port), "--concurrency", str(concurrency)]
+    argv = [
+        sys.executable,
+        "-m",
+        "stepstone.cli",
+        "--log-level",
+        level,
+        "dev",
+        target,
+        "--no-reload",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--concurrency",
+        str(concurrency),
+    ]
     sys.exit(Supervisor(argv, env, watch_root(target)).run())
 
 
 def _banner(host: str, port: int, key: str) -> None:
     url = f"http://{host}:{port}"
-    click.echo(f"Stepstone dev on {url} (dashboard: {url}/, API docs: {url}/docs)\n"
-               f"API key (generated): {key}\n"
-               f"  export STEPSTONE_URL={url} STEPSTONE_API_KEY={key}", nl=True)
+    click.echo(
+        f"Stepstone dev on {url} (dashboard: {url}/, API docs: {url}/docs)\n"
+        f"API key (generated): {key}\n"
+        f"  export STEPSTONE_URL={url} STEPSTONE_API_KEY={key}",
+        nl=True,
+    )
 
 
 def _serve_dev(target: str, host: str, port: int, concurrency: int) -> None:
@@ -101,8 +138,11 @@ def _serve_dev(target: str, host: str, port: int, concurrency: int) -> None:
     app = load_app(target)
     try:
         api = create_app(app, AuthConfig.resolve(), workers=WorkerSettings(concurrency=concurrency))
-        console.print(f"{app.name}: {len(app.registry.ids())} function(s) on {app.database_url}, "
-                      f"API on http://{host}:{port}", highlight=False)
+        console.print(
+            f"{app.name}: {len(app.registry.ids())} function(s) on {app.database_url}, "
+            f"API on http://{host}:{port}",
+            highlight=False,
+        )
         _serve(api, host, port)
     finally:
         app.close()

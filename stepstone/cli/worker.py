@@ -18,33 +18,54 @@ from stepstone.worker import Worker
 @click.argument("target")
 @click.option("--concurrency", default=10, show_default=True, help="Runs executed at once.")
 @click.option("--instance-id", default=None, help="Worker name (default: host-pid).")
-@click.option("--lease-ttl", default=15.0, show_default=True,
-              help="Seconds before a dead worker's runs move on.")
+@click.option(
+    "--lease-ttl", default=15.0, show_default=True, help="Seconds before a dead worker's runs move on."
+)
 @click.option("--drain-timeout", default=30.0, show_default=True, help="Seconds to finish steps on SIGTERM.")
-@click.option("--metrics-port", type=int, default=None,
-              help="Serve /metrics, /healthz and /readyz on 127.0.0.1:PORT.")
+@click.option(
+    "--metrics-port", type=int, default=None, help="Serve /metrics, /healthz and /readyz on 127.0.0.1:PORT."
+)
 @click.option("--metrics-host", default="127.0.0.1", show_default=True)
-def worker(target: str, concurrency: int, instance_id: str | None, lease_ttl: float,
-           drain_timeout: float, metrics_port: int | None, metrics_host: str) -> None:
+def worker(
+    target: str,
+    concurrency: int,
+    instance_id: str | None,
+    lease_ttl: float,
+    drain_timeout: float,
+    metrics_port: int | None,
+    metrics_host: str,
+) -> None:
     """Run a long-lived worker for MODULE:app until SIGTERM or SIGINT."""
     app = load_app(target)
     started: list[Worker] = []
     if metrics_port is not None:
-        metrics.serve(metrics_host, metrics_port,
-                      lambda: started[0].health() if started else {"ready": False, "starting": True})
+        metrics.serve(
+            metrics_host,
+            metrics_port,
+            lambda: started[0].health() if started else {"ready": False, "starting": True},
+        )
     asyncio.run(_run_worker(app, concurrency, instance_id, lease_ttl, drain_timeout, started))
 
 
-async def _run_worker(app: App, concurrency: int, instance_id: str | None, lease_ttl: float,
-                      drain_timeout: float, started: list[Worker]) -> None:
+async def _run_worker(
+    app: App,
+    concurrency: int,
+    instance_id: str | None,
+    lease_ttl: float,
+    drain_timeout: float,
+    started: list[Worker],
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     w = await app.start_async(concurrency=concurrency, instance_id=instance_id, lease_ttl=lease_ttl)
     started.append(w)
-    console.print(f"[green]worker {w.id}[/] running {len(app.registry.ids())} function(s) "
-                  f"on {redacted(app.database_url)}", highlight=False)
+    console.print(
+        f"[green]worker {w.id}[/] running {len(app.registry.ids())} function(s) "
+        f"on {redacted(app.database_url)}",
+        highlight=False,
+    )
     await stop.wait()
     console.print(f"worker {w.id}: draining (up to {drain_timeout:g}s)", highlight=False)
     await app.stop_async(drain_timeout)
@@ -52,8 +73,9 @@ async def _run_worker(app: App, concurrency: int, instance_id: str | None, lease
 
 
 @click.command()
-@click.option("--database-url", default=None,
-              help="Default: $STEPSTONE_DATABASE_URL or the local SQLite file.")
+@click.option(
+    "--database-url", default=None, help="Default: $STEPSTONE_DATABASE_URL or the local SQLite file."
+)
 def migrate(database_url: str | None) -> None:
     """Apply pending schema migrations."""
     store = make_store(resolve_url(database_url))

@@ -44,33 +44,55 @@ __all__ = [
 
 
 def start_run(
-    tx: Tx, fn: FunctionDef, events: Sequence[tuple[int, PreparedEvent]], now: float,
-    registry: Registry, *, parent: tuple[str, str] | None = None,
-    available_at: float | None = None, run_id: str | None = None,
+    tx: Tx,
+    fn: FunctionDef,
+    events: Sequence[tuple[int, PreparedEvent]],
+    now: float,
+    registry: Registry,
+    *,
+    parent: tuple[str, str] | None = None,
+    available_at: float | None = None,
+    run_id: str | None = None,
 ) -> str | None:
     """``admission.start_run``, publishing through ``ingest``."""
-    return admission.start_run(tx, fn, events, now, registry, publish=ingest, parent=parent,
-                               available_at=available_at, run_id=run_id)
+    return admission.start_run(
+        tx, fn, events, now, registry, publish=ingest, parent=parent, available_at=available_at, run_id=run_id
+    )
 
 
 def end_run(
-    tx: Tx, run: RunRow, status: RunStatus, output: str | None, error: ErrorInfo | None, now: float,
-    matcher: Registry, *, fence: Fence | None = None, events: list[Event] | None = None,
+    tx: Tx,
+    run: RunRow,
+    status: RunStatus,
+    output: str | None,
+    error: ErrorInfo | None,
+    now: float,
+    matcher: Registry,
+    *,
+    fence: Fence | None = None,
+    events: list[Event] | None = None,
 ) -> bool:
     """``lifecycle.end_run``, publishing through ``ingest``."""
-    return lifecycle.end_run(tx, run, status, output, error, now, matcher, publish=ingest,
-                             fence=fence, events=events)
+    return lifecycle.end_run(
+        tx, run, status, output, error, now, matcher, publish=ingest, fence=fence, events=events
+    )
 
 
-def cancel_run(tx: Tx, run_id: str, now: float, matcher: Registry,
-               reason: ErrorInfo | None = None) -> str:
+def cancel_run(tx: Tx, run_id: str, now: float, matcher: Registry, reason: ErrorInfo | None = None) -> str:
     """``lifecycle.cancel_run``, publishing through ``ingest``."""
     return lifecycle.cancel_run(tx, run_id, now, matcher, reason, publish=ingest)
 
 
-def park_run(tx: Tx, run: RunRow, fence: Fence, status: RunStatus, wake_at: float | None,
-             attempt: int | None, now: float, matcher: Registry,
-             events: list[Event] | None = None) -> RunStatus:
+def park_run(
+    tx: Tx,
+    run: RunRow,
+    fence: Fence,
+    status: RunStatus,
+    wake_at: float | None,
+    attempt: int | None,
+    now: float,
+    matcher: Registry,
+    events: list[Event] | None = None,
+) -> RunStatus:
     """``lifecycle.park_run``, publishing through ``ingest``."""
-    return lifecycle.park_run(tx, run, fence, status, wake_at, attempt, now, matcher, events,
-                              publish=ingest)
+    return lifecycle.park_run(tx, run, fence, status, wake_at, attempt, now, matcher, events, publish=ingest)

@@ -46,8 +46,14 @@ def queue_spec(fn: FunctionDef, variables: dict[str, Any]) -> QueueSpec:
     padded: list[tuple[str | None, int | None]] = [*keys, (None, None), (None, None)]
     (ckey1, limit1), (ckey2, limit2) = padded[:2]
     partition = fn.id if ckey1 is None else f"{fn.id}|{ckey1}"
-    return QueueSpec(partition_key=partition, ckey1=ckey1, limit1=limit1, ckey2=ckey2, limit2=limit2,
-                     throttle_key=throttle_key)
+    return QueueSpec(
+        partition_key=partition,
+        ckey1=ckey1,
+        limit1=limit1,
+        ckey2=ckey2,
+        limit2=limit2,
+        throttle_key=throttle_key,
+    )
 
 
 def priority_seconds(fn: FunctionDef, variables: dict[str, Any]) -> float:
@@ -60,9 +66,16 @@ def priority_seconds(fn: FunctionDef, variables: dict[str, Any]) -> float:
 
 
 def start_run(
-    tx: Tx, fn: FunctionDef, events: Sequence[tuple[int, PreparedEvent]], now: float,
-    registry: Registry, *, publish: Publish, parent: tuple[str, str] | None = None,
-    available_at: float | None = None, run_id: str | None = None,
+    tx: Tx,
+    fn: FunctionDef,
+    events: Sequence[tuple[int, PreparedEvent]],
+    now: float,
+    registry: Registry,
+    *,
+    publish: Publish,
+    parent: tuple[str, str] | None = None,
+    available_at: float | None = None,
+    run_id: str | None = None,
 ) -> str | None:
     """Admit ``events`` to ``fn``; returns the run id (new, skipped, or the pending
     debounce/batch run they joined), or ``None`` if an idempotency key already
@@ -77,9 +90,13 @@ def start_run(
     run_id = run_id or new_id(now)
     if flow.idempotency is not None:
         key = flow.idempotency.key(variables)
-        if key is not None and tx.claim_key(
-            f"idem:{fn.id}:{canonical(key)}", run_id, now + limits.DEDUPE_WINDOW_SECONDS, now
-        ) is not None:
+        if (
+            key is not None
+            and tx.claim_key(
+                f"idem:{fn.id}:{canonical(key)}", run_id, now + limits.DEDUPE_WINDOW_SECONDS, now
+            )
+            is not None
+        ):
             return None
     skipped = _rate_limited(tx, fn, variables, now)
     if flow.debounce is not None and not skipped:
@@ -95,16 +112,25 @@ def start_run(
     if flow.batch is not None and flow.batch[0].max_size > 1:
         due = now + flow.batch[1]
     spec = queue_spec(fn, variables)
-    tx.create_run(NewRun(
-        id=run_id, function_id=fn.id, event_seqs=[seq for seq, _ in events],
-        event_ids=[event.id for _, event in events], available_at=due,
-        sort_at=due - priority_seconds(fn, variables), created_at=now,
-        status=RunStatus.SKIPPED if skipped else RunStatus.QUEUED,
-        meta=serde.dumps({"skipped": skipped}, what="meta") if skipped else None,
-        parent_run_id=parent[0] if parent else None, parent_step_id=parent[1] if parent else None,
-        start_deadline=None if flow.start_timeout is None else now + flow.start_timeout,
-        finish_timeout=flow.finish_timeout, singleton_key=singleton_key, spec=spec,
-    ))
+    tx.create_run(
+        NewRun(
+            id=run_id,
+            function_id=fn.id,
+            event_seqs=[seq for seq, _ in events],
+            event_ids=[event.id for _, event in events],
+            available_at=due,
+            sort_at=due - priority_seconds(fn, variables),
+            created_at=now,
+            status=RunStatus.SKIPPED if skipped else RunStatus.QUEUED,
+            meta=serde.dumps({"skipped": skipped}, what="meta") if skipped else None,
+            parent_run_id=parent[0] if parent else None,
+            parent_step_id=parent[1] if parent else None,
+            start_deadline=None if flow.start_timeout is None else now + flow.start_timeout,
+            finish_timeout=flow.finish_timeout,
+            singleton_key=singleton_key,
+            spec=spec,
+        )
+    )
     if not skipped:
         _open_accumulators(tx, fn, run_id, variables, now)
         _cancel_waits(tx, fn, run_id, variables, now)
@@ -133,8 +159,13 @@ def _open(tx: Tx, kind: str, key: str) -> tuple[str, int, float] | None:
     return found if found is not None and tx.pending_item(found[0]) else None
 
 
-def _join_debounce(tx: Tx, fn: FunctionDef, events: Sequence[tuple[int, PreparedEvent]],
-                   now: float, variables: dict[str, Any]) -> str | None:
+def _join_debounce(
+    tx: Tx,
+    fn: FunctionDef,
+    events: Sequence[tuple[int, PreparedEvent]],
+    now: float,
+    variables: dict[str, Any],
+) -> str | None:
     """Replace the pending run's event with this one and push its start back."""
     assert fn.flow.debounce is not None
     _config, period, timeout, expression = fn.flow.debounce
@@ -149,8 +180,13 @@ def _join_debounce(tx: Tx, fn: FunctionDef, events: Sequence[tuple[int, Prepared
     return run_id
 
 
-def _join_batch(tx: Tx, fn: FunctionDef, events: Sequence[tuple[int, PreparedEvent]],
-                now: float, variables: dict[str, Any]) -> str | None:
+def _join_batch(
+    tx: Tx,
+    fn: FunctionDef,
+    events: Sequence[tuple[int, PreparedEvent]],
+    now: float,
+    variables: dict[str, Any],
+) -> str | None:
     """Add the event to the key's open batch; a full batch is due at once."""
     assert fn.flow.batch is not None
     config, _timeout, expression = fn.flow.batch
@@ -169,8 +205,7 @@ def _join_batch(tx: Tx, fn: FunctionDef, events: Sequence[tuple[int, PreparedEve
     return run_id
 
 
-def _open_accumulators(tx: Tx, fn: FunctionDef, run_id: str, variables: dict[str, Any],
-                       now: float) -> None:
+def _open_accumulators(tx: Tx, fn: FunctionDef, run_id: str, variables: dict[str, Any], now: float) -> None:
     if fn.flow.debounce is not None:
         key = _accumulator_key("debounce", fn, fn.flow.debounce[3], variables)
         tx.put_accumulator("debounce", key, run_id, 1, now)
@@ -181,15 +216,30 @@ def _open_accumulators(tx: Tx, fn: FunctionDef, run_id: str, variables: dict[str
 
 def _cancel_waits(tx: Tx, fn: FunctionDef, run_id: str, variables: dict[str, Any], now: float) -> None:
     for i, (cancel, _condition, timeout) in enumerate(fn.flow.cancel_on):
-        tx.insert_wait(build_wait(
-            run_id=run_id, step_id=f"cancel_on[{i}]", kind=WaitKind.CANCEL, event_name=cancel.event,
-            condition=cancel.if_, run_event=variables["event"], now=now,
-            expires_at=None if timeout is None else now + timeout, field=f"cancel_on[{i}].if_",
-        ))
+        tx.insert_wait(
+            build_wait(
+                run_id=run_id,
+                step_id=f"cancel_on[{i}]",
+                kind=WaitKind.CANCEL,
+                event_name=cancel.event,
+                condition=cancel.if_,
+                run_event=variables["event"],
+                now=now,
+                expires_at=None if timeout is None else now + timeout,
+                field=f"cancel_on[{i}].if_",
+            )
+        )
 
 
-def _singleton(tx: Tx, fn: FunctionDef, run_id: str, variables: dict[str, Any], now: float,
-               registry: Registry, publish: Publish) -> tuple[str | None, str | None]:
+def _singleton(
+    tx: Tx,
+    fn: FunctionDef,
+    run_id: str,
+    variables: dict[str, Any],
+    now: float,
+    registry: Registry,
+    publish: Publish,
+) -> tuple[str | None, str | None]:
     """Claim the singleton key; returns ``(key, skip reason)``."""
     if fn.flow.singleton is None:
         return None, None
@@ -199,8 +249,14 @@ def _singleton(tx: Tx, fn: FunctionDef, run_id: str, variables: dict[str, Any], 
     if holder is not None:
         if config.mode == "skip":
             return None, f"singleton: run {holder} is active for this key"
-        cancel_run(tx, holder, now, registry,
-                   ErrorInfo("Cancelled", f"replaced by run {run_id} (singleton)"), publish=publish)
+        cancel_run(
+            tx,
+            holder,
+            now,
+            registry,
+            ErrorInfo("Cancelled", f"replaced by run {run_id} (singleton)"),
+            publish=publish,
+        )
         tx.release_key(key, holder)
         tx.claim_key(key, run_id, now + FOREVER, now)
     return key, None

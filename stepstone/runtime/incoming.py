@@ -49,10 +49,17 @@ def prepare(events: Event | Sequence[Event], now: float, *, system: bool = False
         validate_event(event, max_depth=None if system else limits.MAX_EVENT_DEPTH)
         if event.name.startswith("stepstone/") and not system:
             raise InvalidEventError(f"event names starting with 'stepstone/' are reserved: {event.name!r}")
-        data_json = (serde.dumps(event.data, what=f"event {event.name!r} data") if system
-                     else encode_event_data(event))
-        prepared.append(PreparedEvent(
-            id=event.id or new_id(now), name=event.name, data=event.data, data_json=data_json,
-            ts=event.ts if event.ts is not None else now_ms(now), trace=trace,
-        ))
+        data_json = (
+            serde.dumps(event.data, what=f"event {event.name!r} data") if system else encode_event_data(event)
+        )
+        prepared.append(
+            PreparedEvent(
+                id=event.id or new_id(now),
+                name=event.name,
+                data=event.data,
+                data_json=data_json,
+                ts=event.ts if event.ts is not None else now_ms(now),
+                trace=trace,
+            )
+        )
     return prepared

@@ -47,8 +47,14 @@ def ingest(tx: Tx, events: Sequence[PreparedEvent], registry: Registry, now: flo
 
 def _resolve(tx: Tx, wait: WaitRow, event: PreparedEvent, registry: Registry, now: float) -> None:
     if wait.kind == WaitKind.CANCEL:
-        cancel_run(tx, wait.run_id, now, registry,
-                   ErrorInfo("Cancelled", f"cancelled by event {event.name!r} ({event.id})"), publish=ingest)
+        cancel_run(
+            tx,
+            wait.run_id,
+            now,
+            registry,
+            ErrorInfo("Cancelled", f"cancelled by event {event.name!r} ({event.id})"),
+            publish=ingest,
+        )
         return
     output = serde.dumps(event.as_json(), what="event")
     if tx.complete_waiting_step(wait.run_id, wait.step_id, StepStatus.COMPLETED, output, None, now):

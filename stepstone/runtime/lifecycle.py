@@ -30,8 +30,16 @@ Publish = Callable[[Tx, Sequence[PreparedEvent], Registry, float], object]
 
 
 def end_run(
-    tx: Tx, run: RunRow, status: RunStatus, output: str | None, error: ErrorInfo | None, now: float,
-    matcher: Registry, *, publish: Publish, fence: Fence | None = None,
+    tx: Tx,
+    run: RunRow,
+    status: RunStatus,
+    output: str | None,
+    error: ErrorInfo | None,
+    now: float,
+    matcher: Registry,
+    *,
+    publish: Publish,
+    fence: Fence | None = None,
     events: list[Event] | None = None,
 ) -> bool:
     """End ``run`` with ``status``; ``False`` if it had already ended. A run
@@ -54,8 +62,9 @@ def end_run(
     return True
 
 
-def cancel_run(tx: Tx, run_id: str, now: float, matcher: Registry,
-               reason: ErrorInfo | None = None, *, publish: Publish) -> str:
+def cancel_run(
+    tx: Tx, run_id: str, now: float, matcher: Registry, reason: ErrorInfo | None = None, *, publish: Publish
+) -> str:
     """Cancel at once if no worker holds the run; otherwise flag it so the worker
     cancels it at its next step boundary or park. Returns the run's status."""
     run = tx.get_run(run_id)
@@ -71,9 +80,19 @@ def cancel_run(tx: Tx, run_id: str, now: float, matcher: Registry,
     return RunStatus.CANCELLED
 
 
-def park_run(tx: Tx, run: RunRow, fence: Fence, status: RunStatus, wake_at: float | None,
-             attempt: int | None, now: float, matcher: Registry,
-             events: list[Event] | None = None, *, publish: Publish) -> RunStatus:
+def park_run(
+    tx: Tx,
+    run: RunRow,
+    fence: Fence,
+    status: RunStatus,
+    wake_at: float | None,
+    attempt: int | None,
+    now: float,
+    matcher: Registry,
+    events: list[Event] | None = None,
+    *,
+    publish: Publish,
+) -> RunStatus:
     """Park the held ``run`` (sleep, wait, invoke, retry back-off) until ``wake_at``,
     or, if its cancellation was requested while it was held, end it cancelled
     in this same transaction. Returns the status the run is left in."""
@@ -83,23 +102,33 @@ def park_run(tx: Tx, run: RunRow, fence: Fence, status: RunStatus, wake_at: floa
     return RunStatus.CANCELLED
 
 
-def _resolve_parents(tx: Tx, child_id: str, status: RunStatus, output: str | None,
-                     error: ErrorInfo | None, now: float) -> None:
+def _resolve_parents(
+    tx: Tx, child_id: str, status: RunStatus, output: str | None, error: ErrorInfo | None, now: float
+) -> None:
     for wait in tx.child_waits(child_id):
         if wait.id is None or not tx.claim_wait(wait.id):
             continue
         if status == RunStatus.COMPLETED:
             tx.complete_waiting_step(wait.run_id, wait.step_id, StepStatus.COMPLETED, output, None, now)
         else:
-            info = error or ErrorInfo("Cancelled" if status == RunStatus.CANCELLED else "Failed",
-                                      f"invoked run {child_id} ended {status}")
+            info = error or ErrorInfo(
+                "Cancelled" if status == RunStatus.CANCELLED else "Failed",
+                f"invoked run {child_id} ended {status}",
+            )
             failure = serde.dumps({"type": info.type, "message": info.message}, what="error")
             tx.complete_waiting_step(wait.run_id, wait.step_id, StepStatus.FAILED, None, failure, now)
         tx.wake_run(wait.run_id, now)
 
 
-def system_events(tx: Tx, matcher: Registry, run: RunRow, status: RunStatus, output: str | None,
-                  error: ErrorInfo | None, events: list[Event]) -> list[Event]:
+def system_events(
+    tx: Tx,
+    matcher: Registry,
+    run: RunRow,
+    status: RunStatus,
+    output: str | None,
+    error: ErrorInfo | None,
+    events: list[Event],
+) -> list[Event]:
     """``stepstone/function.*`` events for a run that ended (see README)."""
     base: dict[str, Any] = {
         "function_id": run.function_id,
@@ -112,8 +141,9 @@ def system_events(tx: Tx, matcher: Registry, run: RunRow, status: RunStatus, out
         found.append(Event(FAILED_EVENT, fit_event_data({**base, "error": err})))
     elif status == RunStatus.CANCELLED:
         found.append(Event(CANCELLED_EVENT, fit_event_data({**base, "error": err})))
-    if status in (RunStatus.COMPLETED, RunStatus.FAILED) and (matcher.listens_to(FINISHED_EVENT)
-                                          or tx.wait_keys(FINISHED_EVENT)):
+    if status in (RunStatus.COMPLETED, RunStatus.FAILED) and (
+        matcher.listens_to(FINISHED_EVENT) or tx.wait_keys(FINISHED_EVENT)
+    ):
         result = {"result": serde.loads(output)} if status == RunStatus.COMPLETED else {"error": err}
         found.append(Event(FINISHED_EVENT, fit_event_data({**base, "status": status, **result})))
     return found

@@ -39,8 +39,7 @@ def index_value(value: Any) -> str:
     """Canonical JSON with every number as CEL compares it, as a double: an
     integral one written as an integer (``1.0`` and ``1`` give ``1``, ints up to
     2**53 are unchanged); bools stay bools (CEL: ``true != 1``); keys as strings."""
-    return json.dumps(_numbers_as_doubles(value), sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False)
+    return json.dumps(_numbers_as_doubles(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _numbers_as_doubles(value: Any) -> Any:
@@ -94,8 +93,16 @@ def split_conjuncts(source: str) -> list[str]:
 
 
 def build_wait(
-    *, run_id: str, step_id: str, kind: WaitKind, event_name: str, condition: str | None,
-    run_event: dict[str, Any] | None, now: float, expires_at: float | None, field: str,
+    *,
+    run_id: str,
+    step_id: str,
+    kind: WaitKind,
+    event_name: str,
+    condition: str | None,
+    run_event: dict[str, Any] | None,
+    now: float,
+    expires_at: float | None,
+    field: str,
 ) -> WaitRow:
     """A wait row for ``event_name`` and CEL ``condition`` (validated here)."""
     key, value, expression = "", "", condition
@@ -110,15 +117,27 @@ def build_wait(
                 value = NEVER if expected is _MISSING else index_value(expected)
                 break
     return WaitRow(
-        run_id=run_id, step_id=step_id, kind=kind, event_name=event_name, match_key=key,
-        match_value=value, expression=expression,
+        run_id=run_id,
+        step_id=step_id,
+        kind=kind,
+        event_name=event_name,
+        match_key=key,
+        match_value=value,
+        expression=expression,
         event_json=canonical(run_event) if expression is not None else None,
-        created_at=now, expires_at=expires_at,
+        created_at=now,
+        expires_at=expires_at,
     )
 
 
-def match_event(tx: Tx, name: str, data: dict[str, Any], variables: dict[str, Any], now: float,
-                on_match: Callable[[WaitRow], None]) -> None:
+def match_event(
+    tx: Tx,
+    name: str,
+    data: dict[str, Any],
+    variables: dict[str, Any],
+    now: float,
+    on_match: Callable[[WaitRow], None],
+) -> None:
     """Resolve every wait the event satisfies (each exactly once)."""
     for key in tx.wait_keys(name):
         value = _probe(data, key)
@@ -126,8 +145,7 @@ def match_event(tx: Tx, name: str, data: dict[str, Any], variables: dict[str, An
             continue
         for wait in tx.match_waits(name, key, value, now):
             if wait.expression is not None:
-                scope = {"event": json.loads(wait.event_json or "null") or {},
-                         "async": variables["event"]}
+                scope = {"event": json.loads(wait.event_json or "null") or {}, "async": variables["event"]}
                 condition = compile_stored(wait.expression, field="if_", variables=MATCH_VARS)
                 if condition is None or not condition.test(scope):
                     continue

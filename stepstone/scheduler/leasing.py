@@ -99,8 +99,15 @@ class _Pass:
         return blocked_until
 
 
-def lease(tx: Tx, owner: str, functions: Registry, wanted: int, now: float,
-          until: float, app_version: str | None = None) -> list[LeasedRun]:
+def lease(
+    tx: Tx,
+    owner: str,
+    functions: Registry,
+    wanted: int,
+    now: float,
+    until: float,
+    app_version: str | None = None,
+) -> list[LeasedRun]:
     """Lease up to ``wanted`` due runs of ``functions`` for ``owner`` until ``until``
     (recording ``app_version``, when given, on each run)."""
     if wanted <= 0:

@@ -48,11 +48,11 @@ def register_crons_op(functions: Sequence[FunctionDef], now: float) -> Callable[
     def op(tx: Tx) -> None:
         for fn in functions:
             for trigger in fn.cron_triggers:
-                tx.ensure_cron(fn.id, trigger.cron,
-                               next_tick(trigger.expression, trigger.timezone, now))
+                tx.ensure_cron(fn.id, trigger.cron, next_tick(trigger.expression, trigger.timezone, now))
         for function_id, schedule, _next_at in tx.crons_of([fn.id for fn in functions]):
             if (function_id, schedule) not in hosted:
                 tx.delete_stale_cron(function_id, schedule, now - STALE_SCHEDULE)
+
     return op
 
 
@@ -70,9 +70,16 @@ def cron_op(functions: Sequence[FunctionDef], now: float, matcher: Registry) -> 
             if not tx.advance_cron(function_id, schedule, expected, following):
                 continue  # another worker claimed this tick
             moment = datetime.fromtimestamp(tick, UTC).isoformat()
-            [event] = prepare(Event(CRON_EVENT, {"cron": schedule, "tick": moment},
-                                    id=f"cron:{function_id}:{schedule}:{tick:.0f}",
-                                    ts=int(tick * 1000)), now, system=True)
+            [event] = prepare(
+                Event(
+                    CRON_EVENT,
+                    {"cron": schedule, "tick": moment},
+                    id=f"cron:{function_id}:{schedule}:{tick:.0f}",
+                    ts=int(tick * 1000),
+                ),
+                now,
+                system=True,
+            )
             if tx.claim_key(f"event:{event.id}", event.id, now + 86400, now) is not None:
                 continue
             seq = tx.insert_event(event.id, event.name, event.data_json, event.ts, now)
@@ -80,12 +87,14 @@ def cron_op(functions: Sequence[FunctionDef], now: float, matcher: Registry) -> 
             start_run(tx, fn, [(seq, event)], now, matcher, available_at=now + delay)
             started += 1
         return started
+
     return op
 
 
 def timeouts_op(now: float, matcher: Registry) -> Callable[[Tx], int]:
     """Cancel runs queued past ``timeouts.start`` or running past ``timeouts.finish``
     (a run executing a step is cancelled at its next step boundary)."""
+
     def op(tx: Tx) -> int:
         handled = 0
         for item in tx.timed_out(now):
@@ -106,17 +115,27 @@ def timeouts_op(now: float, matcher: Registry) -> Callable[[Tx], int]:
                     end_run(tx, run, RunStatus.CANCELLED, None, reason, now, matcher)
             handled += 1
         return handled
+
     return op
 
 
 def next_duty_op(schedules: Sequence[tuple[str, str]]) -> Callable[[Tx], float | None]:
     """When the next duty is due: the earliest of the caller's own schedules
     (``(function id, schedule)`` pairs) and the earliest run deadline."""
+
     def op(tx: Tx) -> float | None:
         times = [t for t in (tx.next_cron(schedules), tx.next_deadline()) if t is not None]
         return min(times) if times else None
+
     return op
 
 
-__all__ = ["CRON_EVENT", "STALE_SCHEDULE", "cron_op", "next_duty_op", "register_crons_op", "schedules_of",
-           "timeouts_op"]
+__all__ = [
+    "CRON_EVENT",
+    "STALE_SCHEDULE",
+    "cron_op",
+    "next_duty_op",
+    "register_crons_op",
+    "schedules_of",
+    "timeouts_op",
+]

@@ -14,8 +14,9 @@ if TYPE_CHECKING:
     from stepstone.app import App
 
 
-def asgi(app: App, *, api_key: str | None = None, event_key: str | None = None,
-         insecure_no_auth: bool = False) -> FastAPI:
+def asgi(
+    app: App, *, api_key: str | None = None, event_key: str | None = None, insecure_no_auth: bool = False
+) -> FastAPI:
     """The Stepstone HTTP API over ``app``, as an ASGI application.
 
     Keys default to ``$STEPSTONE_API_KEY`` / ``$STEPSTONE_EVENT_KEY``; without an

@@ -26,14 +26,16 @@ API_KEY_ENV = "STEPSTONE_API_KEY"
 EVENT_KEY_ENV = "STEPSTONE_EVENT_KEY"
 
 # Only documents the scheme in OpenAPI; ``routing.guarded`` routes enforce it.
-bearer = HTTPBearer(auto_error=False, scheme_name="bearer",
-                    description="`Authorization: Bearer <key>`: the API key, or for "
-                                "POST /api/v1/events the event key")
+bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="bearer",
+    description="`Authorization: Bearer <key>`: the API key, or for POST /api/v1/events the event key",
+)
 
 
 class Scope(Enum):
     INGEST = "ingest"  # sending events: event key or API key
-    API = "api"        # everything else: API key only
+    API = "api"  # everything else: API key only
 
 
 def _keys(raw: str | None) -> tuple[str, ...]:
@@ -47,15 +49,25 @@ class AuthConfig:
     insecure: bool = False
 
     @classmethod
-    def resolve(cls, api_key: str | None = None, event_key: str | None = None, *,
-                insecure: bool = False, env: Mapping[str, str] = os.environ) -> AuthConfig:
+    def resolve(
+        cls,
+        api_key: str | None = None,
+        event_key: str | None = None,
+        *,
+        insecure: bool = False,
+        env: Mapping[str, str] = os.environ,
+    ) -> AuthConfig:
         """Keys from the arguments, else the environment. Without an API key,
         refuse (``ConfigError``) unless ``insecure`` is set explicitly."""
-        config = cls(_keys(api_key or env.get(API_KEY_ENV)), _keys(event_key or env.get(EVENT_KEY_ENV)),
-                     insecure)
+        config = cls(
+            _keys(api_key or env.get(API_KEY_ENV)), _keys(event_key or env.get(EVENT_KEY_ENV)), insecure
+        )
         if not config.api_keys and not insecure:
-            raise ConfigError("api_key", f"no API key: set ${API_KEY_ENV} (and optionally "
-                                         f"${EVENT_KEY_ENV}) or pass --insecure-no-auth explicitly")
+            raise ConfigError(
+                "api_key",
+                f"no API key: set ${API_KEY_ENV} (and optionally "
+                f"${EVENT_KEY_ENV}) or pass --insecure-no-auth explicitly",
+            )
         return config
 
     @property
@@ -71,8 +83,11 @@ class AuthConfig:
             raise AuthenticationError("missing bearer key: send 'Authorization: Bearer <key>'")
         allowed = self.api_keys + (self.event_keys if scope is Scope.INGEST else ())
         if not _matches(token, allowed):
-            raise AuthenticationError("invalid key" if scope is Scope.INGEST or not _matches(
-                token, self.event_keys) else "an event key may only send events; use the API key")
+            raise AuthenticationError(
+                "invalid key"
+                if scope is Scope.INGEST or not _matches(token, self.event_keys)
+                else "an event key may only send events; use the API key"
+            )
 
 
 def _bearer_token(header: str | None) -> str | None:

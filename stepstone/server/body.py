@@ -25,8 +25,9 @@ class BodyLimit:
         declared = _content_length(scope)
         body = None if declared is not None and declared > self.max_bytes else await self._read(receive)
         if body is None:
-            response = error_response(413, "LimitExceededError",
-                                      f"request body over the limit of {self.max_bytes} bytes")
+            response = error_response(
+                413, "LimitExceededError", f"request body over the limit of {self.max_bytes} bytes"
+            )
             await response(scope, receive, send)
             return
         await self.app(scope, _replay(body, receive), send)

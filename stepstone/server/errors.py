@@ -51,8 +51,13 @@ _STATUS: Sequence[tuple[type[BaseException], int]] = (
     (StepstoneError, 400),
 )
 
-_HTTP_TYPES = {401: "AuthenticationError", 403: "Forbidden", 404: "NotFoundError",
-               405: "MethodNotAllowed", 413: "LimitExceededError"}
+_HTTP_TYPES = {
+    401: "AuthenticationError",
+    403: "Forbidden",
+    404: "NotFoundError",
+    405: "MethodNotAllowed",
+    413: "LimitExceededError",
+}
 
 
 def status_for(exc: BaseException) -> int:
@@ -62,8 +67,9 @@ def status_for(exc: BaseException) -> int:
     return 500
 
 
-def error_response(status: int, type_: str, message: str, field: str | None = None,
-                   headers: Mapping[str, str] | None = None) -> JSONResponse:
+def error_response(
+    status: int, type_: str, message: str, field: str | None = None, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
     body = ErrorBody(error=ErrorDetail(type=type_, message=message, field=field))
     if status == 401:
         headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
@@ -78,8 +84,11 @@ async def _stepstone_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def _field(loc: Sequence[Any]) -> str:
-    parts = [p for p in loc if p not in ("body", "query", "path", "header")
-             and not (isinstance(p, str) and p.startswith("("))]  # union tags
+    parts = [
+        p
+        for p in loc
+        if p not in ("body", "query", "path", "header") and not (isinstance(p, str) and p.startswith("("))
+    ]  # union tags
     text = ""
     for part in parts:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
@@ -89,8 +98,9 @@ def _field(loc: Sequence[Any]) -> str:
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     if isinstance(exc.body, bytes | bytearray):  # FastAPI parses only JSON content types
-        return error_response(415, "MalformedRequest",
-                              "expected a JSON body with 'Content-Type: application/json'")
+        return error_response(
+            415, "MalformedRequest", "expected a JSON body with 'Content-Type: application/json'"
+        )
     errors = list(exc.errors())
     malformed = [e for e in errors if e.get("type") == "json_invalid"]
     if malformed:

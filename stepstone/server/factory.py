@@ -37,8 +37,19 @@ if TYPE_CHECKING:
     from stepstone.app import App
 
 log = logging.getLogger("stepstone.server")
-_ROUTERS = (events, runs, run_actions, bulk, jobs, functions, workers, health, metrics_route,
-            event_log, stats)
+_ROUTERS = (
+    events,
+    runs,
+    run_actions,
+    bulk,
+    jobs,
+    functions,
+    workers,
+    health,
+    metrics_route,
+    event_log,
+    stats,
+)
 
 
 @dataclass(frozen=True)
@@ -56,13 +67,20 @@ def _version() -> str:
         return "0"
 
 
-def create_app(app: App, auth: AuthConfig, *, workers: WorkerSettings | None = None,
-               max_body: int = limits.MAX_REQUEST_BYTES, job_heartbeat: float = 5.0,
-               job_stale_after: float = 30.0) -> FastAPI:
+def create_app(
+    app: App,
+    auth: AuthConfig,
+    *,
+    workers: WorkerSettings | None = None,
+    max_body: int = limits.MAX_REQUEST_BYTES,
+    job_heartbeat: float = 5.0,
+    job_stale_after: float = 30.0,
+) -> FastAPI:
     """The HTTP API and the dashboard over ``app`` (which needs no functions:
     events are matched through the catalog of functions registered in the database)."""
-    state = ServerState(app, auth, JobRunner(app, heartbeat=job_heartbeat, stale_after=job_stale_after),
-                        SessionKeeper(auth))
+    state = ServerState(
+        app, auth, JobRunner(app, heartbeat=job_heartbeat, stale_after=job_stale_after), SessionKeeper(auth)
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_api: FastAPI) -> AsyncIterator[None]:
@@ -79,9 +97,13 @@ def create_app(app: App, auth: AuthConfig, *, workers: WorkerSettings | None = N
             if workers is not None:
                 await app.stop_async(workers.drain_timeout)
 
-    api = FastAPI(title="Stepstone", version=_version(), lifespan=lifespan,
-                  description="Send events and manage durable runs. Every endpoint but /healthz "
-                              "needs `Authorization: Bearer <key>`.")
+    api = FastAPI(
+        title="Stepstone",
+        version=_version(),
+        lifespan=lifespan,
+        description="Send events and manage durable runs. Every endpoint but /healthz "
+        "needs `Authorization: Bearer <key>`.",
+    )
     errors.install(api)
     for module in _ROUTERS:
         api.include_router(module.build(state))

@@ -32,14 +32,17 @@ _WIDTHS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800,
 
 
 # -- counts ----------------------------------------------------------------------------------
-def status_counts_op(function_id: str | None, since: float | None,
-                     until: float | None) -> Callable[[Tx], dict[str, int]]:
+def status_counts_op(
+    function_id: str | None, since: float | None, until: float | None
+) -> Callable[[Tx], dict[str, int]]:
     """Runs created in [since, until) per status (every status present, zeros included)."""
+
     def op(tx: Tx) -> dict[str, int]:
         counts: dict[str, int] = dict.fromkeys(ACTIVE_STATUSES + ENDED_STATUSES, 0)
         for row in tx.count_runs(function_id, since, until):
             counts[row.status] = counts.get(row.status, 0) + row.count
         return counts
+
     return op
 
 
@@ -71,6 +74,7 @@ def functions_op(now: float) -> Callable[[Tx], list[FunctionLoad]]:
             if key.function_id in loads:
                 loads[key.function_id].keys.append(key)
         return list(loads.values())
+
     return op
 
 
@@ -106,8 +110,9 @@ class Timeline:
     buckets: list[Bucket]
 
 
-def timeline_op(function_id: str | None, since: float, until: float,
-                count: int = 60) -> Callable[[Tx], Timeline]:
+def timeline_op(
+    function_id: str | None, since: float, until: float, count: int = 60
+) -> Callable[[Tx], Timeline]:
     """Runs created in [since, until) in about ``count`` buckets of a round number
     of seconds, aligned on multiples of their width."""
     raw = (until - since) / max(1, count)
@@ -127,6 +132,7 @@ def timeline_op(function_id: str | None, since: float, until: float,
             if row.delay_max is not None:
                 bucket.delay_max = max(bucket.delay_max or 0.0, row.delay_max)
         return Timeline(origin, width, buckets)
+
     return op
 
 
@@ -139,11 +145,16 @@ class Preview:
     sample: list[str]
 
 
-def preview_op(function_id: str, statuses: Sequence[str], since: float | None, until: float | None,
-               condition: Expression | None, scan: int = PREVIEW_SCAN) -> Callable[[Tx], Preview]:
+def preview_op(
+    function_id: str,
+    statuses: Sequence[str],
+    since: float | None,
+    until: float | None,
+    condition: Expression | None,
+    scan: int = PREVIEW_SCAN,
+) -> Callable[[Tx], Preview]:
     """How many runs a bulk action with these filters would act on now."""
-    where = RunFilter(function_id=function_id, statuses=tuple(statuses), since=since, until=until,
-                      limit=200)
+    where = RunFilter(function_id=function_id, statuses=tuple(statuses), since=since, until=until, limit=200)
 
     def op(tx: Tx) -> Preview:
         if condition is None:
@@ -152,6 +163,7 @@ def preview_op(function_id: str, statuses: Sequence[str], since: float | None, u
             total = sum(counts[s] for s in statuses)
             return Preview(total, total, True, sample)
         return _scan(tx, where, condition, scan)
+
     return op
 
 
@@ -160,7 +172,7 @@ def _scan(tx: Tx, where: RunFilter, condition: Expression, scan: int) -> Preview
     examined, before = 0, None
     while examined < scan:
         rows = tx.list_runs(replace(where, before_id=before))
-        for row in rows[:scan - examined]:
+        for row in rows[: scan - examined]:
             events = tx.get_events(row.id)
             if condition.test(event_variables(events[0] if events else None)):
                 matched.append(row.id)

@@ -43,8 +43,12 @@ class BulkRequest:
     statuses: tuple[str, ...] = ()
 
     def params(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"function_id": self.function_id, "since": self.since,
-                               "until": self.until, "if": self.if_}
+        out: dict[str, Any] = {
+            "function_id": self.function_id,
+            "since": self.since,
+            "until": self.until,
+            "if": self.if_,
+        }
         if self.kind == REPLAY_MANY:
             out["status"] = list(self.statuses)
         return out
@@ -69,9 +73,15 @@ class JobRunner:
     # -- starting --------------------------------------------------------------------------
     async def start(self, request: BulkRequest) -> JobRow:
         now = self.app.clock.now()
-        job = JobRow(id=new_id(now), kind=request.kind, status=JobStatus.RUNNING,
-                     params=json.dumps(request.params()), created_at=now, updated_at=now,
-                     owner=self.owner)
+        job = JobRow(
+            id=new_id(now),
+            kind=request.kind,
+            status=JobStatus.RUNNING,
+            params=json.dumps(request.params()),
+            created_at=now,
+            updated_at=now,
+            owner=self.owner,
+        )
 
         def create(tx: Tx) -> None:
             tx.create_job(job)
@@ -106,8 +116,13 @@ class JobRunner:
             progress.writes.add(future)
             future.add_done_callback(_forget(progress.writes))
 
-        filters: dict[str, Any] = {"function_id": request.function_id, "since": request.since,
-                                   "until": request.until, "if_": request.if_, "progress": report}
+        filters: dict[str, Any] = {
+            "function_id": request.function_id,
+            "since": request.since,
+            "until": request.until,
+            "if_": request.if_,
+            "progress": report,
+        }
         if request.kind == CANCEL_MANY:
             return await self.app.runs.cancel_many_async(**filters)
         return await self.app.runs.replay_many_async(status=request.statuses, **filters)
@@ -126,8 +141,15 @@ class JobRunner:
         done, examined = progress.done, progress.examined
 
         def op(tx: Tx) -> bool:
-            return tx.update_job(progress.job_id, status=status, done=done, examined=examined,
-                                 error=error, now=now, finished_at=now if final else None)
+            return tx.update_job(
+                progress.job_id,
+                status=status,
+                done=done,
+                examined=examined,
+                error=error,
+                now=now,
+                finished_at=now if final else None,
+            )
 
         return op
 
@@ -150,15 +172,19 @@ class JobRunner:
         return jobs
 
     def _stale(self, job: JobRow) -> bool:
-        return (job.status in JOB_ACTIVE_STATUSES and job.id not in self.tasks
-                and job.updated_at < self.app.clock.now() - self.stale_after)
+        return (
+            job.status in JOB_ACTIVE_STATUSES
+            and job.id not in self.tasks
+            and job.updated_at < self.app.clock.now() - self.stale_after
+        )
 
     async def sweep(self) -> int:
         """Mark jobs whose server stopped refreshing them as ``interrupted``."""
         now = self.app.clock.now()
         reason = f"interrupted: no progress for {self.stale_after:g}s (its server stopped)"
         return await self.app.store.transact(
-            lambda tx: tx.interrupt_stale_jobs(now - self.stale_after, now, reason))
+            lambda tx: tx.interrupt_stale_jobs(now - self.stale_after, now, reason)
+        )
 
     async def shutdown(self) -> None:
         """Stop this server's jobs and record them as ``interrupted`` (a job that
@@ -177,4 +203,5 @@ def _forget(writes: set[asyncio.Future[Any]]) -> Any:
         writes.discard(future)
         if not future.cancelled() and future.exception() is not None:
             log.warning("job progress not recorded: %s", future.exception())
+
     return done

@@ -41,7 +41,8 @@ def _by_session(request: Request, sessions: SessionKeeper | None) -> bool:
     if session is None:
         return False
     if request.method not in SAFE_METHODS and not sessions.check_csrf(
-            session, request.headers.get(CSRF_HEADER)):
+        session, request.headers.get(CSRF_HEADER)
+    ):
         raise HTTPException(403, "missing or invalid CSRF token (send the X-CSRF-Token header)")
     return True
 

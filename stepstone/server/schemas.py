@@ -36,8 +36,9 @@ else:
 _STATUS_HELP = ", ".join(rows.RUN_STATUSES[:-1]) + " or " + rows.RUN_STATUSES[-1]
 JobKind = Literal["cancel_many", "replay_many"]
 MAX_TS_MS = 2**53  # milliseconds; far beyond any real date, within every integer column
-Moment = Annotated[str | float, Field(
-    description="RFC 3339 date-time (a naive one is UTC) or seconds since the epoch")]
+Moment = Annotated[
+    str | float, Field(description="RFC 3339 date-time (a naive one is UTC) or seconds since the epoch")
+]
 
 
 def _at(ts: float) -> datetime:
@@ -77,14 +78,24 @@ class EventIn(BaseModel):
 
     model_config = ConfigDict(strict=True)
 
-    name: Annotated[str, Field(min_length=1, max_length=limits.MAX_EVENT_NAME_CHARS, pattern=r"\S",
-                               description="Names starting with 'stepstone/' are reserved")]
-    data: dict[str, Any] = Field(default_factory=dict,
-                                 description=f"A JSON object, at most {limits.MAX_EVENT_BYTES} bytes")
+    name: Annotated[
+        str,
+        Field(
+            min_length=1,
+            max_length=limits.MAX_EVENT_NAME_CHARS,
+            pattern=r"\S",
+            description="Names starting with 'stepstone/' are reserved",
+        ),
+    ]
+    data: dict[str, Any] = Field(
+        default_factory=dict, description=f"A JSON object, at most {limits.MAX_EVENT_BYTES} bytes"
+    )
     id: Annotated[str, Field(min_length=1)] | None = Field(
-        None, description="Deduplicates for 24 h; generated when omitted")
+        None, description="Deduplicates for 24 h; generated when omitted"
+    )
     ts: Annotated[int, BeforeValidator(_integral), Field(ge=0, le=MAX_TS_MS)] | None = Field(
-        None, description="Milliseconds since the epoch; the time of receipt when omitted")
+        None, description="Milliseconds since the epoch; the time of receipt when omitted"
+    )
 
     def to_event(self) -> Event:
         return Event(self.name, self.data, self.id, self.ts)
@@ -115,8 +126,7 @@ class ErrorInfoOut(BaseModel):
 
     @classmethod
     def of(cls, info: ErrorInfo | None) -> ErrorInfoOut | None:
-        return None if info is None else cls(type=info.type, message=info.message,
-                                             traceback=info.traceback)
+        return None if info is None else cls(type=info.type, message=info.message, traceback=info.traceback)
 
     def to_info(self) -> ErrorInfo:
         return ErrorInfo(self.type, self.message, self.traceback)
@@ -138,13 +148,28 @@ class StepOut(BaseModel):
 
     @classmethod
     def of(cls, step: StepRecord) -> StepOut:
-        return cls(id=step.id, status=step.status, attempts=step.attempts, output=mask(step.output),
-                   error=ErrorInfoOut.of(step.error), kind=step.kind, started_at=step.started_at,
-                   ended_at=step.ended_at)
+        return cls(
+            id=step.id,
+            status=step.status,
+            attempts=step.attempts,
+            output=mask(step.output),
+            error=ErrorInfoOut.of(step.error),
+            kind=step.kind,
+            started_at=step.started_at,
+            ended_at=step.ended_at,
+        )
 
     def to_step(self) -> StepRecord:
-        return StepRecord(self.id, self.status, self.attempts, self.output, _info(self.error),
-                          self.kind, _utc(self.started_at), _utc(self.ended_at))
+        return StepRecord(
+            self.id,
+            self.status,
+            self.attempts,
+            self.output,
+            _info(self.error),
+            self.kind,
+            _utc(self.started_at),
+            _utc(self.ended_at),
+        )
 
 
 class RunOut(BaseModel):
@@ -163,17 +188,36 @@ class RunOut(BaseModel):
 
     @classmethod
     def of(cls, run: Run) -> RunOut:
-        return cls(id=run.id, function_id=run.function_id, status=run.status,
-                   output=mask(run.output), error=ErrorInfoOut.of(run.error), event_ids=run.event_ids,
-                   created_at=run.created_at, started_at=run.started_at, ended_at=run.ended_at,
-                   attempt=run.attempt, meta=run.meta, steps=[StepOut.of(s) for s in run.steps])
+        return cls(
+            id=run.id,
+            function_id=run.function_id,
+            status=run.status,
+            output=mask(run.output),
+            error=ErrorInfoOut.of(run.error),
+            event_ids=run.event_ids,
+            created_at=run.created_at,
+            started_at=run.started_at,
+            ended_at=run.ended_at,
+            attempt=run.attempt,
+            meta=run.meta,
+            steps=[StepOut.of(s) for s in run.steps],
+        )
 
     def to_run(self) -> Run:
-        return Run(id=self.id, function_id=self.function_id, status=self.status, output=self.output,
-                   error=_info(self.error), event_ids=self.event_ids,
-                   created_at=self.created_at.astimezone(UTC), started_at=_utc(self.started_at),
-                   ended_at=_utc(self.ended_at),
-                   steps=[s.to_step() for s in self.steps], attempt=self.attempt, meta=self.meta)
+        return Run(
+            id=self.id,
+            function_id=self.function_id,
+            status=self.status,
+            output=self.output,
+            error=_info(self.error),
+            event_ids=self.event_ids,
+            created_at=self.created_at.astimezone(UTC),
+            started_at=_utc(self.started_at),
+            ended_at=_utc(self.ended_at),
+            steps=[s.to_step() for s in self.steps],
+            attempt=self.attempt,
+            meta=self.meta,
+        )
 
 
 class RunPage(BaseModel):
@@ -194,13 +238,29 @@ class SpanOut(BaseModel):
 
     @classmethod
     def of(cls, span: Span) -> SpanOut:
-        return cls(kind=span.kind, name=span.name, status=span.status, attempt=span.attempt,
-                   started_at=span.started_at, ended_at=span.ended_at, duration=span.duration,
-                   error=ErrorInfoOut.of(span.error), detail=span.detail)
+        return cls(
+            kind=span.kind,
+            name=span.name,
+            status=span.status,
+            attempt=span.attempt,
+            started_at=span.started_at,
+            ended_at=span.ended_at,
+            duration=span.duration,
+            error=ErrorInfoOut.of(span.error),
+            detail=span.detail,
+        )
 
     def to_span(self) -> Span:
-        return Span(self.kind, self.name, self.status, self.attempt, self.started_at.astimezone(UTC),
-                    _utc(self.ended_at), _info(self.error), self.detail)
+        return Span(
+            self.kind,
+            self.name,
+            self.status,
+            self.attempt,
+            self.started_at.astimezone(UTC),
+            _utc(self.ended_at),
+            _info(self.error),
+            self.detail,
+        )
 
 
 class TraceOut(BaseModel):
@@ -262,10 +322,18 @@ class JobOut(BaseModel):
 
     @classmethod
     def of(cls, job: JobRow) -> JobOut:
-        return cls(id=job.id, kind=job.kind, status=job.status,  # type: ignore[arg-type]
-                   params=json.loads(job.params), done=job.done, examined=job.examined,
-                   error=job.error, created_at=_at(job.created_at), updated_at=_at(job.updated_at),
-                   finished_at=_dt(job.finished_at))
+        return cls(
+            id=job.id,
+            kind=job.kind,  # type: ignore[arg-type]
+            status=job.status,
+            params=json.loads(job.params),
+            done=job.done,
+            examined=job.examined,
+            error=job.error,
+            created_at=_at(job.created_at),
+            updated_at=_at(job.updated_at),
+            finished_at=_dt(job.finished_at),
+        )
 
     @property
     def finished(self) -> bool:
@@ -293,21 +361,32 @@ class FunctionOut(BaseModel):
     retries: int
     failure_of: str | None = Field(None, description="For an on_failure handler: the function it serves")
     config: dict[str, Any] = Field(description="Flow control, back-off and timeouts as registered")
-    retired: bool = Field(False, description="Its app's current deploy no longer registers it: events "
-                                             "start no runs of it; its queued runs can be cancelled")
+    retired: bool = Field(
+        False,
+        description="Its app's current deploy no longer registers it: events "
+        "start no runs of it; its queued runs can be cancelled",
+    )
     retired_at: datetime | None = None
 
     @classmethod
     def of(cls, info: FunctionInfo) -> FunctionOut:
-        return cls(id=info.id, app=info.app, retries=info.retries, failure_of=info.failure_of,
-                   triggers=[TriggerOut.model_validate(t) for t in info.triggers], config=info.config,
-                   retired=info.retired_at is not None, retired_at=_dt(info.retired_at))
+        return cls(
+            id=info.id,
+            app=info.app,
+            retries=info.retries,
+            failure_of=info.failure_of,
+            triggers=[TriggerOut.model_validate(t) for t in info.triggers],
+            config=info.config,
+            retired=info.retired_at is not None,
+            retired_at=_dt(info.retired_at),
+        )
 
     def to_info(self) -> FunctionInfo:
         triggers = [t.model_dump(by_alias=True, exclude_none=True) for t in self.triggers]
         retired_at = None if self.retired_at is None else self.retired_at.timestamp()
-        return FunctionInfo(self.id, self.app, triggers, self.retries, self.failure_of, self.config,
-                            retired_at)
+        return FunctionInfo(
+            self.id, self.app, triggers, self.retries, self.failure_of, self.config, retired_at
+        )
 
 
 class FunctionList(BaseModel):
@@ -325,14 +404,26 @@ class WorkerOut(BaseModel):
 
     @classmethod
     def of(cls, row: WorkerRow) -> WorkerOut:
-        return cls(id=row.id, app=row.app, app_version=row.app_version, concurrency=row.concurrency,
-                   started_at=_at(row.started_at), heartbeat_at=_at(row.heartbeat_at),
-                   functions=row.functions)
+        return cls(
+            id=row.id,
+            app=row.app,
+            app_version=row.app_version,
+            concurrency=row.concurrency,
+            started_at=_at(row.started_at),
+            heartbeat_at=_at(row.heartbeat_at),
+            functions=row.functions,
+        )
 
     def to_row(self) -> WorkerRow:
-        return WorkerRow(id=self.id, app=self.app, app_version=self.app_version,
-                         concurrency=self.concurrency, started_at=self.started_at.timestamp(),
-                         heartbeat_at=self.heartbeat_at.timestamp(), functions=self.functions)
+        return WorkerRow(
+            id=self.id,
+            app=self.app,
+            app_version=self.app_version,
+            concurrency=self.concurrency,
+            started_at=self.started_at.timestamp(),
+            heartbeat_at=self.heartbeat_at.timestamp(),
+            functions=self.functions,
+        )
 
 
 class WorkerList(BaseModel):

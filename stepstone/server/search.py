@@ -46,8 +46,7 @@ def event_variables(event: EventRow | None) -> dict[str, Any]:
     """What CEL sees as ``event``: the run's first event."""
     if event is None:
         return {"event": {}}
-    return {"event": {"name": event.name, "data": serde.loads(event.data), "id": event.id,
-                      "ts": event.ts}}
+    return {"event": {"name": event.name, "data": serde.loads(event.data), "id": event.id, "ts": event.ts}}
 
 
 def _contains(row: RunRow, event: EventRow | None, needle: str) -> bool:
@@ -71,9 +70,11 @@ class Found:
     examined: int
 
 
-def search_op(where: RunFilter, event_query: EventQuery, limit: int,
-              scan_limit: int = SCAN_LIMIT) -> Callable[[Tx], Found]:
+def search_op(
+    where: RunFilter, event_query: EventQuery, limit: int, scan_limit: int = SCAN_LIMIT
+) -> Callable[[Tx], Found]:
     """Up to ``limit`` matching runs, newest first, examining at most ``scan_limit``."""
+
     def op(tx: Tx) -> Found:
         found: list[RunRow] = []
         examined, last, exhausted = 0, where.before_id, False
@@ -93,4 +94,5 @@ def search_op(where: RunFilter, event_query: EventQuery, limit: int,
         else:
             cursor = None if exhausted else last
         return Found([to_run(r, tx.get_steps(r.id)) for r in page], cursor, examined)
+
     return op

@@ -46,13 +46,13 @@ def _mac(secret: bytes, message: str) -> str:
 class SessionKeeper:
     """Issues, reads and revokes dashboard sessions for an ``AuthConfig``."""
 
-    def __init__(self, auth: AuthConfig, *, ttl: float = DEFAULT_TTL,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, auth: AuthConfig, *, ttl: float = DEFAULT_TTL, clock: Callable[[], float] = time.time
+    ) -> None:
         self.auth = auth
         self.ttl = ttl
         self.clock = clock
-        self._secrets = [hmac.new(key.encode(), _CONTEXT, hashlib.sha256).digest()
-                         for key in auth.api_keys]
+        self._secrets = [hmac.new(key.encode(), _CONTEXT, hashlib.sha256).digest() for key in auth.api_keys]
         self._revoked: dict[str, float] = {}
 
     @property
@@ -75,8 +75,7 @@ class SessionKeeper:
             return None
         expires_text, nonce, mac = token.split(".")
         payload = f"{expires_text}.{nonce}"
-        secret = next((s for s in self._secrets
-                       if hmac.compare_digest(_mac(s, payload), mac)), None)
+        secret = next((s for s in self._secrets if hmac.compare_digest(_mac(s, payload), mac)), None)
         if secret is None or not expires_text.isdigit():
             return None
         expires = int(expires_text)

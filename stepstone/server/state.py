@@ -34,7 +34,9 @@ class ServerState:
     def router(self, tag: str, scope: Scope = Scope.API, prefix: str = API_PREFIX) -> APIRouter:
         """A router whose routes check the bearer key for ``scope`` first."""
         return APIRouter(
-            prefix=prefix, tags=[tag], route_class=guarded(self.auth, scope, self.sessions),
+            prefix=prefix,
+            tags=[tag],
+            route_class=guarded(self.auth, scope, self.sessions),
             dependencies=[] if self.auth.open else [Security(bearer)],
             responses=documented(400, 401, 422) if not self.auth.open else documented(400, 422),
         )

@@ -36,8 +36,15 @@ class KeyBacklogOut(BaseModel):
 
     @classmethod
     def of(cls, row: KeyBacklogRow) -> KeyBacklogOut:
-        return cls(ckey1=row.ckey1, ckey2=row.ckey2, limit1=row.limit1, limit2=row.limit2,
-                   due=row.due, leased=row.leased, total=row.total)
+        return cls(
+            ckey1=row.ckey1,
+            ckey2=row.ckey2,
+            limit1=row.limit1,
+            limit2=row.limit2,
+            due=row.due,
+            leased=row.leased,
+            total=row.total,
+        )
 
 
 class FunctionLoadOut(BaseModel):
@@ -49,9 +56,13 @@ class FunctionLoadOut(BaseModel):
 
     @classmethod
     def of(cls, load: FunctionLoad) -> FunctionLoadOut:
-        return cls(function=FunctionOut.of(load.info), active=load.active,
-                   failed_last_hour=load.failed_last_hour, backlog=load.backlog,
-                   keys=[KeyBacklogOut.of(k) for k in load.keys])
+        return cls(
+            function=FunctionOut.of(load.info),
+            active=load.active,
+            failed_last_hour=load.failed_last_hour,
+            backlog=load.backlog,
+            keys=[KeyBacklogOut.of(k) for k in load.keys],
+        )
 
 
 class FunctionLoadList(BaseModel):
@@ -70,9 +81,16 @@ class BucketOut(BaseModel):
 
     @classmethod
     def of(cls, bucket: Bucket) -> BucketOut:
-        return cls(start=_at(bucket.start), created=bucket.created, completed=bucket.completed,
-                   failed=bucket.failed, cancelled=bucket.cancelled, failure_rate=bucket.failure_rate,
-                   queue_delay_avg=bucket.delay_avg, queue_delay_max=bucket.delay_max)
+        return cls(
+            start=_at(bucket.start),
+            created=bucket.created,
+            completed=bucket.completed,
+            failed=bucket.failed,
+            cancelled=bucket.cancelled,
+            failure_rate=bucket.failure_rate,
+            queue_delay_avg=bucket.delay_avg,
+            queue_delay_max=bucket.delay_max,
+        )
 
 
 class TimelineOut(BaseModel):
@@ -96,8 +114,13 @@ class PreviewOut(BaseModel):
 
     @classmethod
     def of(cls, action: BulkAction, preview: Preview) -> PreviewOut:
-        return cls(action=action, count=preview.count, examined=preview.examined,
-                   complete=preview.complete, sample=preview.sample)
+        return cls(
+            action=action,
+            count=preview.count,
+            examined=preview.examined,
+            complete=preview.complete,
+            sample=preview.sample,
+        )
 
 
 class EventRunOut(BaseModel):
@@ -117,10 +140,15 @@ class EventOut(BaseModel):
 
     @classmethod
     def of(cls, row: EventRow, runs: list[EventRunRow] | None = None) -> EventOut:
-        return cls(seq=row.seq, id=row.id, name=row.name, data=shown(row.data), ts=row.ts,
-                   received_at=_at(row.received_at),
-                   runs=[EventRunOut(id=r.run_id, function_id=r.function_id, status=r.status)
-                         for r in runs or []])
+        return cls(
+            seq=row.seq,
+            id=row.id,
+            name=row.name,
+            data=shown(row.data),
+            ts=row.ts,
+            received_at=_at(row.received_at),
+            runs=[EventRunOut(id=r.run_id, function_id=r.function_id, status=r.status) for r in runs or []],
+        )
 
 
 class EventPage(BaseModel):

@@ -51,8 +51,9 @@ class Tx(Protocol):
     """Domain operations inside one transaction."""
 
     # --- functions registry ---------------------------------------------------
-    def register_functions(self, app: str, configs: dict[str, str], now: float, *,
-                           retire_others: bool = False) -> None:
+    def register_functions(
+        self, app: str, configs: dict[str, str], now: float, *, retire_others: bool = False
+    ) -> None:
         """Upsert the JSON descriptions of ``app``'s functions by function id
         (bringing back any that were retired). With ``retire_others`` (a worker:
         ``configs`` is the whole function set of the deployed code), the
@@ -75,8 +76,9 @@ class Tx(Protocol):
         ...
 
     # --- events and runs ----------------------------------------------------------
-    def insert_event(self, event_id: str, name: str, data: str, ts: int, now: float,
-                     trace: str | None = None) -> int:
+    def insert_event(
+        self, event_id: str, name: str, data: str, ts: int, now: float, trace: str | None = None
+    ) -> int:
         """Append an event to the log (with the sender's trace context, if any);
         returns its sequence number."""
         ...
@@ -111,8 +113,9 @@ class Tx(Protocol):
         """Runs holding a live lease under concurrency key ``ckey`` (slot 1 or 2)."""
         ...
 
-    def take(self, owner: str, run_id: str, now: float, until: float,
-             app_version: str | None = None) -> LeasedRun | None:
+    def take(
+        self, owner: str, run_id: str, now: float, until: float, app_version: str | None = None
+    ) -> LeasedRun | None:
         """Lease one item until ``until``, bumping the run's epoch so older owners
         are fenced out; marks the run running (recording ``app_version``, when
         given, as the version of the code running it) and reads its events and memos."""
@@ -198,7 +201,11 @@ class Tx(Protocol):
         ...
 
     def reschedule(
-        self, fence: Fence, status: str, available_at: float | None, attempt: int | None,
+        self,
+        fence: Fence,
+        status: str,
+        available_at: float | None,
+        attempt: int | None,
         now: float,
     ) -> bool:
         """Release the lease and park the run until ``available_at`` (``None``: until
@@ -211,8 +218,13 @@ class Tx(Protocol):
         ...
 
     def finish_run(
-        self, fence: Fence | None, run_id: str, status: str, output: str | None,
-        error: str | None, now: float,
+        self,
+        fence: Fence | None,
+        run_id: str,
+        status: str,
+        output: str | None,
+        error: str | None,
+        now: float,
     ) -> bool:
         """End the run and drop its queue item; returns ``False`` if it had ended.
         Records ``fence.token`` as the run's ``written_by``."""
@@ -251,7 +263,6 @@ class Tx(Protocol):
         """The reason a pending cancel was flagged with (JSON), if any."""
         ...
 
-
     # --- waits (events, cancellations, invoked children) ----------------------------------
     def insert_wait(self, wait: WaitRow) -> None:
         """Start waiting; events received after this commit can resolve it. A
@@ -275,8 +286,7 @@ class Tx(Protocol):
         """The match keys in use by waits on ``event_name`` ('' for unindexed)."""
         ...
 
-    def match_waits(self, event_name: str, match_key: str, match_value: str,
-                    now: float) -> list[WaitRow]:
+    def match_waits(self, event_name: str, match_key: str, match_value: str, now: float) -> list[WaitRow]:
         """Unexpired waits on ``event_name`` whose key equals ``match_value``."""
         ...
 
@@ -294,8 +304,9 @@ class Tx(Protocol):
         """Parents' ``invoke`` waits on a child run."""
         ...
 
-    def complete_waiting_step(self, run_id: str, step_id: str, status: str, output: str | None,
-                              error: str | None, now: float) -> bool:
+    def complete_waiting_step(
+        self, run_id: str, step_id: str, status: str, output: str | None, error: str | None, now: float
+    ) -> bool:
         """Resolve a ``waiting`` step memo; ``False`` if it was not waiting."""
         ...
 
@@ -357,7 +368,6 @@ class Tx(Protocol):
 
     def list_workers(self, alive_since: float) -> list[WorkerRow]: ...
 
-
     # --- operator views (metrics) ------------------------------------------------------
     def run_backlog(self, now: float) -> list[BacklogRow]:
         """Per function: queue items due by ``now`` that no live lease holds."""
@@ -368,8 +378,9 @@ class Tx(Protocol):
         ...
 
     # --- operator views (dashboard) -------------------------------------------------------
-    def count_runs(self, function_id: str | None, since: float | None,
-                   until: float | None) -> list[RunCountRow]:
+    def count_runs(
+        self, function_id: str | None, since: float | None, until: float | None
+    ) -> list[RunCountRow]:
         """Runs created in [since, until) (of one function, or all), per function
         and status."""
         ...
@@ -379,15 +390,17 @@ class Tx(Protocol):
         within each function."""
         ...
 
-    def run_timeline(self, function_id: str | None, origin: int, until: float,
-                     width: int) -> list[TimelineRow]:
+    def run_timeline(
+        self, function_id: str | None, origin: int, until: float, width: int
+    ) -> list[TimelineRow]:
         """Runs created in [origin, until), grouped by status and by bucket
         ``(created_at - origin) // width`` (whole seconds; a run's creation time is
         rounded to a whole second first, up or down depending on the database)."""
         ...
 
-    def list_events(self, name: str | None, event_id: str | None, before_seq: int | None,
-                    limit: int) -> list[EventRow]:
+    def list_events(
+        self, name: str | None, event_id: str | None, before_seq: int | None, limit: int
+    ) -> list[EventRow]:
         """The event log, newest first; ``before_seq`` continues a previous page."""
         ...
 
@@ -404,8 +417,17 @@ class Tx(Protocol):
         """Newest first."""
         ...
 
-    def update_job(self, job_id: str, *, status: str, done: int, examined: int, error: str | None,
-                   now: float, finished_at: float | None) -> bool:
+    def update_job(
+        self,
+        job_id: str,
+        *,
+        status: str,
+        done: int,
+        examined: int,
+        error: str | None,
+        now: float,
+        finished_at: float | None,
+    ) -> bool:
         """Record progress (and refresh the heartbeat) of an active job; returns
         ``False`` if the job is no longer active."""
         ...
@@ -413,6 +435,7 @@ class Tx(Protocol):
     def interrupt_stale_jobs(self, stale_before: float, now: float, reason: str) -> int:
         """Mark active jobs not refreshed since ``stale_before`` as ``interrupted``."""
         ...
+
 
 class Store(Protocol):
     """A database: runs operations in transactions."""
@@ -453,4 +476,3 @@ class Store(Protocol):
         ...
 
     def close(self) -> None: ...
-

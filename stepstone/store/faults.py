@@ -128,8 +128,7 @@ def _lost(op: Op) -> StoreUnavailableError:
 
 
 @contextmanager
-def inject(target: str, when: When, nth: int = 1,
-           during: Callable[[], Any] | None = None) -> Iterator[Plan]:
+def inject(target: str, when: When, nth: int = 1, during: Callable[[], Any] | None = None) -> Iterator[Plan]:
     """Install a plan failing the ``nth`` write named ``target``, for the block.
     ``during()``, if given, runs after an "after" fault's commit and before its
     caller hears of the failure: what other clients do while this one cannot

@@ -9,9 +9,7 @@ def migration_files(dialect: str) -> list[tuple[str, str]]:
     """``[(name, sql)]`` in order."""
     folder = resources.files("stepstone.store").joinpath("migrations", dialect)
     files = sorted(
-        (entry.name, entry.read_text())
-        for entry in folder.iterdir()
-        if entry.name.endswith(".sql")
+        (entry.name, entry.read_text()) for entry in folder.iterdir() if entry.name.endswith(".sql")
     )
     return [(name.removesuffix(".sql"), sql) for name, sql in files]
 

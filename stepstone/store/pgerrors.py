@@ -33,5 +33,5 @@ def is_conflict(exc: BaseException) -> bool:
     """A translated deadlock or serialisation failure: the transaction (or the
     operation's savepoint) was rolled back and may simply run again."""
     return isinstance(exc, StoreUnavailableError) and isinstance(
-        exc.__cause__, psycopg.errors.DeadlockDetected | psycopg.errors.SerializationFailure)
-
+        exc.__cause__, psycopg.errors.DeadlockDetected | psycopg.errors.SerializationFailure
+    )

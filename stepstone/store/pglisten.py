@@ -48,8 +48,7 @@ class Listener:
     def start(self) -> None:
         with self._lock:
             if self._thread is None and not self._stop.is_set():
-                self._thread = threading.Thread(target=self._loop, name="stepstone-pg-listen",
-                                                daemon=True)
+                self._thread = threading.Thread(target=self._loop, name="stepstone-pg-listen", daemon=True)
                 self._thread.start()
 
     def subscribe(self, callback: Callable[[], Any]) -> Callable[[], None]:

@@ -103,9 +103,13 @@ class Result:
         return list(self._ready().fetchall())
 
 
-def run_alone(conn: Any, op: Callable[[Any], Any], make_tx: Callable[[Any], Any],
-              before_commit: Callable[[Any], Any],
-              translate: Callable[[BaseException], BaseException]) -> OpResult:
+def run_alone(
+    conn: Any,
+    op: Callable[[Any], Any],
+    make_tx: Callable[[Any], Any],
+    before_commit: Callable[[Any], Any],
+    translate: Callable[[BaseException], BaseException],
+) -> OpResult:
     """``op`` in its own pipelined transaction. Any failure (the operation's own
     error, a statement's, the ``COMMIT``'s) rolls everything back."""
     failure: BaseException | None = None

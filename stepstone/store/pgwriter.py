@@ -79,9 +79,17 @@ def sync_resolver(future: concurrent.futures.Future[Any]) -> Resolve:
 class Writers:
     """``count`` writer threads sharing one queue of operations."""
 
-    def __init__(self, connect: Callable[[], Any], run: BatchRunner, backoff: Backoff,
-                 retryable: Callable[[BaseException], bool], *, count: int = 2, max_batch: int = 256,
-                 name: str = "stepstone-pg-writer") -> None:
+    def __init__(
+        self,
+        connect: Callable[[], Any],
+        run: BatchRunner,
+        backoff: Backoff,
+        retryable: Callable[[BaseException], bool],
+        *,
+        count: int = 2,
+        max_batch: int = 256,
+        name: str = "stepstone-pg-writer",
+    ) -> None:
         self.connect = connect
         self.run = run
         self.retryable = retryable

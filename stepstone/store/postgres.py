@@ -45,7 +45,11 @@ from stepstone.store.sqltx import SqlTx
 T = TypeVar("T")
 
 DIALECT = Dialect(
-    "postgres", lock="FOR UPDATE SKIP LOCKED", lock_wait="FOR UPDATE", fence_raises=True, pyformat=True,
+    "postgres",
+    lock="FOR UPDATE SKIP LOCKED",
+    lock_wait="FOR UPDATE",
+    fence_raises=True,
+    pyformat=True,
     key_lock="SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))",
     key_try_lock="SELECT pg_try_advisory_xact_lock(hashtextextended(%(key)s, 0)) AS ok",
     server_clock="SELECT extract(epoch FROM clock_timestamp())::float8 AS now",
@@ -54,21 +58,38 @@ CHANNEL = "stepstone_work"
 READ_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 READ_WAIT = 2.0  # seconds a read waits for a pooled connection
 MIGRATION_LOCK = 0x5354_4550_5354  # pg_advisory_xact_lock key shared by every migrator
-LEDGER = ("CREATE TABLE IF NOT EXISTS schema_migrations "
-          "(name TEXT PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)")
-DEFAULTS = {"connect_timeout": "5", "application_name": "stepstone", "keepalives_idle": "10",
-            "keepalives_interval": "5", "keepalives_count": "3"}
+LEDGER = (
+    "CREATE TABLE IF NOT EXISTS schema_migrations "
+    "(name TEXT PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
+)
+DEFAULTS = {
+    "connect_timeout": "5",
+    "application_name": "stepstone",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+}
 OWN_OPTIONS = ("writers", "readers")
 
 # Statements that make queue work available or due sooner: a new item, a parked,
 # woken, moved, released or finished run (a freed concurrency slot), a lowered
 # partition hint. A transaction that ran one of them (changing a row) notifies
 # the listening workers. Leasing and heartbeats never do.
-WAKE_QUERIES = frozenset({
-    "insert_queue_item", "fence_park_wake", "wake_run", "move_item", "release_leases",
-    "fence_delete", "delete_queue_item", "lower_partition", "wake_ckey",
-    "wake_function_partitions", "wake_owner_partitions",
-})
+WAKE_QUERIES = frozenset(
+    {
+        "insert_queue_item",
+        "fence_park_wake",
+        "wake_run",
+        "move_item",
+        "release_leases",
+        "fence_delete",
+        "delete_queue_item",
+        "lower_partition",
+        "wake_ckey",
+        "wake_function_partitions",
+        "wake_owner_partitions",
+    }
+)
 _WRITE_VERBS = ("INSERT", "UPDATE", "DELETE")
 
 
@@ -83,8 +104,12 @@ class PgTx(SqlTx):
         self.wake = False
         self.results: list[Any] = []  # driver cursors
 
-    def _exec(self, name: str, params: Mapping[str, Any] | None = None,
-              lists: Mapping[str, Sequence[Any]] | None = None) -> Any:
+    def _exec(
+        self,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        lists: Mapping[str, Sequence[Any]] | None = None,
+    ) -> Any:
         result = super()._exec(name, params, lists)
         self.results.append(result.cursor if isinstance(result, Result) else result)
         if name in WAKE_QUERIES:
@@ -136,8 +161,7 @@ class PostgresStore:
         self._pool: ConnectionPool[Any] | None = None
         self._read_threads: ThreadPoolExecutor | None = None
         self._backoff = Backoff()
-        self._writers = Writers(self._connect, self._write_batch, self._backoff, is_conflict,
-                                count=writers)
+        self._writers = Writers(self._connect, self._write_batch, self._backoff, is_conflict, count=writers)
         self._listener = Listener(self._connect, CHANNEL)
 
     @classmethod
@@ -158,8 +182,12 @@ class PostgresStore:
                 raise StoreError("postgresql: the store is closed")
             if self._pool is None:
                 self._pool = ConnectionPool(
-                    self.conninfo, kwargs={"autocommit": True, "row_factory": dict_row},
-                    min_size=1, max_size=self.readers, open=True, timeout=READ_WAIT,
+                    self.conninfo,
+                    kwargs={"autocommit": True, "row_factory": dict_row},
+                    min_size=1,
+                    max_size=self.readers,
+                    open=True,
+                    timeout=READ_WAIT,
                     name="stepstone-read",
                 )
             return self._pool
@@ -257,8 +285,10 @@ class PostgresStore:
                         if done.fetchone() is not None:
                             continue
                         conn.execute(sql.encode())
-                        conn.execute("INSERT INTO schema_migrations (name, applied_at) VALUES (%s, %s)",
-                                     (name, time.time()))
+                        conn.execute(
+                            "INSERT INTO schema_migrations (name, applied_at) VALUES (%s, %s)",
+                            (name, time.time()),
+                        )
                     applied.append(name)
         except psycopg.Error as exc:
             raise translate(exc) from exc

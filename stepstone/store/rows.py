@@ -76,8 +76,15 @@ class EventRow:
 
     @classmethod
     def from_row(cls, row: Row) -> EventRow:
-        return cls(seq=row["seq"], id=row["id"], name=row["name"], data=row["data"], ts=row["ts"],
-                   received_at=row["received_at"], trace=row["trace"])
+        return cls(
+            seq=row["seq"],
+            id=row["id"],
+            name=row["name"],
+            data=row["data"],
+            ts=row["ts"],
+            received_at=row["received_at"],
+            trace=row["trace"],
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,9 +143,16 @@ class QueueItem:
 
     @classmethod
     def from_row(cls, row: Row) -> QueueItem:
-        return cls(run_id=row["run_id"], function_id=row["function_id"], ckey1=row["ckey1"],
-                   limit1=row["limit1"], ckey2=row["ckey2"], limit2=row["limit2"],
-                   throttle_key=row["throttle_key"], fresh=bool(row["fresh"]))
+        return cls(
+            run_id=row["run_id"],
+            function_id=row["function_id"],
+            ckey1=row["ckey1"],
+            limit1=row["limit1"],
+            ckey2=row["ckey2"],
+            limit2=row["limit2"],
+            throttle_key=row["throttle_key"],
+            fresh=bool(row["fresh"]),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,11 +179,20 @@ class StepRow:
 
     @classmethod
     def from_row(cls, row: Row) -> StepRow:
-        return cls(run_id=row["run_id"], step_id=row["step_id"], position=row["position"],
-                   kind=StepKind(row["kind"]), status=StepStatus(row["status"]),
-                   attempts=row["attempts"], output=row["output"], error=row["error"],
-                   wake_at=row["wake_at"], started_at=row["started_at"], ended_at=row["ended_at"],
-                   fingerprint=row["fingerprint"])
+        return cls(
+            run_id=row["run_id"],
+            step_id=row["step_id"],
+            position=row["position"],
+            kind=StepKind(row["kind"]),
+            status=StepStatus(row["status"]),
+            attempts=row["attempts"],
+            output=row["output"],
+            error=row["error"],
+            wake_at=row["wake_at"],
+            started_at=row["started_at"],
+            ended_at=row["ended_at"],
+            fingerprint=row["fingerprint"],
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,9 +211,17 @@ class SpanRow:
 
     @classmethod
     def from_row(cls, row: Row) -> SpanRow:
-        return cls(run_id=row["run_id"], kind=row["kind"], name=row["name"],
-                   started_at=row["started_at"], ended_at=row["ended_at"], status=row["status"],
-                   attempt=row["attempt"], error=row["error"], detail=row["detail"])
+        return cls(
+            run_id=row["run_id"],
+            kind=row["kind"],
+            name=row["name"],
+            started_at=row["started_at"],
+            ended_at=row["ended_at"],
+            status=row["status"],
+            attempt=row["attempt"],
+            error=row["error"],
+            detail=row["detail"],
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -213,12 +244,23 @@ class RunRow:
 
     @classmethod
     def from_row(cls, row: Row) -> RunRow:
-        return cls(id=row["id"], function_id=row["function_id"], status=RunStatus(row["status"]),
-                   event_ids=json.loads(row["event_ids"]), output=row["output"], error=row["error"],
-                   created_at=row["created_at"], started_at=row["started_at"],
-                   ended_at=row["ended_at"], attempt=row["attempt"], app_version=row["app_version"],
-                   parent_run_id=row["parent_run_id"], parent_step_id=row["parent_step_id"],
-                   meta=row["meta"], singleton_key=row["singleton_key"])
+        return cls(
+            id=row["id"],
+            function_id=row["function_id"],
+            status=RunStatus(row["status"]),
+            event_ids=json.loads(row["event_ids"]),
+            output=row["output"],
+            error=row["error"],
+            created_at=row["created_at"],
+            started_at=row["started_at"],
+            ended_at=row["ended_at"],
+            attempt=row["attempt"],
+            app_version=row["app_version"],
+            parent_run_id=row["parent_run_id"],
+            parent_step_id=row["parent_step_id"],
+            meta=row["meta"],
+            singleton_key=row["singleton_key"],
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -255,11 +297,19 @@ class WaitRow:
 
     @classmethod
     def from_row(cls, row: Row) -> WaitRow:
-        return cls(run_id=row["run_id"], step_id=row["step_id"], kind=WaitKind(row["kind"]),
-                   event_name=row["event_name"], match_key=row["match_key"],
-                   match_value=row["match_value"], expression=row["expression"],
-                   event_json=row["event_json"], created_at=row["created_at"],
-                   expires_at=row["expires_at"], id=row["id"])
+        return cls(
+            run_id=row["run_id"],
+            step_id=row["step_id"],
+            kind=WaitKind(row["kind"]),
+            event_name=row["event_name"],
+            match_key=row["match_key"],
+            match_value=row["match_value"],
+            expression=row["expression"],
+            event_json=row["event_json"],
+            created_at=row["created_at"],
+            expires_at=row["expires_at"],
+            id=row["id"],
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -310,9 +360,15 @@ class WorkerRow:
 
     @classmethod
     def from_row(cls, row: Row) -> WorkerRow:
-        return cls(id=row["id"], app=row["app"], app_version=row["app_version"],
-                   concurrency=row["concurrency"], started_at=row["started_at"],
-                   heartbeat_at=row["heartbeat_at"], functions=json.loads(row["functions"]))
+        return cls(
+            id=row["id"],
+            app=row["app"],
+            app_version=row["app_version"],
+            concurrency=row["concurrency"],
+            started_at=row["started_at"],
+            heartbeat_at=row["heartbeat_at"],
+            functions=json.loads(row["functions"]),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -325,8 +381,7 @@ class BacklogRow:
 
     @classmethod
     def from_row(cls, row: Row) -> BacklogRow:
-        return cls(function_id=row["function_id"], due=int(row["due"]),
-                   oldest_due_at=float(row["oldest"]))
+        return cls(function_id=row["function_id"], due=int(row["due"]), oldest_due_at=float(row["oldest"]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -357,9 +412,16 @@ class KeyBacklogRow:
 
     @classmethod
     def from_row(cls, row: Row) -> KeyBacklogRow:
-        return cls(function_id=row["function_id"], ckey1=row["ckey1"], ckey2=row["ckey2"],
-                   limit1=row["limit1"], limit2=row["limit2"], due=int(row["due"]),
-                   leased=int(row["leased"]), total=int(row["total"]))
+        return cls(
+            function_id=row["function_id"],
+            ckey1=row["ckey1"],
+            ckey2=row["ckey2"],
+            limit1=row["limit1"],
+            limit2=row["limit2"],
+            due=int(row["due"]),
+            leased=int(row["leased"]),
+            total=int(row["total"]),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -376,9 +438,14 @@ class TimelineRow:
 
     @classmethod
     def from_row(cls, row: Row) -> TimelineRow:
-        return cls(bucket=int(row["bucket"]), status=RunStatus(row["status"]), count=int(row["n"]),
-                   started=int(row["started"]), delay_sum=float(row["delay_sum"] or 0.0),
-                   delay_max=None if row["delay_max"] is None else float(row["delay_max"]))
+        return cls(
+            bucket=int(row["bucket"]),
+            status=RunStatus(row["status"]),
+            count=int(row["n"]),
+            started=int(row["started"]),
+            delay_sum=float(row["delay_sum"] or 0.0),
+            delay_max=None if row["delay_max"] is None else float(row["delay_max"]),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -392,8 +459,12 @@ class EventRunRow:
 
     @classmethod
     def from_row(cls, row: Row) -> EventRunRow:
-        return cls(event_seq=int(row["event_seq"]), run_id=row["id"], function_id=row["function_id"],
-                   status=RunStatus(row["status"]))
+        return cls(
+            event_seq=int(row["event_seq"]),
+            run_id=row["id"],
+            function_id=row["function_id"],
+            status=RunStatus(row["status"]),
+        )
 
 
 class JobStatus(StrEnum):
@@ -428,7 +499,16 @@ class JobRow:
 
     @classmethod
     def from_row(cls, row: Row) -> JobRow:
-        return cls(id=row["id"], kind=row["kind"], status=JobStatus(row["status"]),
-                   params=row["params"], created_at=row["created_at"], updated_at=row["updated_at"],
-                   done=row["done"], examined=row["examined"], error=row["error"],
-                   owner=row["owner"], finished_at=row["finished_at"])
+        return cls(
+            id=row["id"],
+            kind=row["kind"],
+            status=JobStatus(row["status"]),
+            params=row["params"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            done=row["done"],
+            examined=row["examined"],
+            error=row["error"],
+            owner=row["owner"],
+            finished_at=row["finished_at"],
+        )

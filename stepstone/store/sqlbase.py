@@ -62,8 +62,12 @@ class SqlPlumbing:
         self.dialect = dialect
 
     # -- plumbing ---------------------------------------------------------------
-    def _exec(self, name: str, params: Mapping[str, Any] | None = None,
-              lists: Mapping[str, Sequence[Any]] | None = None) -> Any:
+    def _exec(
+        self,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        lists: Mapping[str, Sequence[Any]] | None = None,
+    ) -> Any:
         if not lists:  # the common case, and every step checkpoint's: no copy
             return self.conn.execute(self.dialect.sql(name), params or {})
         args = dict(params or {})
@@ -74,8 +78,12 @@ class SqlPlumbing:
                 args[f"{key}_{i}"] = value
         return self.conn.execute(self.dialect.sql(name, sizes), args)
 
-    def _all(self, name: str, params: Mapping[str, Any] | None = None,
-             lists: Mapping[str, Sequence[Any]] | None = None) -> list[Any]:
+    def _all(
+        self,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        lists: Mapping[str, Sequence[Any]] | None = None,
+    ) -> list[Any]:
         return list(self._exec(name, params, lists).fetchall())
 
     def _one(self, name: str, params: Mapping[str, Any] | None = None) -> Any:

@@ -98,9 +98,7 @@ class SqliteStore:
         self.path = path
         self.synchronous = synchronous.upper()
         self.busy_timeout_ms = busy_timeout_ms
-        self._lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lane] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lane] = weakref.WeakKeyDictionary()
         self._local = threading.local()
         self._watch: sqlite3.Connection | None = None
         self._lock = threading.Lock()
@@ -113,7 +111,7 @@ class SqliteStore:
         parts = urlsplit(url)
         path = parts.path
         if url.startswith("sqlite:///"):
-            path = url[len("sqlite:///"):].split("?", 1)[0]
+            path = url[len("sqlite:///") :].split("?", 1)[0]
         if not path:
             raise ConfigError("database_url", f"no file path in {url!r}")
         options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
@@ -129,8 +127,11 @@ class SqliteStore:
     # -- connections --------------------------------------------------------------
     def connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
-            self.path, isolation_level=None, check_same_thread=False,
-            timeout=self.busy_timeout_ms / 1000, cached_statements=256,
+            self.path,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=self.busy_timeout_ms / 1000,
+            cached_statements=256,
         )
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
@@ -221,9 +222,7 @@ class SqliteStore:
             conn.execute(CREATE_LEDGER)
             for name, sql in migration_files("sqlite"):
                 self._retry_locked(lambda: conn.execute("BEGIN IMMEDIATE"))
-                done = conn.execute(
-                    "SELECT 1 FROM schema_migrations WHERE name = ?", (name,)
-                ).fetchone()
+                done = conn.execute("SELECT 1 FROM schema_migrations WHERE name = ?", (name,)).fetchone()
                 if done:
                     conn.execute("COMMIT")
                     continue

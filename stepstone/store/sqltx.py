@@ -38,8 +38,9 @@ class SqlTx(SqlViews):
     """Implements ``stepstone.store.base.Tx`` on one open transaction."""
 
     # -- functions ----------------------------------------------------------------
-    def register_functions(self, app: str, configs: dict[str, str], now: float, *,
-                           retire_others: bool = False) -> None:
+    def register_functions(
+        self, app: str, configs: dict[str, str], now: float, *, retire_others: bool = False
+    ) -> None:
         for function_id, config in configs.items():
             self._exec("upsert_function", {"id": function_id, "app": app, "config": config, "now": now})
         if retire_others and configs:
@@ -66,40 +67,76 @@ class SqlTx(SqlViews):
         self._exec("prune_keys", {"now": now})
 
     # -- events and runs -------------------------------------------------------------
-    def insert_event(self, event_id: str, name: str, data: str, ts: int, now: float,
-                     trace: str | None = None) -> int:
-        row = self._one("insert_event", {"id": event_id, "name": name, "data": data, "ts": ts,
-                                         "now": now, "trace": trace})
+    def insert_event(
+        self, event_id: str, name: str, data: str, ts: int, now: float, trace: str | None = None
+    ) -> int:
+        row = self._one(
+            "insert_event", {"id": event_id, "name": name, "data": data, "ts": ts, "now": now, "trace": trace}
+        )
         return int(row["seq"])
 
     def create_run(self, run: NewRun) -> None:
         ended = run.status not in ACTIVE_STATUSES
-        self._exec("insert_run", {
-            "id": run.id, "function_id": run.function_id, "status": run.status,
-            "event_ids": json.dumps(list(run.event_ids)), "created_at": run.created_at,
-            "error": run.error, "parent_run_id": run.parent_run_id,
-            "parent_step_id": run.parent_step_id, "idempotency_key": run.idempotency_key,
-            "meta": run.meta, "ended_at": run.created_at if ended else None,
-            "singleton_key": run.singleton_key,
-        })
+        self._exec(
+            "insert_run",
+            {
+                "id": run.id,
+                "function_id": run.function_id,
+                "status": run.status,
+                "event_ids": json.dumps(list(run.event_ids)),
+                "created_at": run.created_at,
+                "error": run.error,
+                "parent_run_id": run.parent_run_id,
+                "parent_step_id": run.parent_step_id,
+                "idempotency_key": run.idempotency_key,
+                "meta": run.meta,
+                "ended_at": run.created_at if ended else None,
+                "singleton_key": run.singleton_key,
+            },
+        )
         for position, seq in enumerate(run.event_seqs):
             self._exec("insert_run_event", {"run_id": run.id, "position": position, "event_seq": seq})
         if not ended:
             spec = run.spec or QueueSpec(partition_key=run.partition or run.function_id)
-            self._enqueue(run.id, run.function_id, spec, run.available_at,
-                          run.available_at if run.sort_at is None else run.sort_at,
-                          run.start_deadline, run.finish_timeout)
+            self._enqueue(
+                run.id,
+                run.function_id,
+                spec,
+                run.available_at,
+                run.available_at if run.sort_at is None else run.sort_at,
+                run.start_deadline,
+                run.finish_timeout,
+            )
             if run.spec is not None:
                 self._exec("set_queue_spec", {"id": run.id, "spec": json.dumps(dataclasses.asdict(spec))})
 
-    def _enqueue(self, run_id: str, function_id: str, spec: QueueSpec, available_at: float,
-                 sort_at: float, start_deadline: float | None, finish_timeout: float | None) -> None:
-        self._exec("insert_queue_item", {
-            "run_id": run_id, "function_id": function_id, "partition_key": spec.partition_key,
-            "available_at": available_at, "sort_at": sort_at, "start_deadline": start_deadline,
-            "finish_timeout": finish_timeout, "ckey1": spec.ckey1, "limit1": spec.limit1,
-            "ckey2": spec.ckey2, "limit2": spec.limit2, "throttle_key": spec.throttle_key,
-        })
+    def _enqueue(
+        self,
+        run_id: str,
+        function_id: str,
+        spec: QueueSpec,
+        available_at: float,
+        sort_at: float,
+        start_deadline: float | None,
+        finish_timeout: float | None,
+    ) -> None:
+        self._exec(
+            "insert_queue_item",
+            {
+                "run_id": run_id,
+                "function_id": function_id,
+                "partition_key": spec.partition_key,
+                "available_at": available_at,
+                "sort_at": sort_at,
+                "start_deadline": start_deadline,
+                "finish_timeout": finish_timeout,
+                "ckey1": spec.ckey1,
+                "limit1": spec.limit1,
+                "ckey2": spec.ckey2,
+                "limit2": spec.limit2,
+                "throttle_key": spec.throttle_key,
+            },
+        )
         self.lower_partition(spec.partition_key, function_id, spec.ckey1, available_at)
 
     def lower_partition(self, key: str, function_id: str, ckey: str | None, at: float) -> None:
@@ -111,8 +148,7 @@ class SqlTx(SqlViews):
         if row is None:
             return
         if row["available_at"] is not None:
-            self.lower_partition(row["partition_key"], row["function_id"], row["ckey1"],
-                                 row["available_at"])
+            self.lower_partition(row["partition_key"], row["function_id"], row["ckey1"], row["available_at"])
         if row["ckey1"] is not None:
             self._exec("wake_ckey", {"ckey": row["ckey1"], "now": now})
         if row["ckey2"] is not None:
@@ -129,15 +165,17 @@ class SqlTx(SqlViews):
         return [EventRow.from_row(r) for r in self._all("get_events", {"run_id": run_id})]
 
     def get_spans(self, run_id: str) -> list[SpanRow]:
-        return [
-            SpanRow.from_row(r) for r in self._all("get_spans", {"run_id": run_id})
-        ]
+        return [SpanRow.from_row(r) for r in self._all("get_spans", {"run_id": run_id})]
 
     def list_runs(self, where: RunFilter) -> list[RunRow]:
         params = {
-            "function_id": where.function_id, "any_status": 0 if where.statuses else 1,
-            "since": where.since, "until": where.until, "before_id": where.before_id,
-            "event_id": where.event_id, "limit": where.limit,
+            "function_id": where.function_id,
+            "any_status": 0 if where.statuses else 1,
+            "since": where.since,
+            "until": where.until,
+            "before_id": where.before_id,
+            "event_id": where.event_id,
+            "limit": where.limit,
         }
         return [RunRow.from_row(r) for r in self._all("list_runs", params, {"statuses": where.statuses})]
 
@@ -158,19 +196,24 @@ class SqlTx(SqlViews):
         row = self._one("live_ckey1" if slot == 1 else "live_ckey2", {"ckey": ckey, "now": now})
         return int(row["n"])
 
-    def take(self, owner: str, run_id: str, now: float, until: float,
-             app_version: str | None = None) -> LeasedRun | None:
+    def take(
+        self, owner: str, run_id: str, now: float, until: float, app_version: str | None = None
+    ) -> LeasedRun | None:
         item = self._one("take_item", {"owner": owner, "run_id": run_id, "until": until})
         if item is None:
             return None
-        run = self._one("mark_running", {"id": run_id, "now": now, "epoch": item["epoch"],
-                                         "app_version": app_version})
+        run = self._one(
+            "mark_running", {"id": run_id, "now": now, "epoch": item["epoch"], "app_version": app_version}
+        )
         self._exec("start_clock", {"run_id": run_id, "now": now})
         self._exec("drop_debounce_of", {"run_id": run_id})
         self._exec("drop_batch_of", {"run_id": run_id})
         return LeasedRun(
-            run=RunRow.from_row(run), epoch=item["epoch"], events=self.get_events(run_id),
-            steps=self.get_steps(run_id), cancel_requested=bool(item["cancel_requested"]),
+            run=RunRow.from_row(run),
+            epoch=item["epoch"],
+            events=self.get_events(run_id),
+            steps=self.get_steps(run_id),
+            cancel_requested=bool(item["cancel_requested"]),
             start_deadline=item["start_deadline"],
         )
 
@@ -265,8 +308,7 @@ class SqlTx(SqlViews):
     def extend_leases(self, owner: str, run_ids: Sequence[str], until: float, now: float) -> list[str]:
         if not run_ids:
             return []
-        rows = self._all("extend_leases", {"owner": owner, "until": until, "now": now},
-                         {"run_ids": run_ids})
+        rows = self._all("extend_leases", {"owner": owner, "until": until, "now": now}, {"run_ids": run_ids})
         return [r["run_id"] for r in rows]
 
     def release_leases(self, owner: str, now: float) -> int:
@@ -275,8 +317,9 @@ class SqlTx(SqlViews):
 
     # -- checkpoints ---------------------------------------------------------------------
     def _fence(self, query: str, fence: Fence, **params: Any) -> Any:
-        cursor = self._exec(query, {"run_id": fence.run_id, "owner": fence.owner,
-                                    "epoch": fence.epoch, **params})
+        cursor = self._exec(
+            query, {"run_id": fence.run_id, "owner": fence.owner, "epoch": fence.epoch, **params}
+        )
         return cursor
 
     def checkpoint(self, fence: Fence, steps: Sequence[StepRow], spans: Sequence[SpanRow]) -> CancelFlag:
@@ -295,34 +338,56 @@ class SqlTx(SqlViews):
 
     def save_steps(self, steps: Sequence[StepRow], spans: Sequence[SpanRow]) -> None:
         for step in steps:
-            self._exec("upsert_step", {
-                "run_id": step.run_id, "step_id": step.step_id, "position": step.position,
-                "kind": step.kind, "status": step.status, "attempts": step.attempts,
-                "output": step.output, "error": step.error, "wake_at": step.wake_at,
-                "started_at": step.started_at, "ended_at": step.ended_at,
-                "fingerprint": step.fingerprint,
-            })
+            self._exec(
+                "upsert_step",
+                {
+                    "run_id": step.run_id,
+                    "step_id": step.step_id,
+                    "position": step.position,
+                    "kind": step.kind,
+                    "status": step.status,
+                    "attempts": step.attempts,
+                    "output": step.output,
+                    "error": step.error,
+                    "wake_at": step.wake_at,
+                    "started_at": step.started_at,
+                    "ended_at": step.ended_at,
+                    "fingerprint": step.fingerprint,
+                },
+            )
         for span in spans:
-            self._exec("insert_span", {
-                "run_id": span.run_id, "kind": span.kind, "name": span.name,
-                "attempt": span.attempt, "started_at": span.started_at, "ended_at": span.ended_at,
-                "status": span.status, "error": span.error, "detail": span.detail,
-            })
+            self._exec(
+                "insert_span",
+                {
+                    "run_id": span.run_id,
+                    "kind": span.kind,
+                    "name": span.name,
+                    "attempt": span.attempt,
+                    "started_at": span.started_at,
+                    "ended_at": span.ended_at,
+                    "status": span.status,
+                    "error": span.error,
+                    "detail": span.detail,
+                },
+            )
 
-    def reschedule(self, fence: Fence, status: str, available_at: float | None,
-                   attempt: int | None, now: float) -> bool:
+    def reschedule(
+        self, fence: Fence, status: str, available_at: float | None, attempt: int | None, now: float
+    ) -> bool:
         row = self._fence("fence_park_wake", fence, available_at=available_at, now=now).fetchone()
         if row is None:
             raise LeaseLostError(f"run {fence.run_id}: lease lost by {fence.owner}")
         self._released(row, now)
         if row["cancel_requested"]:
             return True  # left due now; the caller ends it
-        self._exec("park_run", {"id": fence.run_id, "status": status, "attempt": attempt,
-                                "token": fence.token})
+        self._exec(
+            "park_run", {"id": fence.run_id, "status": status, "attempt": attempt, "token": fence.token}
+        )
         return False
 
-    def finish_run(self, fence: Fence | None, run_id: str, status: str, output: str | None,
-                   error: str | None, now: float) -> bool:
+    def finish_run(
+        self, fence: Fence | None, run_id: str, status: str, output: str | None, error: str | None, now: float
+    ) -> bool:
         if fence is not None:
             row = self._fence("fence_delete", fence).fetchone()
             if row is None:
@@ -330,8 +395,14 @@ class SqlTx(SqlViews):
         else:
             row = self._exec("delete_queue_item", {"run_id": run_id}).fetchone()
         self._released(row and {**dict(row), "available_at": None}, now)
-        params = {"id": run_id, "status": status, "output": output, "error": error, "now": now,
-                  "token": None if fence is None else fence.token}
+        params = {
+            "id": run_id,
+            "status": status,
+            "output": output,
+            "error": error,
+            "now": now,
+            "token": None if fence is None else fence.token,
+        }
         return int(self._exec("finish_run", params).rowcount) == 1
 
     def written_by(self, run_id: str) -> str | None:
@@ -345,8 +416,10 @@ class SqlTx(SqlViews):
             return
         for step_id in reset_steps or ():
             self._exec("delete_step", {"run_id": run_id, "step_id": step_id})
-        self._exec("reopen_run", {"id": run_id, "status": RunStatus.QUEUED if run.started_at is None
-                                             else RunStatus.RUNNING})
+        self._exec(
+            "reopen_run",
+            {"id": run_id, "status": RunStatus.QUEUED if run.started_at is None else RunStatus.RUNNING},
+        )
         if self._one("queue_item", {"run_id": run_id}) is None:
             spec = self.queue_spec(run_id) or QueueSpec(partition_key=run.function_id)
             self._enqueue(run_id, run.function_id, spec, now, now, None, None)
@@ -358,8 +431,12 @@ class SqlTx(SqlViews):
 
     def lock_lease(self, run_id: str, now: float) -> bool:
         item = self._one("lease_of", {"run_id": run_id})  # locked: see queries.sql
-        return bool(item is not None and item["owner"] is not None
-                    and item["available_at"] is not None and item["available_at"] > now)
+        return bool(
+            item is not None
+            and item["owner"] is not None
+            and item["available_at"] is not None
+            and item["available_at"] > now
+        )
 
     def flag_cancel(self, run_id: str, now: float, reason: str | None = None) -> bool:
         params = {"run_id": run_id, "now": now, "reason": reason}
@@ -381,13 +458,21 @@ class SqlTx(SqlViews):
         self._exec("set_wait_match", {"run_id": run_id, "step_id": step_id, "match_value": match_value})
 
     def _insert_wait(self, query: str, wait: WaitRow) -> Any:
-        cursor = self._exec(query, {
-            "run_id": wait.run_id, "step_id": wait.step_id, "kind": wait.kind,
-            "event_name": wait.event_name, "match_key": wait.match_key,
-            "match_value": wait.match_value, "expression": wait.expression,
-            "event_json": wait.event_json, "created_at": wait.created_at,
-            "expires_at": wait.expires_at,
-        })
+        cursor = self._exec(
+            query,
+            {
+                "run_id": wait.run_id,
+                "step_id": wait.step_id,
+                "kind": wait.kind,
+                "event_name": wait.event_name,
+                "match_key": wait.match_key,
+                "match_value": wait.match_value,
+                "expression": wait.expression,
+                "event_json": wait.event_json,
+                "created_at": wait.created_at,
+                "expires_at": wait.expires_at,
+            },
+        )
         if wait.event_name:
             self._exec("insert_wait_key", {"event_name": wait.event_name, "match_key": wait.match_key})
         return cursor
@@ -396,8 +481,10 @@ class SqlTx(SqlViews):
         return [r["match_key"] for r in self._all("wait_keys", {"event_name": event_name})]
 
     def match_waits(self, event_name: str, match_key: str, match_value: str, now: float) -> list[WaitRow]:
-        rows = self._all("match_waits", {"event_name": event_name, "match_key": match_key,
-                                         "match_value": match_value, "now": now})
+        rows = self._all(
+            "match_waits",
+            {"event_name": event_name, "match_key": match_key, "match_value": match_value, "now": now},
+        )
         return [WaitRow.from_row(r) for r in rows]
 
     def claim_wait(self, wait_id: int) -> bool:
@@ -412,17 +499,23 @@ class SqlTx(SqlViews):
     def child_waits(self, child_run_id: str) -> list[WaitRow]:
         return [WaitRow.from_row(r) for r in self._all("child_waits", {"child_run_id": child_run_id})]
 
-    def complete_waiting_step(self, run_id: str, step_id: str, status: str, output: str | None,
-                              error: str | None, now: float) -> bool:
-        params = {"run_id": run_id, "step_id": step_id, "status": status, "output": output,
-                  "error": error, "now": now}
+    def complete_waiting_step(
+        self, run_id: str, step_id: str, status: str, output: str | None, error: str | None, now: float
+    ) -> bool:
+        params = {
+            "run_id": run_id,
+            "step_id": step_id,
+            "status": status,
+            "output": output,
+            "error": error,
+            "now": now,
+        }
         return int(self._exec("complete_waiting_step", params).rowcount) == 1
 
     def wake_run(self, run_id: str, now: float) -> None:
         row = self._exec("wake_run", {"run_id": run_id, "now": now}).fetchone()
         if row is not None:
-            self.lower_partition(row["partition_key"], row["function_id"], row["ckey1"],
-                                 row["available_at"])
+            self.lower_partition(row["partition_key"], row["function_id"], row["ckey1"], row["available_at"])
 
     def get_step(self, run_id: str, step_id: str) -> StepRow | None:
         row = self._one("get_step", {"run_id": run_id, "step_id": step_id})
@@ -435,12 +528,14 @@ class SqlTx(SqlViews):
     def due_crons(self, schedules: Sequence[tuple[str, str]], now: float) -> list[tuple[str, str, float]]:
         wanted = set(schedules)
         rows = self._all("due_crons", {"now": now}, {"function_ids": sorted({f for f, _ in wanted})})
-        return [(r["function_id"], r["schedule"], float(r["next_at"])) for r in rows
-                if (r["function_id"], r["schedule"]) in wanted]
+        return [
+            (r["function_id"], r["schedule"], float(r["next_at"]))
+            for r in rows
+            if (r["function_id"], r["schedule"]) in wanted
+        ]
 
     def advance_cron(self, function_id: str, schedule: str, expected: float, next_at: float) -> bool:
-        params = {"function_id": function_id, "schedule": schedule, "expected": expected,
-                  "next_at": next_at}
+        params = {"function_id": function_id, "schedule": schedule, "expected": expected, "next_at": next_at}
         return int(self._exec("advance_cron", params).rowcount) == 1
 
     def crons_of(self, function_ids: Sequence[str]) -> list[tuple[str, str, float]]:
@@ -473,4 +568,3 @@ class SqlTx(SqlViews):
 
     def clear_deadlines(self, run_id: str) -> None:
         self._exec("clear_deadlines", {"run_id": run_id})
-

@@ -24,19 +24,24 @@ class SqlViews(SqlPlumbing):
 
     # -- workers ------------------------------------------------------------------------------
     def upsert_worker(self, worker: WorkerRow) -> None:
-        self._exec("upsert_worker", {
-            "id": worker.id, "app": worker.app, "app_version": worker.app_version,
-            "concurrency": worker.concurrency, "started_at": worker.started_at,
-            "heartbeat_at": worker.heartbeat_at, "functions": json.dumps(worker.functions),
-        })
+        self._exec(
+            "upsert_worker",
+            {
+                "id": worker.id,
+                "app": worker.app,
+                "app_version": worker.app_version,
+                "concurrency": worker.concurrency,
+                "started_at": worker.started_at,
+                "heartbeat_at": worker.heartbeat_at,
+                "functions": json.dumps(worker.functions),
+            },
+        )
 
     def remove_worker(self, worker_id: str) -> None:
         self._exec("remove_worker", {"id": worker_id})
 
     def list_workers(self, alive_since: float) -> list[WorkerRow]:
-        return [
-            WorkerRow.from_row(r) for r in self._all("list_workers", {"alive_since": alive_since})
-        ]
+        return [WorkerRow.from_row(r) for r in self._all("list_workers", {"alive_since": alive_since})]
 
     # -- operator views ----------------------------------------------------------------------
     def run_backlog(self, now: float) -> list[BacklogRow]:
@@ -46,21 +51,24 @@ class SqlViews(SqlPlumbing):
         return [RunCountRow.from_row(r) for r in self._all("count_active_runs")]
 
     # -- operator views (dashboard) ----------------------------------------------------------
-    def count_runs(self, function_id: str | None, since: float | None,
-                   until: float | None) -> list[RunCountRow]:
+    def count_runs(
+        self, function_id: str | None, since: float | None, until: float | None
+    ) -> list[RunCountRow]:
         params = {"function_id": function_id, "since": since, "until": until}
         return [RunCountRow.from_row(r) for r in self._all("count_runs", params)]
 
     def key_backlog(self, now: float, limit: int) -> list[KeyBacklogRow]:
         return [KeyBacklogRow.from_row(r) for r in self._all("key_backlog", {"now": now, "limit": limit})]
 
-    def run_timeline(self, function_id: str | None, origin: int, until: float,
-                     width: int) -> list[TimelineRow]:
+    def run_timeline(
+        self, function_id: str | None, origin: int, until: float, width: int
+    ) -> list[TimelineRow]:
         params = {"function_id": function_id, "origin": origin, "until": until, "width": width}
         return [TimelineRow.from_row(r) for r in self._all("run_timeline", params)]
 
-    def list_events(self, name: str | None, event_id: str | None, before_seq: int | None,
-                    limit: int) -> list[EventRow]:
+    def list_events(
+        self, name: str | None, event_id: str | None, before_seq: int | None, limit: int
+    ) -> list[EventRow]:
         params = {"name": name, "event_id": event_id, "before_seq": before_seq, "limit": limit}
         return [EventRow.from_row(r) for r in self._all("list_events", params)]
 
@@ -71,12 +79,22 @@ class SqlViews(SqlPlumbing):
 
     # -- background jobs ----------------------------------------------------------------------
     def create_job(self, job: JobRow) -> None:
-        self._exec("insert_job", {
-            "id": job.id, "kind": job.kind, "status": job.status, "params": job.params,
-            "done": job.done, "examined": job.examined, "error": job.error, "owner": job.owner,
-            "created_at": job.created_at, "updated_at": job.updated_at,
-            "finished_at": job.finished_at,
-        })
+        self._exec(
+            "insert_job",
+            {
+                "id": job.id,
+                "kind": job.kind,
+                "status": job.status,
+                "params": job.params,
+                "done": job.done,
+                "examined": job.examined,
+                "error": job.error,
+                "owner": job.owner,
+                "created_at": job.created_at,
+                "updated_at": job.updated_at,
+                "finished_at": job.finished_at,
+            },
+        )
 
     def get_job(self, job_id: str) -> JobRow | None:
         row = self._one("get_job", {"id": job_id})
@@ -85,10 +103,26 @@ class SqlViews(SqlPlumbing):
     def list_jobs(self, limit: int) -> list[JobRow]:
         return [JobRow.from_row(r) for r in self._all("list_jobs", {"limit": limit})]
 
-    def update_job(self, job_id: str, *, status: str, done: int, examined: int, error: str | None,
-                   now: float, finished_at: float | None) -> bool:
-        params = {"id": job_id, "status": status, "done": done, "examined": examined,
-                  "error": error, "now": now, "finished_at": finished_at}
+    def update_job(
+        self,
+        job_id: str,
+        *,
+        status: str,
+        done: int,
+        examined: int,
+        error: str | None,
+        now: float,
+        finished_at: float | None,
+    ) -> bool:
+        params = {
+            "id": job_id,
+            "status": status,
+            "done": done,
+            "examined": examined,
+            "error": error,
+            "now": now,
+            "finished_at": finished_at,
+        }
         return int(self._exec("update_job", params).rowcount) == 1
 
     def interrupt_stale_jobs(self, stale_before: float, now: float, reason: str) -> int:

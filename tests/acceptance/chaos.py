@@ -80,16 +80,25 @@ class Outcome:
     def figures(self) -> dict[str, Any]:
         v = self.verdict
         return {
-            "scenario": self.scenario, "backend": self.backend, "runs_sent": v.runs_sent,
-            "completed": v.statuses["completed"], "failed": v.statuses["failed"],
-            "cancelled": v.statuses["cancelled"], "lost_or_stuck": v.lost,
-            "stuck": [list(s) for s in v.stuck], "kills": len(self.faults.kills),
-            "pauses": len(self.faults.pauses), "restarts": len(self.faults.restarts),
-            "cancels": len(self.faults.cancels), "replays": len(self.faults.replays),
+            "scenario": self.scenario,
+            "backend": self.backend,
+            "runs_sent": v.runs_sent,
+            "completed": v.statuses["completed"],
+            "failed": v.statuses["failed"],
+            "cancelled": v.statuses["cancelled"],
+            "lost_or_stuck": v.lost,
+            "stuck": [list(s) for s in v.stuck],
+            "kills": len(self.faults.kills),
+            "pauses": len(self.faults.pauses),
+            "restarts": len(self.faults.restarts),
+            "cancels": len(self.faults.cancels),
+            "replays": len(self.faults.replays),
             "hijacks": self.faults.hijacks,
             "cancels_not_honoured": len(v.ignored_cancels),
-            "step_executions": v.executions, "retried_attempts": v.retried,
-            "re_executed_at_kill": v.superseded["kill"], "re_executed_at_pause": v.superseded["pause"],
+            "step_executions": v.executions,
+            "retried_attempts": v.retried,
+            "re_executed_at_kill": v.superseded["kill"],
+            "re_executed_at_pause": v.superseded["pause"],
             "re_executed_at_restart": v.superseded["restart"],
             "re_executed_unexplained": v.superseded["unexplained"],
             "completed_steps_rerun": len(v.reruns),
@@ -98,10 +107,15 @@ class Outcome:
             "completed_steps_rerun_unexplained": len(v.unexplained_reruns),
             "reruns": [list(r) for r in v.reruns],
             "unexplained_re_executions": [list(u) for u in v.unexplained],
-            "fault_log": {"kills": self.faults.kills, "pauses": self.faults.pauses,
-                          "restarts": self.faults.restarts},
+            "fault_log": {
+                "kills": self.faults.kills,
+                "pauses": self.faults.pauses,
+                "restarts": self.faults.restarts,
+            },
             "wall_seconds": round(self.wall_seconds, 1),
-            "steps_per_second": round(self.committed_steps / self.wall_seconds, 1) if self.wall_seconds else 0.0,
+            "steps_per_second": round(self.committed_steps / self.wall_seconds, 1)
+            if self.wall_seconds
+            else 0.0,
             "violations": v.violations(),
         }
 
@@ -120,9 +134,21 @@ class Fleet:
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         self.started += 1
-        return subprocess.Popen([STEPSTONE, "--log-level", "WARNING", "worker", "ledger_app:app", *self.args,
-                                 "--instance-id", f"chaos-{self.started}"],
-                                env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [
+                STEPSTONE,
+                "--log-level",
+                "WARNING",
+                "worker",
+                "ledger_app:app",
+                *self.args,
+                "--instance-id",
+                f"chaos-{self.started}",
+            ],
+            env=self.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
 
     def kill(self, slot: int) -> tuple[int, float]:
         proc = self.procs[slot]
@@ -173,11 +199,18 @@ class Chaos:
     def __post_init__(self) -> None:
         now = time.monotonic()
         c = self.config
-        wanted = {"storm": {"kill": c.kill_every}, "pause": {"pause": c.pause_every},
-                  "restart": {"restart": c.restart_every},
-                  "mix": {"kill": c.kill_every * 2, "pause": c.pause_every * 2, "cancel": c.operator_every,
-                          "replay": c.operator_every * 2,
-                          **({"restart": c.restart_every * 2} if self.cluster else {})}}[self.scenario]
+        wanted = {
+            "storm": {"kill": c.kill_every},
+            "pause": {"pause": c.pause_every},
+            "restart": {"restart": c.restart_every},
+            "mix": {
+                "kill": c.kill_every * 2,
+                "pause": c.pause_every * 2,
+                "cancel": c.operator_every,
+                "replay": c.operator_every * 2,
+                **({"restart": c.restart_every * 2} if self.cluster else {}),
+            },
+        }[self.scenario]
         self.every = wanted
         self.due = {kind: now + self.rng.uniform(0.3, 1.0) * mean for kind, mean in wanted.items()}
         self.modes = _cycle(("fast", "immediate"))
@@ -244,8 +277,15 @@ class Chaos:
     def _cancel(self) -> None:
         """Cancel a sample of runs; replay some of them at once (cancel + replay of a
         run a worker still executes is what broke the engine in the review)."""
-        per_tick = max(1, round(self.config.cancel_fraction * len(self.run_ids) * self.every["cancel"]
-                                / self.config.fault_seconds))
+        per_tick = max(
+            1,
+            round(
+                self.config.cancel_fraction
+                * len(self.run_ids)
+                * self.every["cancel"]
+                / self.config.fault_seconds
+            ),
+        )
         for run_id in self.rng.sample(self.run_ids, min(per_tick, len(self.run_ids))):
             with contextlib.suppress(*TRANSIENT, InvalidStateError):
                 self.app.runs.cancel(run_id)
@@ -328,15 +368,22 @@ def _all_runs(app: ss.App) -> list[RunState]:
     before: str | None = None
     while True:
         page = _retry(lambda: app.runs.list(function_id="chaos", limit=1000, before=before))
-        runs += [RunState(r.id, r.status, {s.id: s.output for s in r.steps
-                                           if s.kind == "run" and s.status == "completed"}) for r in page]
+        runs += [
+            RunState(
+                r.id,
+                r.status,
+                {s.id: s.output for s in r.steps if s.kind == "run" and s.status == "completed"},
+            )
+            for r in page
+        ]
         if len(page) < 1000:
             return runs
         before = page[-1].id
 
 
-def run_scenario(scenario: str, backend: str, url: str, workdir: Path, config: Config,
-                 cluster: Restartable | None = None) -> Outcome:
+def run_scenario(
+    scenario: str, backend: str, url: str, workdir: Path, config: Config, cluster: Restartable | None = None
+) -> Outcome:
     """Run one scenario to its end (every run ended, or the deadline) and judge it."""
     if scenario == "restart" and cluster is None:
         raise ValueError("the restart scenario needs a PostgreSQL server it may restart")
@@ -345,14 +392,23 @@ def run_scenario(scenario: str, backend: str, url: str, workdir: Path, config: C
     ledger_path = workdir / f"{scenario}-{backend}-ledger.db"
     ledger_path.unlink(missing_ok=True)
     create_ledger(str(ledger_path))
-    env = {**os.environ, "STEPSTONE_DATABASE_URL": url, "LEDGER_PATH": str(ledger_path),
-           "PYTHONPATH": str(HERE), "STEP_SECONDS": str(config.step_seconds),
-           "CHAOS_FAIL_RATE": str(config.fail_rate)}
+    env = {
+        **os.environ,
+        "STEPSTONE_DATABASE_URL": url,
+        "LEDGER_PATH": str(ledger_path),
+        "PYTHONPATH": str(HERE),
+        "STEP_SECONDS": str(config.step_seconds),
+        "CHAOS_FAIL_RATE": str(config.fail_rate),
+    }
     log_path = workdir / f"{scenario}-{backend}-workers.log"
     app = client(env)
     with log_path.open("wb") as log:
-        fleet = Fleet(env, config.workers, ["--concurrency", str(config.concurrency),
-                                            "--lease-ttl", str(config.lease_ttl)], log)
+        fleet = Fleet(
+            env,
+            config.workers,
+            ["--concurrency", str(config.concurrency), "--lease-ttl", str(config.lease_ttl)],
+            log,
+        )
         try:
             rng = random.Random(config.seed)
             wait_for(lambda: len(_retry(app.workers.list)) >= config.workers, 60, "the workers to register")
@@ -373,7 +429,9 @@ def run_scenario(scenario: str, backend: str, url: str, workdir: Path, config: C
     runs = _all_runs(app)
     app.close()
     with contextlib.closing(sqlite3.connect(ledger_path)) as conn:
-        done = executions(conn.execute("SELECT run_id, step, phase, pid, at, token FROM ledger ORDER BY rowid"))
+        done = executions(
+            conn.execute("SELECT run_id, step, phase, pid, at, token FROM ledger ORDER BY rowid")
+        )
     verdict = judge(config.runs, runs, done, chaos.faults, ORDER)
     committed = sum(len(r.memo) for r in runs)
     return Outcome(scenario, backend, config, verdict, chaos.faults, wall, committed, log_path.read_text())

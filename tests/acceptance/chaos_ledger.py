@@ -100,9 +100,13 @@ class Verdict:
     executions: int = 0
     retried: int = 0  # injected failures, attempts that were retried (or replayed)
     superseded: Counter[str] = field(default_factory=Counter)  # by cause: kill, pause, restart, unexplained
-    unexplained: list[tuple[str, str, int, float]] = field(default_factory=list)  # (run id, step, pid, started)
+    unexplained: list[tuple[str, str, int, float]] = field(
+        default_factory=list
+    )  # (run id, step, pid, started)
     reruns: list[tuple[str, str, str]] = field(default_factory=list)  # (run id, step, cause)
-    ignored_cancels: list[tuple[str, list[str]]] = field(default_factory=list)  # (run id, steps started after)
+    ignored_cancels: list[tuple[str, list[str]]] = field(
+        default_factory=list
+    )  # (run id, steps started after)
 
     @property
     def lost(self) -> int:
@@ -116,10 +120,14 @@ class Verdict:
         found = [f"run {run_id} not ended by the deadline: {status}" for run_id, status in self.stuck]
         if self.missing:
             found.append(f"{self.missing} sent event(s) started no run")
-        found += [f"run {run_id}: completed step {step!r} executed again" for run_id, step, _ in
-                  self.unexplained_reruns]
-        found += [f"run {run_id}: steps {steps} started after it was cancelled" for run_id, steps in
-                  self.ignored_cancels]
+        found += [
+            f"run {run_id}: completed step {step!r} executed again"
+            for run_id, step, _ in self.unexplained_reruns
+        ]
+        found += [
+            f"run {run_id}: steps {steps} started after it was cancelled"
+            for run_id, steps in self.ignored_cancels
+        ]
         return found
 
 
@@ -138,8 +146,9 @@ def executions(rows: Iterable[tuple[str, str, str, int, float, str | None]]) -> 
     return sorted(started.values(), key=lambda e: e.started)
 
 
-def judge(sent: int, runs: Sequence[RunState], done: Sequence[Execution], faults: FaultLog,
-          order: Sequence[str]) -> Verdict:
+def judge(
+    sent: int, runs: Sequence[RunState], done: Sequence[Execution], faults: FaultLog, order: Sequence[str]
+) -> Verdict:
     """The scenario's figures and verdict (``order``: the workflow's step ids in order)."""
     verdict = Verdict(runs_sent=sent, executions=len(done))
     verdict.missing = max(0, sent - len(runs))
@@ -169,18 +178,22 @@ def _judge_cancels(verdict: Verdict, by_run: dict[str, list[Execution]], faults:
             verdict.ignored_cancels.append((run_id, steps))
 
 
-def _judge_run(verdict: Verdict, execs: list[Execution], memo: dict[str, str], faults: FaultLog,
-               order: Sequence[str]) -> None:
+def _judge_run(
+    verdict: Verdict, execs: list[Execution], memo: dict[str, str], faults: FaultLog, order: Sequence[str]
+) -> None:
     for step in order:
         mine = [e for e in execs if e.step == step]
-        later = [e.started for e in execs if e.step in order[order.index(step) + 1:]]
+        later = [e.started for e in execs if e.step in order[order.index(step) + 1 :]]
         first_later = min(later, default=float("inf"))
         committed = next((e for e in mine if e.token == memo.get(step)), None)
         for i, e in enumerate(mine):
             if e.phase == "fail":
                 verdict.retried += 1
-            after = committed.started if committed is not None and committed is not e \
-                and committed.started <= e.started else None
+            after = (
+                committed.started
+                if committed is not None and committed is not e and committed.started <= e.started
+                else None
+            )
             completed_by = after if after is not None else first_later if first_later <= e.started else None
             if completed_by is not None:
                 verdict.reruns.append((e.run_id, step, faults.rerun_cause(e.pid, completed_by, e.started)))

@@ -40,8 +40,12 @@ def spawn(env: dict[str, str], worker_log: Path) -> Iterator[Callable[..., subpr
     log = worker_log.open("ab")
 
     def start(*args: str) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen([STEPSTONE, "--log-level", "WARNING", "worker", "ledger_app:app", *args],
-                                env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [STEPSTONE, "--log-level", "WARNING", "worker", "ledger_app:app", *args],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         procs.append(proc)
         return proc
 

@@ -22,10 +22,13 @@ CHAOS_FAIL_RATE = float(os.environ.get("CHAOS_FAIL_RATE", "0.25"))
 CHAOS_SLEEP = os.environ.get("CHAOS_SLEEP", "300ms")
 
 
-def _record(conn: sqlite3.Connection, run_id: str, step: str, phase: str, token: str | None,
-            at: float | None = None) -> None:
-    conn.execute("INSERT INTO ledger (run_id, step, phase, pid, at, token) VALUES (?, ?, ?, ?, ?, ?)",
-                 (run_id, step, phase, os.getpid(), time.time() if at is None else at, token))
+def _record(
+    conn: sqlite3.Connection, run_id: str, step: str, phase: str, token: str | None, at: float | None = None
+) -> None:
+    conn.execute(
+        "INSERT INTO ledger (run_id, step, phase, pid, at, token) VALUES (?, ?, ?, ?, ?, ?)",
+        (run_id, step, phase, os.getpid(), time.time() if at is None else at, token),
+    )
 
 
 def effect(run_id: str, step: str, token: str | None = None, fail_rate: float = 0.0) -> str:
@@ -48,8 +51,9 @@ def effect(run_id: str, step: str, token: str | None = None, fail_rate: float = 
 
 
 def _gate(conn: sqlite3.Connection, run_id: str, step: str) -> None:
-    [(starts,)] = conn.execute("SELECT COUNT(*) FROM ledger WHERE run_id = ? AND step = ? AND phase = 'start'",
-                               (run_id, step)).fetchall()
+    [(starts,)] = conn.execute(
+        "SELECT COUNT(*) FROM ledger WHERE run_id = ? AND step = ? AND phase = 'start'", (run_id, step)
+    ).fetchall()
     if starts > 1:
         time.sleep(GATE_SECONDS)
         return
@@ -84,8 +88,12 @@ def tokened_effect(run_id: str, step: str, fail_rate: float = 0.0) -> str:
 CHAOS_STEPS = ("charge", "record", "provision")  # in the order a run executes them
 
 
-@app.function(id="chaos", trigger=ss.on_event("chaos"), retries=1,
-              backoff=ss.Backoff(initial="100ms", factor=1, max="100ms", jitter=0))
+@app.function(
+    id="chaos",
+    trigger=ss.on_event("chaos"),
+    retries=1,
+    backoff=ss.Backoff(initial="100ms", factor=1, max="100ms", jitter=0),
+)
 def chaos(ctx: ss.Context) -> list[str]:
     """The chaos suite's workflow: a step, a durable sleep, a step that fails at
     random (retried once, so some runs fail), a last step."""

@@ -43,7 +43,8 @@ def test_a_sigkill_storm_loses_no_run_and_reruns_no_completed_step(db_url: str, 
 
 
 def test_a_worker_resumed_past_its_lease_starts_no_step_another_worker_completed(
-        env: dict[str, str], spawn: Spawn, worker_log: Path) -> None:
+    env: dict[str, str], spawn: Spawn, worker_log: Path
+) -> None:
     """A worker leases a run and is paused (SIGSTOP) in the handler's code before
     its first step, past its lease; another worker takes the run over and
     completes it. Resumed, the first worker must not execute that step again."""
@@ -59,9 +60,17 @@ def test_a_worker_resumed_past_its_lease_starts_no_step_another_worker_completed
     wait_for(lambda: app.runs.get(run.id).status == "completed", 60, "the other worker to complete the run")
     stale.send_signal(signal.SIGCONT)
     # the resumed worker ends its stale invocation: its commit is refused (logged), if it gets that far
-    wait_for(lambda: f"run {run.id}: lease lost" in worker_log.read_text()
-             or (run.id, "charge", "end", stale.pid) in ledger(env), 30, "the stale invocation to end")
+    wait_for(
+        lambda: (
+            f"run {run.id}: lease lost" in worker_log.read_text()
+            or (run.id, "charge", "end", stale.pid) in ledger(env)
+        ),
+        30,
+        "the stale invocation to end",
+    )
     assert app.runs.get(run.id).output == f"charge@{taker.pid}"
     assert [r for r in ledger(env) if r[1] == "charge"] == [
-        (run.id, "charge", "start", taker.pid), (run.id, "charge", "end", taker.pid)]
+        (run.id, "charge", "start", taker.pid),
+        (run.id, "charge", "end", taker.pid),
+    ]
     app.close()

@@ -13,8 +13,13 @@ STEPSTONE = str(Path(sys.executable).parent / "stepstone")
 
 
 def cli(url: str, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([STEPSTONE, *args], capture_output=True, text=True, timeout=60,
-                            env={"STEPSTONE_DATABASE_URL": url, "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [STEPSTONE, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"STEPSTONE_DATABASE_URL": url, "PATH": "/usr/bin:/bin"},
+    )
     assert (result.returncode == 0) == ok, result.stdout + result.stderr
     return result
 

@@ -18,7 +18,7 @@ from tests.server.conftest import free_port, poll
 STEPSTONE = str(Path(sys.executable).parent / "stepstone")
 pytestmark = pytest.mark.slow
 
-MODULE = '''
+MODULE = """
 import os
 import stepstone as ss
 
@@ -29,7 +29,7 @@ VERSION = "{version}"
 @app.function(id="which", trigger=ss.on_event("which"))
 def which(ctx: ss.Context) -> str:
     return ctx.step.run("answer", lambda: VERSION)
-'''
+"""
 
 
 class Output:
@@ -58,9 +58,13 @@ def test_dev_serves_runs_and_reloads_on_change(tmp_path: Path) -> None:
     module.write_text(MODULE.format(version="v1"))
     port = free_port()
     process = subprocess.Popen(
-        [STEPSTONE, "dev", "devmod:app", "--port", str(port)], cwd=tmp_path, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        env={"PATH": "/usr/bin:/bin", "STEPSTONE_DATABASE_URL": f"sqlite:///{tmp_path}/dev.db"})
+        [STEPSTONE, "dev", "devmod:app", "--port", str(port)],
+        cwd=tmp_path,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={"PATH": "/usr/bin:/bin", "STEPSTONE_DATABASE_URL": f"sqlite:///{tmp_path}/dev.db"},
+    )
     output = Output(process)
     try:
         key = poll(lambda: output.find(r"API key \(generated\): (\S+)"), timeout=30, what="the key")
@@ -70,10 +74,15 @@ def test_dev_serves_runs_and_reloads_on_change(tmp_path: Path) -> None:
             """Send an event and return what its run answered (None while restarting)."""
             try:
                 [event_id] = http.post("/api/v1/events", json={"name": "which"}).json()["ids"]
-                run_id = poll(lambda: http.get("/api/v1/runs", params={"event_id": event_id}).json()["runs"],
-                              what="the run")[0]["id"]
-                run = poll(lambda: (r := http.get(f"/api/v1/runs/{run_id}").json())["status"] == "completed"
-                           and r, timeout=30, what="the run to complete")
+                run_id = poll(
+                    lambda: http.get("/api/v1/runs", params={"event_id": event_id}).json()["runs"],
+                    what="the run",
+                )[0]["id"]
+                run = poll(
+                    lambda: (r := http.get(f"/api/v1/runs/{run_id}").json())["status"] == "completed" and r,
+                    timeout=30,
+                    what="the run to complete",
+                )
             except httpx.TransportError:
                 return None
             return str(run["output"])

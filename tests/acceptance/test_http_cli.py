@@ -51,9 +51,13 @@ def database(tmp_path: Path) -> Iterator[tuple[str, ss.App]]:
 def server(database: tuple[str, ss.App]) -> Iterator[str]:
     url, _app = database
     port = free_port()
-    process = subprocess.Popen([STEPSTONE, "server", "--database-url", url, "--port", str(port)],
-                               env=env(STEPSTONE_API_KEY="cli-key", STEPSTONE_EVENT_KEY="cli-event-key"),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [STEPSTONE, "server", "--database-url", url, "--port", str(port)],
+        env=env(STEPSTONE_API_KEY="cli-key", STEPSTONE_EVENT_KEY="cli-event-key"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     base = f"http://127.0.0.1:{port}"
 
     def healthy() -> bool:
@@ -73,8 +77,14 @@ def server(database: tuple[str, ss.App]) -> Iterator[str]:
 
 
 def test_server_refuses_to_start_without_keys(tmp_path: Path) -> None:
-    result = cli("server", "--database-url", f"sqlite:///{tmp_path}/x.db", "--port", str(free_port()), ok=False)
-    assert result.returncode == 2 and "refusing to start" in result.stderr and "--insecure-no-auth" in result.stderr
+    result = cli(
+        "server", "--database-url", f"sqlite:///{tmp_path}/x.db", "--port", str(free_port()), ok=False
+    )
+    assert (
+        result.returncode == 2
+        and "refusing to start" in result.stderr
+        and "--insecure-no-auth" in result.stderr
+    )
 
 
 def test_the_cli_drives_a_server(server: str, database: tuple[str, ss.App]) -> None:

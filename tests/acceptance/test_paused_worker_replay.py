@@ -20,8 +20,9 @@ from .procs import client, ledger, wait_for
 Spawn = Callable[..., subprocess.Popen[bytes]]
 
 
-def test_a_paused_worker_stays_fenced_out_after_cancel_and_replay(env: dict[str, str], spawn: Spawn,
-                                                                  worker_log: Path, tmp_path: Path) -> None:
+def test_a_paused_worker_stays_fenced_out_after_cancel_and_replay(
+    env: dict[str, str], spawn: Spawn, worker_log: Path, tmp_path: Path
+) -> None:
     gate = tmp_path / "gate"
     env.update(STEP_SECONDS="0.3", GATE_STEP="charge", GATE_PATH=str(gate), GATE_SECONDS="0.3")
     app = client(env)
@@ -41,8 +42,11 @@ def test_a_paused_worker_stays_fenced_out_after_cancel_and_replay(env: dict[str,
     assert app.runs.cancel(run.id) == "cancelled"  # nobody holds it: cancelled at once
     app.runs.replay(run.id)
     worker.send_signal(signal.SIGCONT)  # its lease loop takes the replayed run again...
-    wait_for(lambda: [r[1:3] for r in ledger(env)].count(("charge", "start")) == 2, 30,
-             "the replayed run to start its first step")
+    wait_for(
+        lambda: [r[1:3] for r in ledger(env)].count(("charge", "start")) == 2,
+        30,
+        "the replayed run to start its first step",
+    )
     gate.touch()  # ...and the paused invocation's step ends about when the new one's does
     wait_for(lambda: app.runs.get(run.id).status == "completed", 60, "the replayed run to complete")
     refused = f"stepstone.executor run {run.id}: lease lost"  # the paused invocation's commit

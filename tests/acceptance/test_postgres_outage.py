@@ -40,16 +40,19 @@ def db_url(own_cluster: PgCluster) -> str:
 
 def tolerant(predicate: Callable[[], Any]) -> Callable[[], Any]:
     """The test's own reads may fail while the server is down: that is not an answer."""
+
     def check() -> Any:
         try:
             return predicate()
         except StoreUnavailableError:
             return False
+
     return check
 
 
-def test_workers_ride_out_a_postgresql_restart(env: dict[str, str], spawn: Spawn, own_cluster: PgCluster,
-                                                worker_log: Path) -> None:
+def test_workers_ride_out_a_postgresql_restart(
+    env: dict[str, str], spawn: Spawn, own_cluster: PgCluster, worker_log: Path
+) -> None:
     env["STEP_SECONDS"] = "0.1"
     app = client(env)
     workers = [spawn("--concurrency", "4", "--lease-ttl", "5", "--instance-id", name) for name in "ab"]

@@ -34,7 +34,9 @@ def test_sigkill_mid_run_resumes_from_last_checkpoint(env: dict[str, str], spawn
 
     rows = ledger(env)
     starts = Counter((r[0], r[1]) for r in rows if r[2] == "start")
-    assert {(run.id, s) for run in app.runs.list(limit=100) for s in ("charge", "record", "provision")} == set(starts)
+    assert {
+        (run.id, s) for run in app.runs.list(limit=100) for s in ("charge", "record", "provision")
+    } == set(starts)
     twice = [key for key, n in starts.items() if n > 1]
     # Only steps in flight at the kill may run again (at-least-once at the boundary):
     assert len(twice) <= 4
@@ -46,9 +48,10 @@ def test_sigkill_mid_run_resumes_from_last_checkpoint(env: dict[str, str], spawn
         # after the previous one's checkpoint committed, so had the killed worker gone on to a
         # later step, this one would never have run again. (Its side effect may have finished:
         # the kill can land between the step's end and its commit.)
-        later = order[order.index(step) + 1:]
-        assert not any(r[3] == killed_pid and r[2] == "start" and r[0] == run_id and r[1] in later
-                       for r in rows)
+        later = order[order.index(step) + 1 :]
+        assert not any(
+            r[3] == killed_pid and r[2] == "start" and r[0] == run_id and r[1] in later for r in rows
+        )
     for run in app.runs.list(limit=100):
         assert run.output == ["charge", "record", "provision"]
     app.close()
@@ -94,8 +97,9 @@ def test_two_workers_race_for_one_queue(env: dict[str, str], spawn: Spawn) -> No
     app.close()
 
 
-def test_a_paused_worker_is_fenced_out_when_it_resumes(env: dict[str, str], spawn: Spawn,
-                                                        worker_log: Path) -> None:
+def test_a_paused_worker_is_fenced_out_when_it_resumes(
+    env: dict[str, str], spawn: Spawn, worker_log: Path
+) -> None:
     """SIGSTOP a worker mid-step for longer than its lease: another worker takes
     the run over. After SIGCONT the paused worker finishes its step's side
     effect, but its checkpoint is refused (owner + epoch fence): the run
@@ -119,8 +123,11 @@ def test_a_paused_worker_is_fenced_out_when_it_resumes(env: dict[str, str], spaw
     wait_for(taken_over, 60, "the other worker to commit the paused worker's step")
     paused.send_signal(signal.SIGCONT)
     wait_for(lambda: app.runs.get(run.id).status == "completed", 60, "the run to complete")
-    wait_for(lambda: (run.id, step_in_flight, "end", paused.pid) in ledger(env), 30,
-             "the resumed worker to finish its step")
+    wait_for(
+        lambda: (run.id, step_in_flight, "end", paused.pid) in ledger(env),
+        30,
+        "the resumed worker to finish its step",
+    )
     refused = f"stepstone.executor run {run.id}: lease lost"  # logged when the fence refuses a commit
     wait_for(lambda: refused in worker_log.read_text(), 30, "the refused commit")
 
@@ -129,7 +136,9 @@ def test_a_paused_worker_is_fenced_out_when_it_resumes(env: dict[str, str], spaw
     assert [s.output for s in final.steps] == final.output  # the late commit did not overwrite
     # the paused worker did nothing after its refused commit: no next step started
     assert [r for r in ledger(env) if r[3] == paused.pid] == [
-        (run.id, step_in_flight, "start", paused.pid), (run.id, step_in_flight, "end", paused.pid)]
+        (run.id, step_in_flight, "start", paused.pid),
+        (run.id, step_in_flight, "end", paused.pid),
+    ]
     assert paused.poll() is None  # it lives on, serving other runs
     app.close()
 
@@ -169,7 +178,12 @@ def test_worker_probes_say_ready_then_draining(env: dict[str, str], spawn: Spawn
     status, body = get(f"{base}/readyz")
     state = json.loads(body)
     assert (status, state["ready"], state["worker"], state["draining"], state["concurrency"]) == (
-        200, True, "probe-me", False, 2)
+        200,
+        True,
+        "probe-me",
+        False,
+        2,
+    )
     assert get(f"{base}/healthz") == (200, '{"status": "ok"}')
     assert get(f"{base}/nope")[0] == 404
     app.send(ss.Event("work"))
@@ -182,7 +196,9 @@ def test_worker_probes_say_ready_then_draining(env: dict[str, str], spawn: Spawn
     app.close()
 
 
-def test_worker_exposes_its_metrics(env: dict[str, str], spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
+def test_worker_exposes_its_metrics(
+    env: dict[str, str], spawn: Callable[..., subprocess.Popen[bytes]]
+) -> None:
     port = free_port()
     env["STEP_SECONDS"] = "0.001"
     app = client(env)
@@ -195,8 +211,11 @@ def test_worker_exposes_its_metrics(env: dict[str, str], spawn: Callable[..., su
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
             return str(response.read().decode())
 
-    wait_for(lambda: 'stepstone_runs_finished_total{function="three-steps",status="completed"} 3.0' in scrape(),
-             10, "the finished counter")
+    wait_for(
+        lambda: 'stepstone_runs_finished_total{function="three-steps",status="completed"} 3.0' in scrape(),
+        10,
+        "the finished counter",
+    )
     text = scrape()
     assert 'stepstone_step_duration_seconds_count{function="three-steps"} 9.0' in text
     assert 'stepstone_queue_delay_seconds_count{function="three-steps"} 3.0' in text

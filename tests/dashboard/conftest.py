@@ -15,8 +15,14 @@ import pytest
 from tests.server.conftest import API_KEY, Shop, serve, shop  # noqa: F401 - fixtures
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "dashboard"
 
 
@@ -32,7 +38,7 @@ def csrf_of(client: httpx.Client, path: str = "/") -> str:
     page = client.get(path).text
     marker = '<meta name="csrf-token" content="'
     start = page.index(marker) + len(marker)
-    return page[start:page.index('"', start)]
+    return page[start : page.index('"', start)]
 
 
 @pytest.fixture

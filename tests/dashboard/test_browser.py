@@ -89,8 +89,13 @@ def test_find_a_failed_run_read_its_trace_fix_and_replay(page: Any, shop: Shop) 
 
 def test_bulk_replay_previews_then_follows_the_job(page: Any, shop: Shop) -> None:
     shop.http.post("/api/v1/events", json=[{"name": "boom", "data": {"n": i}} for i in range(4)])
-    poll(lambda: shop.http.get("/api/v1/stats/runs", params={"function_id": "flaky"}).json()
-         ["counts"]["failed"] == 4, what="four failed runs")
+    poll(
+        lambda: (
+            shop.http.get("/api/v1/stats/runs", params={"function_id": "flaky"}).json()["counts"]["failed"]
+            == 4
+        ),
+        what="four failed runs",
+    )
     sign_in(page, shop, "/bulk")
     page.get_by_label("Function").select_option("flaky")
     page.get_by_role("button", name="Preview").click()
@@ -102,8 +107,16 @@ def test_bulk_replay_previews_then_follows_the_job(page: Any, shop: Shop) -> Non
     expect(page.locator("#job-progress")).to_have_attribute("data-finished", "completed")
     expect(page.locator("#job-status")).to_contain_text("4 done of 4 examined")
     screenshot(page, "bulk")
-    counts = poll(lambda: (c := shop.http.get("/api/v1/stats/runs", params={"function_id": "flaky"})
-                           .json()["counts"])["completed"] == 4 and c, what="the replays to complete")
+    counts = poll(
+        lambda: (
+            (c := shop.http.get("/api/v1/stats/runs", params={"function_id": "flaky"}).json()["counts"])[
+                "completed"
+            ]
+            == 4
+            and c
+        ),
+        what="the replays to complete",
+    )
     assert counts["failed"] == 0
 
 

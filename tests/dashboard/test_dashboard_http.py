@@ -57,19 +57,23 @@ def test_login_sets_a_hardened_session_cookie_that_is_not_the_key(shop: Shop) ->
         assert page.status_code == 200 and "greet" in page.text and "parked" in page.text
         assert "script-src 'self'" in page.headers["content-security-policy"]
         assert page.headers["x-frame-options"] == "DENY"
-    behind_tls = httpx.post(f"{shop.live.url}/login", data={"api_key": API_KEY},
-                            headers={"X-Forwarded-Proto": "https"})  # uvicorn trusts loopback proxies
+    behind_tls = httpx.post(
+        f"{shop.live.url}/login", data={"api_key": API_KEY}, headers={"X-Forwarded-Proto": "https"}
+    )  # uvicorn trusts loopback proxies
     assert "Secure" in behind_tls.headers["set-cookie"]
 
 
-@pytest.mark.parametrize("target", ["https://evil.example/", "//evil.example/x", "/\\evil.example", "javascript:x"])
+@pytest.mark.parametrize(
+    "target", ["https://evil.example/", "//evil.example/x", "/\\evil.example", "javascript:x"]
+)
 def test_login_never_redirects_off_site(shop: Shop, target: str) -> None:
     response = httpx.post(f"{shop.live.url}/login", data={"api_key": API_KEY, "next": target})
     assert response.status_code == 303 and response.headers["location"] == "/"
 
 
 def test_the_session_cookie_opens_the_api_and_unsafe_requests_need_the_csrf_token(
-        shop: Shop, session: httpx.Client, db_url: str) -> None:
+    shop: Shop, session: httpx.Client, db_url: str
+) -> None:
     parked = shop.run_of(shop.send("park"))["id"]
     listed = session.get("/api/v1/runs", params={"function_id": "parked"})
     assert listed.status_code == 200 and [r["id"] for r in listed.json()["runs"]] == [parked]
@@ -152,8 +156,13 @@ def test_pages_show_runs_functions_events_workers_and_a_preview(shop: Shop, sess
 
 def test_the_runs_list_pages_with_a_cursor(shop: Shop, session: httpx.Client) -> None:
     shop.http.post("/api/v1/events", json=[{"name": "park", "data": {"i": i}} for i in range(55)])
-    poll(lambda: len(shop.http.get("/api/v1/runs", params={"function_id": "parked", "limit": 60})
-                     .json()["runs"]) == 55, what="55 runs")
+    poll(
+        lambda: (
+            len(shop.http.get("/api/v1/runs", params={"function_id": "parked", "limit": 60}).json()["runs"])
+            == 55
+        ),
+        what="55 runs",
+    )
     first = session.get("/", params={"function_id": "parked"}).text
     assert first.count("data-run=") == 50
     older = re.search(r'href="(/\?[^"]*cursor=[^"]+)" rel="next"', first)
@@ -187,7 +196,7 @@ def test_the_waterfall_shows_retries_with_their_errors_and_sleeps(make_app: obje
     client.close()
     assert 'data-span="sleep:nap:0"' in page
     failed_attempt = page.index('data-span="step:wobble:0"')
-    assert 'class="t-retrying"' in page[failed_attempt:failed_attempt + 900]
+    assert 'class="t-retrying"' in page[failed_attempt : failed_attempt + 900]
     assert "first attempt breaks" in page[failed_attempt:]
     assert 'data-span="step:wobble:1"' in page and "wobble (attempt 2)" in page
     assert page.count('data-span="queued:') == 1

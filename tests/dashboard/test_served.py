@@ -19,11 +19,23 @@ pytestmark = pytest.mark.slow
 def test_stepstone_server_serves_the_dashboard(tmp_path: Path) -> None:
     port = free_port()
     process = subprocess.Popen(
-        [STEPSTONE, "server", "--database-url", f"sqlite:///{tmp_path}/d.db", "--port", str(port),
-         "--no-access-log"], env=env(STEPSTONE_API_KEY="served-key"), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+        [
+            STEPSTONE,
+            "server",
+            "--database-url",
+            f"sqlite:///{tmp_path}/d.db",
+            "--port",
+            str(port),
+            "--no-access-log",
+        ],
+        env=env(STEPSTONE_API_KEY="served-key"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
+
         def up() -> bool:
             assert process.poll() is None, process.communicate()
             try:

@@ -53,8 +53,9 @@ class Reader:
 
             self._pg = psycopg.connect(url, autocommit=True, row_factory=tuple_row)
         else:
-            self._lite = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None,
-                                         check_same_thread=False)
+            self._lite = sqlite3.connect(
+                url.removeprefix("sqlite:///"), isolation_level=None, check_same_thread=False
+            )
 
     def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         if self.pg:
@@ -78,27 +79,36 @@ class Reader:
         rows = self.rows(
             "SELECT r.id, r.function_id, r.status, q.run_id, q.owner, q.available_at,"
             " q.cancel_requested, q.wake_requested"
-            " FROM runs r LEFT JOIN queue q ON q.run_id = r.id ORDER BY r.id")
-        return [RunState(r[0], r[1], r[2], r[3] is not None, r[4], r[5], bool(r[6]), bool(r[7]))
-                for r in rows]
+            " FROM runs r LEFT JOIN queue q ON q.run_id = r.id ORDER BY r.id"
+        )
+        return [
+            RunState(r[0], r[1], r[2], r[3] is not None, r[4], r[5], bool(r[6]), bool(r[7])) for r in rows
+        ]
 
     def orphan_queue_items(self) -> list[str]:
-        return [r[0] for r in self.rows(
-            "SELECT run_id FROM queue WHERE run_id NOT IN (SELECT id FROM runs)")]
+        return [r[0] for r in self.rows("SELECT run_id FROM queue WHERE run_id NOT IN (SELECT id FROM runs)")]
 
     def waits(self) -> list[WaitState]:
-        return [WaitState(*r) for r in self.rows(
-            "SELECT run_id, step_id, kind, match_value, expires_at FROM waits ORDER BY id")]
+        return [
+            WaitState(*r)
+            for r in self.rows("SELECT run_id, step_id, kind, match_value, expires_at FROM waits ORDER BY id")
+        ]
 
     def children(self) -> list[tuple[str, str]]:
         """(parent run, parent step) of every invoked run."""
-        return [(r[0], r[1]) for r in self.rows(
-            "SELECT parent_run_id, parent_step_id FROM runs WHERE parent_run_id IS NOT NULL")]
+        return [
+            (r[0], r[1])
+            for r in self.rows(
+                "SELECT parent_run_id, parent_step_id FROM runs WHERE parent_run_id IS NOT NULL"
+            )
+        ]
 
     def completed_outputs(self) -> dict[tuple[str, str], str | None]:
         """The output of every completed step."""
-        return {(r[0], r[1]): r[2] for r in self.rows(
-            "SELECT run_id, step_id, output FROM steps WHERE status = 'completed'")}
+        return {
+            (r[0], r[1]): r[2]
+            for r in self.rows("SELECT run_id, step_id, output FROM steps WHERE status = 'completed'")
+        }
 
     def step_statuses(self) -> dict[tuple[str, str], str]:
         return {(r[0], r[1]): r[2] for r in self.rows("SELECT run_id, step_id, status FROM steps")}
@@ -111,13 +121,17 @@ class Reader:
 
     def run_data(self, run_id: str) -> dict[str, Any]:
         """The data of the run's first event."""
-        rows = self.rows("SELECT e.data FROM run_events re JOIN events e ON e.seq = re.event_seq"
-                         " WHERE re.run_id = ? ORDER BY re.position", run_id)
+        rows = self.rows(
+            "SELECT e.data FROM run_events re JOIN events e ON e.seq = re.event_seq"
+            " WHERE re.run_id = ? ORDER BY re.position",
+            run_id,
+        )
         return dict(json.loads(rows[0][0])) if rows else {}
 
     def step_ids(self, run_id: str) -> list[str]:
-        return [r[0] for r in self.rows(
-            "SELECT step_id FROM steps WHERE run_id = ? ORDER BY position", run_id)]
+        return [
+            r[0] for r in self.rows("SELECT step_id FROM steps WHERE run_id = ? ORDER BY position", run_id)
+        ]
 
     def next_time(self, after: float) -> float | None:
         """The earliest queue time after ``after`` (a due run or a lease expiry)."""

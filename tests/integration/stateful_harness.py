@@ -94,8 +94,24 @@ class SimWorker:
         return f"w{self.index}/g{self.generation}"
 
 
-TABLES = ("batches", "crons", "debounces", "dedupe", "events", "gcra", "jobs", "partitions", "queue",
-          "run_events", "runs", "spans", "steps", "wait_keys", "waits", "workers")
+TABLES = (
+    "batches",
+    "crons",
+    "debounces",
+    "dedupe",
+    "events",
+    "gcra",
+    "jobs",
+    "partitions",
+    "queue",
+    "run_events",
+    "runs",
+    "spans",
+    "steps",
+    "wait_keys",
+    "waits",
+    "workers",
+)
 
 
 class Harness:
@@ -140,8 +156,12 @@ class Harness:
 
         match = "async.data.k == event.data.k"
 
-        @app.function(id="seq", trigger=ss.on_event("go.seq"), retries=0,
-                      singleton=ss.Singleton(key="event.data.g", mode="skip"))
+        @app.function(
+            id="seq",
+            trigger=ss.on_event("go.seq"),
+            retries=0,
+            singleton=ss.Singleton(key="event.data.g", mode="skip"),
+        )
         async def seq(ctx: ss.Context) -> list[str]:
             a = await ctx.step.run("a", effect, ctx.run_id, "a")
             b = await ctx.step.run("b", effect, ctx.run_id, "b")
@@ -168,8 +188,10 @@ class Harness:
             # The wait runs beside a step: its wait row commits (at the step's
             # start) while the run is still leased.
             a = await ctx.step.run("a", effect, ctx.run_id, "a")
-            got, b = await asyncio.gather(ctx.step.wait_for_event("w", event="poke", if_=match),
-                                          ctx.step.run("b", effect, ctx.run_id, "b"))
+            got, b = await asyncio.gather(
+                ctx.step.wait_for_event("w", event="poke", if_=match),
+                ctx.step.run("b", effect, ctx.run_id, "b"),
+            )
             c = await ctx.step.run("c", effect, ctx.run_id, "c")
             return [a, got is not None, b, c]
 
@@ -184,8 +206,9 @@ class Harness:
         async def parent(ctx: ss.Context) -> list[Any]:
             a = await ctx.step.run("a", effect, ctx.run_id, "a")
             try:
-                got = await ctx.step.invoke("call", function="child", data={"k": ctx.event.data["k"]},
-                                            timeout="40s")
+                got = await ctx.step.invoke(
+                    "call", function="child", data={"k": ctx.event.data["k"]}, timeout="40s"
+                )
             except ss.StepError as exc:
                 got = exc.error_type
             b = await ctx.step.run("b", effect, ctx.run_id, "b")
@@ -198,7 +221,8 @@ class Harness:
             a = await ctx.step.run("a", effect, ctx.run_id, "a")
             got, b = await asyncio.gather(
                 ctx.step.invoke("call", function="child", data={"k": ctx.event.data["k"]}),
-                ctx.step.run("b", effect, ctx.run_id, "b"))
+                ctx.step.run("b", effect, ctx.run_id, "b"),
+            )
             c = await ctx.step.run("c", effect, ctx.run_id, "c")
             return [a, got, b, c]
 

@@ -35,9 +35,13 @@ PERIOD = 10.0
 def _registry(kind: str) -> Registry:
     app = ss.App("races", database_url="sqlite:///never-opened.db")  # only its registry is used
     if kind == "debounce":
-        app.function(id="acc", trigger=ss.on_event("e"), debounce=ss.Debounce(period=PERIOD))(lambda ctx: None)
+        app.function(id="acc", trigger=ss.on_event("e"), debounce=ss.Debounce(period=PERIOD))(
+            lambda ctx: None
+        )
     else:
-        app.function(id="acc", trigger=ss.on_event("e"), batch=ss.Batch(max_size=5, timeout=PERIOD))(lambda ctx: None)
+        app.function(id="acc", trigger=ss.on_event("e"), batch=ss.Batch(max_size=5, timeout=PERIOD))(
+            lambda ctx: None
+        )
     return app.registry
 
 
@@ -51,20 +55,25 @@ def _send(store: Store, registry: Registry, event_id: str, now: float) -> None:
 
 def _events_by_run(store: Store) -> dict[str, list[str]]:
     """Each run of ``acc``: the ids of the events it was started with."""
+
     def op(tx: Tx) -> dict[str, list[str]]:
         return {r.id: list(r.event_ids) for r in tx.list_runs(RunFilter(function_id="acc", limit=10))}
+
     return store.read_sync(op)
 
 
-def _check_nothing_lost(db_url: str, store: Store, leased_id: str, leased_events: list[str],
-                        until: float) -> None:
+def _check_nothing_lost(
+    db_url: str, store: Store, leased_id: str, leased_events: list[str], until: float
+) -> None:
     """The leased run keeps the events its handler read and its lease; the late
     event starts a run of its own."""
     runs = _events_by_run(store)
     assert runs[leased_id] == leased_events
     others = [events for run_id, events in runs.items() if run_id != leased_id]
     assert others == [["late"]], runs
-    assert query(db_url, f"SELECT owner, available_at FROM queue WHERE run_id = '{leased_id}'") == [("w1", until)]
+    assert query(db_url, f"SELECT owner, available_at FROM queue WHERE run_id = '{leased_id}'") == [
+        ("w1", until)
+    ]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -118,7 +127,9 @@ def test_a_join_racing_an_uncommitted_lease_loses_no_event(db_url: str, store: S
 
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_lease_racing_an_uncommitted_join_takes_the_joined_events(db_url: str, store: Store, kind: str) -> None:
+def test_a_lease_racing_an_uncommitted_join_takes_the_joined_events(
+    db_url: str, store: Store, kind: str
+) -> None:
     """The other order: the join holds the pending run when a lease pass comes.
     The pass skips it (it would read the events the join is changing); after the
     join commits, the run starts with every event the join gave it."""
@@ -137,8 +148,9 @@ def test_a_lease_racing_an_uncommitted_join_takes_the_joined_events(db_url: str,
 
 def _singleton_registry() -> Registry:
     app = ss.App("races", database_url="sqlite:///never-opened.db")  # only its registry is used
-    app.function(id="acc", trigger=ss.on_event("e"),
-                 singleton=ss.Singleton(key=None, mode="cancel"))(lambda ctx: None)
+    app.function(id="acc", trigger=ss.on_event("e"), singleton=ss.Singleton(key=None, mode="cancel"))(
+        lambda ctx: None
+    )
     return app.registry
 
 
@@ -153,7 +165,9 @@ def _cancel_by_operator(store: Store, registry: Registry, holder: str, now: floa
 CANCELS = {"singleton": _cancel_by_singleton, "operator": _cancel_by_operator}
 
 
-def _racing_a_held_lease(db_url: str, registry: Registry, at: float, action: Callable[[], object]) -> list[Any]:
+def _racing_a_held_lease(
+    db_url: str, registry: Registry, at: float, action: Callable[[], object]
+) -> list[Any]:
     """Run ``action`` in another thread while a lease pass at ``at`` holds its
     transaction open (until the action waits on it or is done); returns what
     the pass leased. The action's failure is raised here."""
@@ -171,7 +185,9 @@ def _racing_a_held_lease(db_url: str, registry: Registry, at: float, action: Cal
     thread = threading.Thread(target=run)
     with uncommitted(db_url, lambda tx: taken.extend(lease(tx, "w1", registry, 1, at, at + 60))):
         thread.start()
-        wait_for(lambda: done.is_set() or _blocked_backends(db_url) > 0, 10, "the racing action to wait or finish")
+        wait_for(
+            lambda: done.is_set() or _blocked_backends(db_url) > 0, 10, "the racing action to wait or finish"
+        )
     thread.join(10)
     assert not failures, failures
     return taken
@@ -179,7 +195,9 @@ def _racing_a_held_lease(db_url: str, registry: Registry, at: float, action: Cal
 
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 @pytest.mark.parametrize("how", sorted(CANCELS))
-def test_a_cancel_racing_an_uncommitted_lease_flags_the_leased_run(db_url: str, store: Store, how: str) -> None:
+def test_a_cancel_racing_an_uncommitted_lease_flags_the_leased_run(
+    db_url: str, store: Store, how: str
+) -> None:
     """A cancellation (a singleton ``cancel`` admission, or an operator's) that
     looks at a queued run while a lease pass holds it uncommitted must not end
     the run under the worker that is about to execute it (the worker would run
@@ -188,14 +206,20 @@ def test_a_cancel_racing_an_uncommitted_lease_flags_the_leased_run(db_url: str, 
     registry = _singleton_registry()
     _send(store, registry, "first", NOW)
     [holder] = _events_by_run(store)
-    taken = _racing_a_held_lease(db_url, registry, NOW, lambda: CANCELS[how](store, registry, holder, NOW + 1))
+    taken = _racing_a_held_lease(
+        db_url, registry, NOW, lambda: CANCELS[how](store, registry, holder, NOW + 1)
+    )
     assert [lr.run.id for lr in taken] == [holder]
-    assert query(db_url, f"SELECT owner, cancel_requested FROM queue WHERE run_id = '{holder}'") == [("w1", 1)]
+    assert query(db_url, f"SELECT owner, cancel_requested FROM queue WHERE run_id = '{holder}'") == [
+        ("w1", 1)
+    ]
     assert query(db_url, f"SELECT status FROM runs WHERE id = '{holder}'") == [("running",)]
 
 
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
-def test_a_start_timeout_racing_an_uncommitted_lease_leaves_the_started_run(db_url: str, store: Store) -> None:
+def test_a_start_timeout_racing_an_uncommitted_lease_leaves_the_started_run(
+    db_url: str, store: Store
+) -> None:
     """The start-timeout duty read the run as queued past its deadline while a
     lease pass was starting it: the duty waits for the lease and leaves the
     started run alone (it must not delete its queue item under the worker)."""
@@ -205,7 +229,11 @@ def test_a_start_timeout_racing_an_uncommitted_lease_leaves_the_started_run(db_u
     _send(store, registry, "first", NOW)
     [run_id] = _events_by_run(store)
     late = NOW + 2
-    taken = _racing_a_held_lease(db_url, registry, late, lambda: store.transact_sync(timeouts_op(late, registry)))
+    taken = _racing_a_held_lease(
+        db_url, registry, late, lambda: store.transact_sync(timeouts_op(late, registry))
+    )
     assert [lr.run.id for lr in taken] == [run_id]
-    assert query(db_url, f"SELECT owner, cancel_requested FROM queue WHERE run_id = '{run_id}'") == [("w1", 0)]
+    assert query(db_url, f"SELECT owner, cancel_requested FROM queue WHERE run_id = '{run_id}'") == [
+        ("w1", 0)
+    ]
     assert query(db_url, f"SELECT status FROM runs WHERE id = '{run_id}'") == [("running",)]

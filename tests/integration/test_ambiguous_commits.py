@@ -48,8 +48,9 @@ def test_an_ambiguous_commit_carrying_an_invoke_starts_one_child(db_url: str) ->
     @app.function(id="parent", trigger=ss.on_event("go"), retries=0)
     async def parent(ctx: ss.Context) -> Any:
         # The invoke's memo and child are committed by the flush before "other".
-        return await asyncio.gather(ctx.step.invoke("inv", function=child, data={"n": 21}),
-                                    ctx.step.run("other", lambda: "x"))
+        return await asyncio.gather(
+            ctx.step.invoke("inv", function=child, data={"n": 21}), ctx.step.run("other", lambda: "x")
+        )
 
     async def main() -> None:
         driver = Driver(app)
@@ -75,8 +76,8 @@ def with_a_wait_beside_a_step(app: ss.App) -> None:
     @app.function(id="waiter", trigger=ss.on_event("go"), retries=0)
     async def waiter(ctx: ss.Context) -> Any:
         found, _ = await asyncio.gather(
-            ctx.step.wait_for_event("w", event="answer", timeout="1h"),
-            ctx.step.run("other", lambda: "x"))
+            ctx.step.wait_for_event("w", event="answer", timeout="1h"), ctx.step.run("other", lambda: "x")
+        )
         return found.data if found else None
 
 
@@ -144,7 +145,8 @@ class _Failures(ss.Middleware):
 
 
 def test_an_ambiguous_commit_ending_a_run_is_recognised_as_done(
-        db_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     hook = _Failures()
     app = virtual_app(db_url)
     handled: list[str] = []
@@ -152,8 +154,7 @@ def test_an_ambiguous_commit_ending_a_run_is_recognised_as_done(
     def notify(ctx: ss.Context) -> None:
         handled.append(ctx.run_id)
 
-    @app.function(id="doomed", trigger=ss.on_event("go"), retries=0, on_failure=notify,
-                  middleware=[hook])
+    @app.function(id="doomed", trigger=ss.on_event("go"), retries=0, on_failure=notify, middleware=[hook])
     async def doomed(ctx: ss.Context) -> None:
         await ctx.step.run("boom", _raise)
 
@@ -180,7 +181,8 @@ def test_an_ambiguous_commit_ending_a_run_is_recognised_as_done(
 
 
 def test_an_ambiguous_commit_parking_a_run_is_recognised_as_done(
-        db_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     app = virtual_app(db_url)
     calls: list[str] = []
 
@@ -217,7 +219,8 @@ def _raise() -> None:
 
 
 def test_a_wait_resolved_before_the_retry_of_its_ambiguous_commit_stays_resolved(
-        db_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """The event arrives while the worker cannot know its commit succeeded: the
     retry must neither reset the completed step to waiting nor wait again."""
     caplog.set_level(logging.WARNING, "stepstone")
@@ -248,7 +251,8 @@ def test_a_wait_resolved_before_the_retry_of_its_ambiguous_commit_stays_resolved
 
 
 def test_a_child_ended_before_the_retry_of_its_ambiguous_invoke_is_not_started_again(
-        db_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """The child ends (here: cancelled) while the parent's worker cannot know its
     commit succeeded: the retry starts no second child and the invocation goes
     on (no crash, no wait for the lease to expire)."""
@@ -262,8 +266,9 @@ def test_a_child_ended_before_the_retry_of_its_ambiguous_invoke_is_not_started_a
     @app.function(id="parent", trigger=ss.on_event("go"), retries=0)
     async def parent(ctx: ss.Context) -> Any:
         try:
-            await asyncio.gather(ctx.step.invoke("inv", function=child, data={}),
-                                 ctx.step.run("other", lambda: "x"))
+            await asyncio.gather(
+                ctx.step.invoke("inv", function=child, data={}), ctx.step.run("other", lambda: "x")
+            )
         except ss.StepError as exc:
             return exc.error_type
         return "child completed"
@@ -293,13 +298,26 @@ def test_a_child_ended_before_the_retry_of_its_ambiguous_invoke_is_not_started_a
 
 # -- the store contract behind it (explicit times, both stores) ---------------------------
 
+
 def test_a_repeated_wait_commit_changes_nothing_even_after_the_wait_was_resolved(
-        store: Store, db_url: str) -> None:
+    store: Store, db_url: str
+) -> None:
     add_runs(store, ["r"])
     [leased] = store.transact_sync(lambda tx: lease(tx, "w", 1, NOW, NOW + 30))
     fence = Fence(run_id="r", owner="w", epoch=leased.epoch)
-    waiting = StepRow(run_id="r", step_id="w", position=0, kind="wait", status="waiting", attempts=0, wake_at=NOW + 60, started_at=NOW)
-    wait = WaitRow(run_id="r", step_id="w", kind="event", event_name="answer", created_at=NOW, expires_at=NOW + 60)
+    waiting = StepRow(
+        run_id="r",
+        step_id="w",
+        position=0,
+        kind="wait",
+        status="waiting",
+        attempts=0,
+        wake_at=NOW + 60,
+        started_at=NOW,
+    )
+    wait = WaitRow(
+        run_id="r", step_id="w", kind="event", event_name="answer", created_at=NOW, expires_at=NOW + 60
+    )
 
     def commit(tx: Tx) -> Callable[[], bool]:  # what the journal commits for wait_for_event
         tx.checkpoint(fence, [waiting], [])

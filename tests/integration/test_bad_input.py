@@ -31,8 +31,13 @@ from ..conftest import query
 # zero, index out of range, a type error, a missing key, an int64 overflow, a
 # failing conversion, a field of a number.
 FAILING = [
-    "1 / (event.data.n - 1)", "event.data.n % 0", "event.data.xs[5]", "event.data.n + 'a'",
-    "event.data.nope", "event.data.n * int('46116860184' + '27387904') * 2", "int('x' + string(event.data.n))",
+    "1 / (event.data.n - 1)",
+    "event.data.n % 0",
+    "event.data.xs[5]",
+    "event.data.n + 'a'",
+    "event.data.nope",
+    "event.data.n * int('46116860184' + '27387904') * 2",
+    "int('x' + string(event.data.n))",
     "event.data.n.field",
 ]
 CONDITIONS = [f"({expression}) == 1" for expression in FAILING]
@@ -63,9 +68,11 @@ def register_failing_slots(app: ss.App) -> list[str]:
     app.function(id="plain", trigger=ss.on_event("go"))(lambda ctx: None)
     for i, condition in enumerate(CONDITIONS):
         app.function(id=f"trigger-{i}", trigger=ss.on_event("go", if_=condition))(lambda ctx: None)
-        app.function(id=f"cancel-{i}", trigger=ss.on_event("go"),
-                     cancel_on=[ss.CancelOn(event="go", if_=f"async.data.n == 1 && {condition}")])(
-            lambda ctx: None)
+        app.function(
+            id=f"cancel-{i}",
+            trigger=ss.on_event("go"),
+            cancel_on=[ss.CancelOn(event="go", if_=f"async.data.n == 1 && {condition}")],
+        )(lambda ctx: None)
         every.append(f"cancel-{i}")
     for i, key in enumerate(KEYS):
         for slot, options in key_slots(key).items():
@@ -76,7 +83,8 @@ def register_failing_slots(app: ss.App) -> list[str]:
 
 
 def test_failing_expressions_in_every_slot_are_false_or_null(
-        make_app: Callable[..., ss.App], caplog: pytest.LogCaptureFixture) -> None:
+    make_app: Callable[..., ss.App], caplog: pytest.LogCaptureFixture
+) -> None:
     from stepstone import expressions
 
     expressions._last_logged.clear()  # failures logged by earlier tests are not logged again for a minute
@@ -115,13 +123,44 @@ NOW = 1_000_000.0
 def park(store: Store, run_id: str, condition: str) -> None:
     def op(tx: Tx) -> None:
         seq = tx.insert_event(f"ev-{run_id}", "start", json.dumps(DATA), 7, NOW)
-        tx.create_run(NewRun(id=run_id, function_id="f", event_seqs=[seq], event_ids=[f"ev-{run_id}"],
-                             available_at=NOW, created_at=NOW))
-        tx.save_steps([StepRow(run_id=run_id, step_id="w", position=0, kind="wait", status=StepStatus.WAITING, started_at=NOW)], [])
+        tx.create_run(
+            NewRun(
+                id=run_id,
+                function_id="f",
+                event_seqs=[seq],
+                event_ids=[f"ev-{run_id}"],
+                available_at=NOW,
+                created_at=NOW,
+            )
+        )
+        tx.save_steps(
+            [
+                StepRow(
+                    run_id=run_id,
+                    step_id="w",
+                    position=0,
+                    kind="wait",
+                    status=StepStatus.WAITING,
+                    started_at=NOW,
+                )
+            ],
+            [],
+        )
         run_event = {"name": "start", "data": DATA, "id": f"ev-{run_id}", "ts": 7}
-        tx.insert_wait(build_wait(run_id=run_id, step_id="w", kind="event", event_name="reply",
-                                  condition=condition, run_event=run_event, now=NOW,
-                                  expires_at=None, field="if_"))
+        tx.insert_wait(
+            build_wait(
+                run_id=run_id,
+                step_id="w",
+                kind="event",
+                event_name="reply",
+                condition=condition,
+                run_event=run_event,
+                now=NOW,
+                expires_at=None,
+                field="if_",
+            )
+        )
+
     store.transact_sync(op)
 
 
@@ -134,8 +173,15 @@ def test_a_failing_wait_condition_blocks_no_other_event_of_its_name(store: Store
     for i, condition in enumerate(CONDITIONS):
         park(store, f"bad-{i}", prefix + condition.replace("event.data", "async.data"))
     park(store, "good", prefix + "async.data.ok == true")
-    broken = WaitRow(run_id="bad-0", step_id="w", kind="event", event_name="reply",
-                     expression="async.data.n ==", event_json="{}", created_at=NOW)
+    broken = WaitRow(
+        run_id="bad-0",
+        step_id="w",
+        kind="event",
+        event_name="reply",
+        expression="async.data.n ==",
+        event_json="{}",
+        created_at=NOW,
+    )
     store.transact_sync(lambda tx: tx.insert_wait(broken))  # a condition this version cannot compile
     event = ss.Event("reply", {**DATA, "ok": True})
     store.transact_sync(lambda tx: ingest(tx, prepare(event, NOW), app.registry, NOW))
@@ -176,20 +222,53 @@ def test_event_data_nests_at_most_64_levels(app: ss.App, db_url: str) -> None:
 # Over arbitrary data these fail in every way CEL can (missing keys, type errors,
 # division by zero, indexes out of range, overflow, bad conversions) or succeed.
 DATA_DEPENDENT = [
-    "event.data.a / event.data.b", "event.data.a % event.data.b", "event.data.a[event.data.b]",
-    "event.data.a + event.data.b", "event.data.a * event.data.a * event.data.a", "int(event.data.a)",
-    "event.data.a.b.c", "string(event.data.a) + event.data.b", "double(event.data.a) / 0.0",
+    "event.data.a / event.data.b",
+    "event.data.a % event.data.b",
+    "event.data.a[event.data.b]",
+    "event.data.a + event.data.b",
+    "event.data.a * event.data.a * event.data.a",
+    "int(event.data.a)",
+    "event.data.a.b.c",
+    "string(event.data.a) + event.data.b",
+    "double(event.data.a) / 0.0",
 ]
-COMMON = st.sampled_from([0, 1, -1, 2, 0.0, 1.5, "", "x", "7", None, True, 2**62, 9223372036854775807,
-                          [], [0], {"b": 0}, {"b": {"c": 1}}])
+COMMON = st.sampled_from(
+    [
+        0,
+        1,
+        -1,
+        2,
+        0.0,
+        1.5,
+        "",
+        "x",
+        "7",
+        None,
+        True,
+        2**62,
+        9223372036854775807,
+        [],
+        [0],
+        {"b": 0},
+        {"b": {"c": 1}},
+    ]
+)
 JSON = st.recursive(
-    st.one_of(COMMON, st.none(), st.booleans(), st.integers(-(2**70), 2**70),
-              st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=4)),
+    st.one_of(
+        COMMON,
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**70), 2**70),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(max_size=4),
+    ),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from("abc"), inner, max_size=3),
     max_leaves=8,
 )
-EVENT_DATA = st.one_of(st.fixed_dictionaries({"a": COMMON, "b": COMMON}),
-                       st.dictionaries(st.sampled_from("ab"), JSON, max_size=2))
+EVENT_DATA = st.one_of(
+    st.fixed_dictionaries({"a": COMMON, "b": COMMON}),
+    st.dictionaries(st.sampled_from("ab"), JSON, max_size=2),
+)
 
 
 def data_dependent_app(url: str) -> ss.App:
@@ -199,9 +278,11 @@ def data_dependent_app(url: str) -> ss.App:
     for i, expression in enumerate(DATA_DEPENDENT):
         condition = f"({expression}) == 1"
         app.function(id=f"trigger-{i}", trigger=ss.on_event("go", if_=condition))(lambda ctx: None)
-        app.function(id=f"cancel-{i}", trigger=ss.on_event("go"),
-                     cancel_on=[ss.CancelOn(event="go", if_=condition.replace("event.", "async."))])(
-            lambda ctx: None)
+        app.function(
+            id=f"cancel-{i}",
+            trigger=ss.on_event("go"),
+            cancel_on=[ss.CancelOn(event="go", if_=condition.replace("event.", "async."))],
+        )(lambda ctx: None)
         for slot, options in key_slots(expression).items():
             app.function(id=f"{slot}-{i}", trigger=ss.on_event("go"), **options)(lambda ctx: None)
     return app
@@ -217,8 +298,11 @@ def any_data_app(tmp_path: Path) -> Iterator[ss.App]:
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(first=EVENT_DATA, second=EVENT_DATA)
 def test_no_event_data_fails_a_send_or_blocks_its_batch(
-        any_data_app: ss.App, first: dict[str, Any], second: dict[str, Any]) -> None:
+    any_data_app: ss.App, first: dict[str, Any], second: dict[str, Any]
+) -> None:
     ids = any_data_app.send([ss.Event("go", first), ss.Event("good", {"ok": 1}), ss.Event("go", second)])
     for event_id in (ids[0], ids[2]):
-        assert [r.function_id for r in any_data_app.runs.list(event_id=event_id, function_id="plain")] == ["plain"]
+        assert [r.function_id for r in any_data_app.runs.list(event_id=event_id, function_id="plain")] == [
+            "plain"
+        ]
     assert len(any_data_app.runs.list(event_id=ids[1], function_id="good")) == 1

@@ -59,8 +59,12 @@ def test_a_step_that_cancels_its_own_run_ends_it_before_the_pause(app: ss.App, p
 def test_a_cancel_on_event_sent_by_the_run_itself_ends_it_before_its_wait(app: ss.App) -> None:
     """The cancel_on wait is resolved in the same commit as the step that sends
     the event, after that commit's fence read the flag: the park must see it."""
-    @app.function(id="job", trigger=ss.on_event("job"),
-                  cancel_on=[ss.CancelOn(event="job.stop", if_="async.data.k == event.data.k")])
+
+    @app.function(
+        id="job",
+        trigger=ss.on_event("job"),
+        cancel_on=[ss.CancelOn(event="job.stop", if_="async.data.k == event.data.k")],
+    )
     def job(ctx: ss.Context) -> None:
         ctx.step.send_event("stop-myself", ss.Event("job.stop", {"k": ctx.event.data["k"]}))
         ctx.step.wait_for_event("never", event="never.sent")
@@ -116,8 +120,7 @@ def test_a_wake_while_the_loop_is_blocked_past_the_lease_is_not_lost(make_app: A
     app.start(lease_ttl=0.6)
     run_id = start(app, ss.Event("job"))
     url = app.database_url
-    wait_for(lambda: of_run(url, "COUNT(*)", "waits", run_id) == [(1,)],
-             10, "the wait to be recorded")
+    wait_for(lambda: of_run(url, "COUNT(*)", "waits", run_id) == [(1,)], 10, "the wait to be recorded")
 
     def lapsed() -> bool:
         rows = of_run(url, "available_at", "queue", run_id)
@@ -132,7 +135,9 @@ def test_a_wake_while_the_loop_is_blocked_past_the_lease_is_not_lost(make_app: A
 
 
 def test_a_singleton_replacement_started_by_the_run_itself_ends_it_before_its_wait(app: ss.App) -> None:
-    @app.function(id="job", trigger=ss.on_event("job"), singleton=ss.Singleton(key="event.data.k", mode="cancel"))
+    @app.function(
+        id="job", trigger=ss.on_event("job"), singleton=ss.Singleton(key="event.data.k", mode="cancel")
+    )
     def job(ctx: ss.Context) -> str:
         if ctx.event.data["first"]:
             ctx.step.run("replace-me", lambda: app.send(ss.Event("job", {"k": 1, "first": False})))

@@ -58,8 +58,9 @@ class Ledger:
 
 
 def _register(app: ss.App, ledger: Ledger) -> None:
-    @app.function(id="work", trigger=ss.on_event("work"),
-                  concurrency=ss.Concurrency(limit=1, key="event.data.key"))
+    @app.function(
+        id="work", trigger=ss.on_event("work"), concurrency=ss.Concurrency(limit=1, key="event.data.key")
+    )
     def work(ctx: ss.Context) -> str:
         key = ctx.event.data["key"]
         for step_id in ("a", "b", "c"):
@@ -74,8 +75,7 @@ def db_now(url: str) -> float:
         return float(row[0])
 
 
-def test_a_worker_skewed_past_the_lease_ttl_neither_reruns_steps_nor_exceeds_limits(
-        db_url: str) -> None:
+def test_a_worker_skewed_past_the_lease_ttl_neither_reruns_steps_nor_exceeds_limits(db_url: str) -> None:
     """Worker B's clock is a minute ahead. A holds a run under a 2 s lease when
     B starts: on B's own clock that lease expired long ago, so B would take the
     run A is executing (its steps run twice) and count no live lease on the key
@@ -178,10 +178,14 @@ def test_every_time_a_skewed_app_writes_is_database_time(db_url: str, offset: fl
                 "SELECT 'worker started', started_at FROM workers UNION ALL "
                 "SELECT 'heartbeat', heartbeat_at FROM workers UNION ALL "
                 "SELECT 'function registered', updated_at FROM functions UNION ALL "
-                "SELECT 'dedupe expiry - 24 h', expires_at - 86400 FROM dedupe").fetchall()
+                "SELECT 'dedupe expiry - 24 h', expires_at - 86400 FROM dedupe"
+            ).fetchall()
         assert len(stamps) >= 12
-        wrong = [(what, round(at - before, 3)) for what, at in stamps
-                 if not before - tolerance <= at <= after + tolerance]
+        wrong = [
+            (what, round(at - before, 3))
+            for what, at in stamps
+            if not before - tolerance <= at <= after + tolerance
+        ]
         assert wrong == [], f"times off the database's clock (seconds after the start): {wrong}"
         assert abs(app.clock.now() - db_now(db_url)) < tolerance
     finally:

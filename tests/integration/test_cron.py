@@ -34,10 +34,18 @@ def ts(text: str) -> float:
 
 def test_ticks_follow_the_time_zone_across_dst() -> None:
     # 09:00 in Paris is 08:00 UTC in winter and 07:00 UTC in summer (DST on 2026-03-29)
-    assert next_tick("0 9 * * *", "Europe/Paris", ts("2026-03-27T12:00:00+00:00")) == ts("2026-03-28T08:00:00+00:00")
-    assert next_tick("0 9 * * *", "Europe/Paris", ts("2026-03-28T12:00:00+00:00")) == ts("2026-03-29T07:00:00+00:00")
-    assert latest_tick("*/5 * * * *", "UTC", ts("2026-01-01T10:07:30+00:00")) == ts("2026-01-01T10:05:00+00:00")
-    assert latest_tick("*/5 * * * *", "UTC", ts("2026-01-01T10:05:00+00:00")) == ts("2026-01-01T10:05:00+00:00")
+    assert next_tick("0 9 * * *", "Europe/Paris", ts("2026-03-27T12:00:00+00:00")) == ts(
+        "2026-03-28T08:00:00+00:00"
+    )
+    assert next_tick("0 9 * * *", "Europe/Paris", ts("2026-03-28T12:00:00+00:00")) == ts(
+        "2026-03-29T07:00:00+00:00"
+    )
+    assert latest_tick("*/5 * * * *", "UTC", ts("2026-01-01T10:07:30+00:00")) == ts(
+        "2026-01-01T10:05:00+00:00"
+    )
+    assert latest_tick("*/5 * * * *", "UTC", ts("2026-01-01T10:05:00+00:00")) == ts(
+        "2026-01-01T10:05:00+00:00"
+    )
 
 
 def _cron_app(url: str, clock: VirtualClock) -> ss.App:
@@ -112,8 +120,6 @@ def test_cron_jitter_delays_the_run(tmp_path: Path) -> None:
     app.close()
 
 
-
-
 def test_a_changed_schedule_does_not_stop_a_worker_from_leasing(make_app: Callable[..., ss.App]) -> None:
     """Issue 12 defect 4: a deploy changes a cron expression. The old schedule's
     row stays behind, due and never advanced by the new code; a worker of the new
@@ -142,10 +148,15 @@ def test_a_changed_schedule_does_not_stop_a_worker_from_leasing(make_app: Callab
 
 
 POOL = ("* * * * *", "*/5 * * * *", "0 * * * *", "0 0 1 1 *", "TZ=Europe/Paris 30 2 * * *")
-deploys = st.lists(st.tuples(st.sets(st.sampled_from(POOL), max_size=3),  # the deploy's schedules
-                             st.booleans(),  # does the previous deploy stay alive beside it?
-                             st.floats(min_value=0, max_value=3 * 86400)),  # then time passes
-                   min_size=1, max_size=6)
+deploys = st.lists(
+    st.tuples(
+        st.sets(st.sampled_from(POOL), max_size=3),  # the deploy's schedules
+        st.booleans(),  # does the previous deploy stay alive beside it?
+        st.floats(min_value=0, max_value=3 * 86400),
+    ),  # then time passes
+    min_size=1,
+    max_size=6,
+)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -169,7 +180,9 @@ def test_any_change_of_schedules_between_deploys_leaves_duties_not_due(history: 
                 live = [*live[-1:], list(deploy.registry)] if keep_previous else [list(deploy.registry)]
                 for functions in live:
                     store.transact_sync(register_crons_op(functions, now))
-                    store.transact_sync(cron_op([fn for fn in functions if fn.cron_triggers], now, deploy.registry))
+                    store.transact_sync(
+                        cron_op([fn for fn in functions if fn.cron_triggers], now, deploy.registry)
+                    )
                     due = store.read_sync(next_duty_op(schedules_of(functions)))
                     assert due is None or due > now, (schedules_of(functions), due, now)
                 hosted = {pair for functions in live for pair in schedules_of(functions)}

@@ -81,14 +81,18 @@ def test_an_app_without_functions_retires_nothing(make_app: Callable[..., ss.App
 
 
 POOL = ("a", "b", "c", "d")
-deploys = st.lists(st.tuples(st.sampled_from(["mail", "billing"]), st.sets(st.sampled_from(POOL), max_size=3)),
-                   min_size=1, max_size=8)
+deploys = st.lists(
+    st.tuples(st.sampled_from(["mail", "billing"]), st.sets(st.sampled_from(POOL), max_size=3)),
+    min_size=1,
+    max_size=8,
+)
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(history=deploys)
 def test_after_any_sequence_of_deploys_events_reach_exactly_the_deployed_functions(
-        history: list[tuple[str, set[str]]]) -> None:
+    history: list[tuple[str, set[str]]],
+) -> None:
     """The class of defect 8: whatever each deploy of two apps adds, renames or
     drops, an event from a process without functions starts runs of exactly
     the functions in each app's latest non-empty deploy (a function moved to
@@ -101,8 +105,9 @@ def test_after_any_sequence_of_deploys_events_reach_exactly_the_deployed_functio
         for i, (name, functions) in enumerate(history):
             deploy = ss.App(name, database_url=url)
             for function_id in sorted(functions):
-                deploy.function(id=f"{name}-{function_id}" if i % 2 else function_id,
-                                trigger=ss.on_event("go"))(lambda ctx: None)
+                deploy.function(
+                    id=f"{name}-{function_id}" if i % 2 else function_id, trigger=ss.on_event("go")
+                )(lambda ctx: None)
             deploy.worker()
             deployed = set(deploy.registry.ids())
             if deployed:

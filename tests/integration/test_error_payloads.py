@@ -37,7 +37,8 @@ def within_bounds(error_json: str) -> dict[str, Any]:
 
 
 def test_a_huge_error_is_stored_bounded_and_events_stay_within_their_limit(
-        make_app: Callable[..., ss.App], db_url: str) -> None:
+    make_app: Callable[..., ss.App], db_url: str
+) -> None:
     app = make_app()
     finished: list[dict[str, Any]] = []
 
@@ -83,7 +84,8 @@ def test_a_huge_error_is_stored_bounded_and_events_stay_within_their_limit(
 
 
 def test_a_4mb_output_leaves_the_finished_event_within_its_limit(
-        make_app: Callable[..., ss.App], db_url: str) -> None:
+    make_app: Callable[..., ss.App], db_url: str
+) -> None:
     app = make_app()
     big = "x" * (limits.MAX_STEP_OUTPUT_BYTES - 2)
 

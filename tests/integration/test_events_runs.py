@@ -50,7 +50,8 @@ def test_fan_out_wildcards_conditions_and_several_triggers(app: ss.App) -> None:
     app.function(id="dotted", trigger=ss.on_event("user.*"))(lambda ctx: None)
     app.function(id="slashed", trigger=ss.on_event("app/*"))(lambda ctx: None)
     app.function(id="paid-only", trigger=ss.on_event("user.created", if_="event.data.plan != 'free'"))(
-        lambda ctx: None)
+        lambda ctx: None
+    )
     app.function(id="two", trigger=[ss.on_event("user.created"), ss.on_event("app/ping")])(lambda ctx: None)
 
     def started_by(event: ss.Event) -> set[str]:
@@ -137,8 +138,11 @@ def test_fix_the_bug_and_replay_resumes_from_the_failed_step(app: ss.App) -> Non
     run = send_and_wait(app, ss.Event("go"))
     assert run.status == "failed" and calls == {"charge": 1, "record": 1, "provision": 2}
     with pytest.raises(ss.InvalidStateError):
-        app.runs.replay(app.runs.list(status="completed")[0].id if app.runs.list(status="completed")
-                        else _completed_run(app))
+        app.runs.replay(
+            app.runs.list(status="completed")[0].id
+            if app.runs.list(status="completed")
+            else _completed_run(app)
+        )
     bug["present"] = False
     app.runs.replay(run.id)
     replayed = app.runs.wait(run.id)
@@ -225,8 +229,11 @@ def test_cancel_many_and_replay_many(make_app: Callable[..., ss.App]) -> None:
         clock.t += 1
         app.send([ss.Event("a", {"tenant": "t1" if i % 2 else "t2", "i": i}), ss.Event("b")])
     progress: list[tuple[int, int]] = []
-    n = app.runs.cancel_many(function_id="a", if_="event.data.tenant == 't1'",
-                             progress=lambda done, seen: progress.append((done, seen)))
+    n = app.runs.cancel_many(
+        function_id="a",
+        if_="event.data.tenant == 't1'",
+        progress=lambda done, seen: progress.append((done, seen)),
+    )
     assert n == 125
     assert progress[-1] == (125, 250) and len(progress) == 2
     assert len(app.runs.list(function_id="a", status="cancelled", limit=1000)) == 125

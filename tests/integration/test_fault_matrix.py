@@ -74,6 +74,7 @@ def build(db_url: str, ledger: Counter[str]) -> ss.App:
         def effect() -> str:
             ledger[label] += 1
             return label
+
         return effect
 
     @app.function(id="child", retries=0)
@@ -95,21 +96,24 @@ def build(db_url: str, ledger: Counter[str]) -> ss.App:
     async def main(ctx: ss.Context) -> Any:
         a = await ctx.step.run("a", record("main:a"))
         await ctx.step.sleep("nap", "1m")
-        answer = await ctx.step.wait_for_event("w", event="answer", timeout="1h",
-                                               if_="async.data.k == event.data.k")
+        answer = await ctx.step.wait_for_event(
+            "w", event="answer", timeout="1h", if_="async.data.k == event.data.k"
+        )
         missed = await ctx.step.wait_for_event("late", event="never", timeout="5m")
         invoked = await ctx.step.invoke("inv", function=child, data={"n": 21})
         sent = await ctx.step.send_event("s", ss.Event("ping", {"n": 1}))
         steady = await ctx.step.run("flaky", lambda: flaky(ctx.attempt))
-        both = await asyncio.gather(ctx.step.invoke("inv2", function=child, data={"n": 2}),
-                                    ctx.step.run("b", record("main:b")))
+        both = await asyncio.gather(
+            ctx.step.invoke("inv2", function=child, data={"n": 2}), ctx.step.run("b", record("main:b"))
+        )
         return [a, answer.data if answer else None, missed, invoked, len(sent), steady, both]
 
     def notify(ctx: ss.Context) -> None:
         ctx.step.run("notify", record("doomed:notify"))
 
-    @app.function(id="doomed", trigger=ss.on_event("start"), retries=0, on_failure=notify,
-                  middleware=[_Hooks(ledger)])
+    @app.function(
+        id="doomed", trigger=ss.on_event("start"), retries=0, on_failure=notify, middleware=[_Hooks(ledger)]
+    )
     async def doomed(ctx: ss.Context) -> None:
         await ctx.step.run("d1", record("doomed:d1"))
         await ctx.step.run("d2", lambda: (record("doomed:d2")(), _fail()))
@@ -129,15 +133,33 @@ def _fail() -> None:
 
 def agreement(db_url: str) -> list[str]:
     """Status and queue agree; every unended run is due or can be woken."""
-    problems = [f"run {r} ({s}) has no queue item" for r, s in query(db_url, f"""
+    problems = [
+        f"run {r} ({s}) has no queue item"
+        for r, s in query(
+            db_url,
+            f"""
         SELECT r.id, r.status FROM runs r LEFT JOIN queue q ON q.run_id = r.id
-        WHERE r.status NOT IN {ENDED} AND q.run_id IS NULL""")]
-    problems += [f"ended run {r} ({s}) is still queued" for r, s in query(db_url, f"""
+        WHERE r.status NOT IN {ENDED} AND q.run_id IS NULL""",
+        )
+    ]
+    problems += [
+        f"ended run {r} ({s}) is still queued"
+        for r, s in query(
+            db_url,
+            f"""
         SELECT r.id, r.status FROM runs r JOIN queue q ON q.run_id = r.id
-        WHERE r.status IN {ENDED}""")]
-    problems += [f"run {r} is parked with nothing to wake it" for (r,) in query(db_url, """
+        WHERE r.status IN {ENDED}""",
+        )
+    ]
+    problems += [
+        f"run {r} is parked with nothing to wake it"
+        for (r,) in query(
+            db_url,
+            """
         SELECT q.run_id FROM queue q WHERE q.available_at IS NULL
-        AND NOT EXISTS (SELECT 1 FROM waits w WHERE w.run_id = q.run_id)""")]
+        AND NOT EXISTS (SELECT 1 FROM waits w WHERE w.run_id = q.run_id)""",
+        )
+    ]
     return problems
 
 
@@ -186,11 +208,14 @@ async def drive(db_url: str) -> Outcome:
 def differences(base: Outcome, got: Outcome, repeats: int = 1) -> list[str]:
     found = list(dict.fromkeys(got.problems))
     if got.runs != base.runs:
-        found.append(f"runs differ: {sorted((got.runs - base.runs).items())} instead of "
-                     f"{sorted((base.runs - got.runs).items())}")
+        found.append(
+            f"runs differ: {sorted((got.runs - base.runs).items())} instead of "
+            f"{sorted((base.runs - got.runs).items())}"
+        )
     if got.events != base.events:
-        found.append(f"events differ: {dict(got.events - base.events)} extra, "
-                     f"{dict(base.events - got.events)} missing")
+        found.append(
+            f"events differ: {dict(got.events - base.events)} extra, {dict(base.events - got.events)} missing"
+        )
     missing = base.ledger - got.ledger
     extra = got.ledger - base.ledger
     if missing:
@@ -215,8 +240,14 @@ def _emptied(url: str) -> str:
     """The database with every table emptied (faster than a new one per pass)."""
     import psycopg
 
-    tables = [t for (t,) in query(url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
-                                       " AND tablename <> 'schema_migrations'")]
+    tables = [
+        t
+        for (t,) in query(
+            url,
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+            " AND tablename <> 'schema_migrations'",
+        )
+    ]
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY".encode())
     return url
@@ -236,7 +267,8 @@ JOURNAL_SITES = {
 
 
 def test_every_commit_site_survives_a_fault_before_and_after_its_commit(
-        databases: Callable[[], str], request: pytest.FixtureRequest) -> None:
+    databases: Callable[[], str], request: pytest.FixtureRequest
+) -> None:
     with faults.recording() as seen:
         base = asyncio.run(drive(databases()))
     assert not base.problems, base.problems
@@ -270,8 +302,15 @@ def plan_of(seen: Counter[str], *, full: bool) -> list[tuple[str, int]]:
     return chosen
 
 
-OTHER_SITES = {"App._register.op", "App._send.op", "Worker._lease.op",
-               "Worker._duties.<lambda>", "timeouts_op.op", "_cancel_op.op", "register_crons_op.op"}
+OTHER_SITES = {
+    "App._register.op",
+    "App._send.op",
+    "Worker._lease.op",
+    "Worker._duties.<lambda>",
+    "timeouts_op.op",
+    "_cancel_op.op",
+    "register_crons_op.op",
+}
 SITES = sorted(JOURNAL_SITES | OTHER_SITES)
 _baseline: list[Outcome] = []
 
@@ -285,16 +324,20 @@ def baseline(tmp: Path) -> Outcome:
 
 
 fault_lists = st.lists(
-    st.builds(faults.Fault, site=st.sampled_from(SITES), when=st.sampled_from(WHEN),
-              nth=st.integers(1, 4)),
-    min_size=2, max_size=4, unique_by=lambda f: (f.site, f.nth))
+    st.builds(faults.Fault, site=st.sampled_from(SITES), when=st.sampled_from(WHEN), nth=st.integers(1, 4)),
+    min_size=2,
+    max_size=4,
+    unique_by=lambda f: (f.site, f.nth),
+)
 
 
-@settings(max_examples=20, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(planned=fault_lists)
-def test_several_faults_in_one_workload_change_nothing(planned: list[faults.Fault],
-                                                       tmp_path: Path) -> None:
+def test_several_faults_in_one_workload_change_nothing(planned: list[faults.Fault], tmp_path: Path) -> None:
     """Several faults in one workload (SQLite): an ambiguous commit whose retry
     fails too, a lost lease pass and then a lost checkpoint, ..."""
     base = baseline(tmp_path)

@@ -30,6 +30,7 @@ class Gauge:
             with self.lock:
                 self.now[key] -= 1
             return key
+
         return fn
 
 
@@ -46,8 +47,9 @@ def wait_all(app: ss.App, function_id: str, count: int, timeout: float = 60) -> 
 def test_concurrency_limit_per_key_under_200_runs(app: ss.App) -> None:
     gauge = Gauge()
 
-    @app.function(id="sync", trigger=ss.on_event("sync"),
-                  concurrency=ss.Concurrency(limit=2, key="event.data.tenant"))
+    @app.function(
+        id="sync", trigger=ss.on_event("sync"), concurrency=ss.Concurrency(limit=2, key="event.data.tenant")
+    )
     def sync(ctx: ss.Context) -> None:
         tenant = ctx.event.data["tenant"]
         ctx.step.run("a", gauge.step(tenant, 0.004))
@@ -102,8 +104,11 @@ def test_env_scoped_key_is_shared_across_functions(app: ss.App) -> None:
 def test_two_limits_apply_together(app: ss.App) -> None:
     gauge = Gauge()
 
-    @app.function(id="f", trigger=ss.on_event("f"),
-                  concurrency=[ss.Concurrency(limit=2, key="event.data.tenant"), ss.Concurrency(limit=3)])
+    @app.function(
+        id="f",
+        trigger=ss.on_event("f"),
+        concurrency=[ss.Concurrency(limit=2, key="event.data.tenant"), ss.Concurrency(limit=3)],
+    )
     def f(ctx: ss.Context) -> None:
         ctx.step.run("s", gauge.step(ctx.event.data["tenant"], 0.01))
         ctx.step.run("all", gauge.step("all", 0.01))
@@ -123,8 +128,7 @@ def test_throttle_obeys_the_gcra_bound_and_drops_nothing(app: ss.App) -> None:
     starts: list[float] = []
     interval, burst = 0.1, 2
 
-    @app.function(id="t", trigger=ss.on_event("t"),
-                  throttle=ss.Throttle(limit=10, period="1s", burst=burst))
+    @app.function(id="t", trigger=ss.on_event("t"), throttle=ss.Throttle(limit=10, period="1s", burst=burst))
     def t(ctx: ss.Context) -> None:
         ctx.step.run("start", lambda: starts.append(time.monotonic()))
 
@@ -144,8 +148,9 @@ def test_throttle_obeys_the_gcra_bound_and_drops_nothing(app: ss.App) -> None:
 
 
 def test_rate_limit_skips_excess_runs_with_a_reason(app: ss.App) -> None:
-    app.function(id="r", trigger=ss.on_event("r"),
-                 rate_limit=ss.RateLimit(limit=2, period="1h", key="event.data.user"))(lambda ctx: None)
+    app.function(
+        id="r", trigger=ss.on_event("r"), rate_limit=ss.RateLimit(limit=2, period="1h", key="event.data.user")
+    )(lambda ctx: None)
     app.send([ss.Event("r", {"user": u}) for u in ["a", "a", "a", "b", "a", "b"]])
     runs = app.runs.list(function_id="r")
     assert Counter(r.status for r in runs) == {"queued": 4, "skipped": 2}
@@ -156,8 +161,9 @@ def test_rate_limit_skips_excess_runs_with_a_reason(app: ss.App) -> None:
 def test_debounce_runs_once_with_the_last_event(app: ss.App) -> None:
     seen: list[Any] = []
 
-    @app.function(id="d", trigger=ss.on_event("typing"),
-                  debounce=ss.Debounce(period="300ms", key="event.data.doc"))
+    @app.function(
+        id="d", trigger=ss.on_event("typing"), debounce=ss.Debounce(period="300ms", key="event.data.doc")
+    )
     def d(ctx: ss.Context) -> None:
         seen.append((ctx.event.data["doc"], ctx.event.data["n"], len(ctx.events)))
 
@@ -172,8 +178,7 @@ def test_debounce_runs_once_with_the_last_event(app: ss.App) -> None:
 def test_debounce_timeout_bounds_the_delay(app: ss.App) -> None:
     started: list[float] = []
 
-    @app.function(id="d", trigger=ss.on_event("tick"),
-                  debounce=ss.Debounce(period="300ms", timeout="600ms"))
+    @app.function(id="d", trigger=ss.on_event("tick"), debounce=ss.Debounce(period="300ms", timeout="600ms"))
     def d(ctx: ss.Context) -> None:
         started.append(time.monotonic())
 
@@ -208,8 +213,11 @@ def test_priority_moves_runs_ahead() -> None:
     order: list[str] = []
     app = ss.App("prio", database_url="sqlite:///unused.db")
 
-    @app.function(id="p", trigger=ss.on_event("job"),
-                  priority=ss.Priority(run="event.data.plan == 'enterprise' ? 120 : 0"))
+    @app.function(
+        id="p",
+        trigger=ss.on_event("job"),
+        priority=ss.Priority(run="event.data.plan == 'enterprise' ? 120 : 0"),
+    )
     def p(ctx: ss.Context) -> None:
         order.append(ctx.event.data["name"])
 
@@ -226,7 +234,9 @@ def test_priority_moves_runs_ahead() -> None:
 def test_noisy_tenant_does_not_block_another(app: ss.App) -> None:
     starts: dict[str, list[float]] = defaultdict(list)
 
-    @app.function(id="n", trigger=ss.on_event("n"), concurrency=ss.Concurrency(limit=2, key="event.data.tenant"))
+    @app.function(
+        id="n", trigger=ss.on_event("n"), concurrency=ss.Concurrency(limit=2, key="event.data.tenant")
+    )
     def n(ctx: ss.Context) -> None:
         tenant = ctx.event.data["tenant"]
         ctx.step.run("work", lambda: starts[tenant].append(time.monotonic()) or time.sleep(0.02))

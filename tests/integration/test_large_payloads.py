@@ -58,7 +58,19 @@ def outputs(fence: Fence) -> Callable[[Tx], Any]:
     payload = json_text(limits.MAX_STEP_OUTPUT_BYTES)
 
     def op(tx: Tx) -> Any:
-        step = StepRow(run_id=fence.run_id, step_id="last", position=0, kind="run", status=StepStatus.COMPLETED, attempts=1, output=payload, error=None, wake_at=None, started_at=NOW, ended_at=NOW)
+        step = StepRow(
+            run_id=fence.run_id,
+            step_id="last",
+            position=0,
+            kind="run",
+            status=StepStatus.COMPLETED,
+            attempts=1,
+            output=payload,
+            error=None,
+            wake_at=None,
+            started_at=NOW,
+            ended_at=NOW,
+        )
         cancel = tx.checkpoint(fence, [step], [])
         assert tx.finish_run(fence, fence.run_id, RunStatus.COMPLETED, payload, None, NOW + 1)
         return cancel
@@ -68,8 +80,9 @@ def outputs(fence: Fence) -> Callable[[Tx], Any]:
 
 def event(fence: Fence) -> Callable[[Tx], Any]:
     """An event of the largest size admitted, sent by the run's last step."""
-    data = serde.dumps({"blob": "x" * (limits.MAX_EVENT_BYTES - 11)}, what="event",
-                       limit=limits.MAX_EVENT_BYTES)
+    data = serde.dumps(
+        {"blob": "x" * (limits.MAX_EVENT_BYTES - 11)}, what="event", limit=limits.MAX_EVENT_BYTES
+    )
     assert len(data.encode()) == limits.MAX_EVENT_BYTES
 
     def op(tx: Tx) -> Any:
@@ -86,8 +99,29 @@ def error(fence: Fence) -> Callable[[Tx], Any]:
     err = largest_error()
 
     def op(tx: Tx) -> Any:
-        step = StepRow(run_id=fence.run_id, step_id="last", position=0, kind="run", status=StepStatus.FAILED, attempts=2, output=None, error=err, wake_at=None, started_at=NOW, ended_at=NOW)
-        span = SpanRow(run_id=fence.run_id, kind="step", name="last", started_at=NOW, ended_at=NOW, status="retrying", attempt=0, error=err)
+        step = StepRow(
+            run_id=fence.run_id,
+            step_id="last",
+            position=0,
+            kind="run",
+            status=StepStatus.FAILED,
+            attempts=2,
+            output=None,
+            error=err,
+            wake_at=None,
+            started_at=NOW,
+            ended_at=NOW,
+        )
+        span = SpanRow(
+            run_id=fence.run_id,
+            kind="step",
+            name="last",
+            started_at=NOW,
+            ended_at=NOW,
+            status="retrying",
+            attempt=0,
+            error=err,
+        )
         cancel = tx.checkpoint(fence, [step], [span])
         assert tx.finish_run(fence, fence.run_id, RunStatus.FAILED, None, err, NOW + 1)
         return cancel
@@ -96,7 +130,9 @@ def error(fence: Fence) -> Callable[[Tx], Any]:
 
 
 PAYLOADS: dict[str, Callable[[Fence], Callable[[Tx], Any]]] = {
-    "outputs": outputs, "event": event, "error": error,
+    "outputs": outputs,
+    "event": event,
+    "error": error,
 }
 
 
@@ -105,7 +141,19 @@ def failing(fence: Fence) -> Callable[[Tx], Any]:
     payload = json_text(limits.MAX_STEP_OUTPUT_BYTES)
 
     def op(tx: Tx) -> Any:
-        step = StepRow(run_id=fence.run_id, step_id="doomed", position=0, kind="run", status=StepStatus.COMPLETED, attempts=1, output=payload, error=None, wake_at=None, started_at=NOW, ended_at=NOW)
+        step = StepRow(
+            run_id=fence.run_id,
+            step_id="doomed",
+            position=0,
+            kind="run",
+            status=StepStatus.COMPLETED,
+            attempts=1,
+            output=payload,
+            error=None,
+            wake_at=None,
+            started_at=NOW,
+            ended_at=NOW,
+        )
         tx.checkpoint(fence, [step], [])
         raise LeaseLostError("this operation fails after its large write")
 
@@ -152,6 +200,7 @@ def tracked(op: Callable[[Tx], Any], seen: list[Tx]) -> Callable[[Tx], Any]:
     def run(tx: Tx) -> Any:
         seen.append(tx)
         return op(tx)
+
     return run
 
 
@@ -176,6 +225,7 @@ async def commit_together(store: Store, ops: list[Callable[[Tx], Any]]) -> list[
     seen: list[Tx] = []
     gate, inside = threading.Event(), threading.Event()
     if store.dialect == "postgres":  # hold the single writer until every op is queued
+
         def hold(tx: Tx) -> None:
             inside.set()
             gate.wait(DEADLINE)
@@ -191,8 +241,9 @@ async def commit_together(store: Store, ops: list[Callable[[Tx], Any]]) -> list[
     return results
 
 
-def commit(store: Store, mode: str, fences: list[Fence],
-           make: Callable[[Fence], Callable[[Tx], Any]]) -> None:
+def commit(
+    store: Store, mode: str, fences: list[Fence], make: Callable[[Fence], Callable[[Tx], Any]]
+) -> None:
     ops = [make(fence) for fence in fences]
     if mode == "alone":
         results = asyncio.run(commit_alone(store, ops))
@@ -263,4 +314,3 @@ def test_runs_with_4mb_outputs_complete_together(make_app: Callable[..., ss.App]
         done = app.runs.wait(run.id, timeout="60s")
         assert done.status == "completed" and done.output == big
         assert done.steps[0].output == big
-

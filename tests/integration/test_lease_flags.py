@@ -41,14 +41,24 @@ MATCHER = _registry()
 def add_run(store: Store, run_id: str, at: float = NOW, finish_timeout: float | None = None) -> None:
     def op(tx: Tx) -> None:
         seq = tx.insert_event(f"ev-{run_id}", "go", "{}", 7, at)
-        tx.create_run(NewRun(id=run_id, function_id="f", event_seqs=[seq], event_ids=[f"ev-{run_id}"],
-                             available_at=at, created_at=at, finish_timeout=finish_timeout))
+        tx.create_run(
+            NewRun(
+                id=run_id,
+                function_id="f",
+                event_seqs=[seq],
+                event_ids=[f"ev-{run_id}"],
+                available_at=at,
+                created_at=at,
+                finish_timeout=finish_timeout,
+            )
+        )
 
     store.transact_sync(op)
 
 
 def take(store: Store, run_id: str, owner: str, now: float) -> LeasedRun:
     """A worker's lease of ``run_id`` at ``now`` (which must be due then)."""
+
     def op(tx: Tx) -> LeasedRun:
         assert due_at(tx, run_id, now), f"run {run_id} is not due at {now}"
         leased = tx.take(owner, run_id, now, now + TTL)
@@ -79,11 +89,24 @@ def status(store: Store, run_id: str) -> str:
 
 
 def memo(run_id: str, step_id: str, output: str) -> StepRow:
-    return StepRow(run_id=run_id, step_id=step_id, position=0, kind="run", status=StepStatus.COMPLETED, attempts=1, output=output, error=None, wake_at=None, started_at=NOW, ended_at=NOW)
+    return StepRow(
+        run_id=run_id,
+        step_id=step_id,
+        position=0,
+        kind="run",
+        status=StepStatus.COMPLETED,
+        attempts=1,
+        output=output,
+        error=None,
+        wake_at=None,
+        started_at=NOW,
+        ended_at=NOW,
+    )
 
 
 def park(store: Store, fence: Fence, state: str, wake_at: float | None, now: float) -> str:
     """The invocation's park (sleep, wait, back-off), as the executor commits it."""
+
     def op(tx: Tx) -> str:
         run = tx.get_run(fence.run_id)
         assert run is not None
@@ -120,7 +143,9 @@ def test_an_epoch_never_repeats_across_cancel_and_replay(store: Store) -> None:
     with pytest.raises(LeaseLostError):
         store.transact_sync(lambda tx: tx.checkpoint(fence_of(old, "w"), [memo("r", "b", '"stale"')], []))
     with pytest.raises(LeaseLostError):
-        store.transact_sync(lambda tx: tx.finish_run(fence_of(old, "w"), "r", RunStatus.COMPLETED, "1", None, t + 2))
+        store.transact_sync(
+            lambda tx: tx.finish_run(fence_of(old, "w"), "r", RunStatus.COMPLETED, "1", None, t + 2)
+        )
     assert store.read_sync(lambda tx: tx.get_steps("r")) == []
     store.transact_sync(lambda tx: tx.checkpoint(fence_of(new, "w"), [memo("r", "b", '"new"')], []))
     assert status(store, "r") == RunStatus.RUNNING
@@ -128,7 +153,8 @@ def test_an_epoch_never_repeats_across_cancel_and_replay(store: Store) -> None:
 
 @pytest.mark.parametrize("state, wake_at", [(RunStatus.WAITING, None), (RunStatus.SLEEPING, NOW + 3600)])
 def test_a_park_honours_a_cancel_requested_while_the_run_was_held(
-        store: Store, state: str, wake_at: float | None) -> None:
+    store: Store, state: str, wake_at: float | None
+) -> None:
     """Defect 2: the cancel arrives while the invocation is about to park (here
     without a checkpoint in between): the park ends the run cancelled."""
     add_run(store, "r")
@@ -150,7 +176,8 @@ def test_a_finish_timeout_flagged_before_a_park_keeps_its_reason(store: Store) -
     run = store.read_sync(lambda tx: tx.get_run("r"))
     assert run is not None and run.status == RunStatus.CANCELLED and run.error is not None
     assert ErrorInfo.from_json(json.loads(run.error)) == ErrorInfo(
-        "Timeout", "the run exceeded timeouts.finish")
+        "Timeout", "the run exceeded timeouts.finish"
+    )
 
 
 def test_a_wake_on_an_expired_lease_survives_the_owners_return(store: Store) -> None:
@@ -191,11 +218,17 @@ def exit_invocation(store: Store, fence: Fence, how: str, now: float) -> None:
     elif how == "wait":  # also an invoke: both park with no wake time
         park(store, fence, RunStatus.WAITING, None, now)
     elif how == "retry":  # a step's or the invocation's back-off
-        store.transact_sync(lambda tx: park_run(tx, _run(tx, fence.run_id), fence, RunStatus.RUNNING, now + 60, 1,
-                                                now, MATCHER))
+        store.transact_sync(
+            lambda tx: park_run(
+                tx, _run(tx, fence.run_id), fence, RunStatus.RUNNING, now + 60, 1, now, MATCHER
+            )
+        )
     elif how == "finish":
-        store.transact_sync(lambda tx: end_run(tx, _run(tx, fence.run_id), RunStatus.COMPLETED, "1", None, now,
-                                               MATCHER, fence=fence))
+        store.transact_sync(
+            lambda tx: end_run(
+                tx, _run(tx, fence.run_id), RunStatus.COMPLETED, "1", None, now, MATCHER, fence=fence
+            )
+        )
 
 
 def _run(tx: Tx, run_id: str) -> Any:
@@ -252,8 +285,9 @@ def honoured(store: Store, flag: str, state: str, how: str) -> None:
         assert run.error is not None and "by the matrix" in run.error
         return
     assert how != "finish" or fenced_out
-    found = store.transact_sync(lambda tx: tx.take("w3", run_id, later, later + TTL)
-                                if due_at(tx, run_id, later) else None)
+    found = store.transact_sync(
+        lambda tx: tx.take("w3", run_id, later, later + TTL) if due_at(tx, run_id, later) else None
+    )
     assert found is not None, f"run left {run.status}, not due: the {flag} was lost"
     assert found.cancel_requested == (flag == "cancel")
 
@@ -305,8 +339,18 @@ class Model:
                 self.woken = False
                 if leased.cancel_requested:  # the executor cancels before running anything
                     assert self.cancel_asked
-                    store.transact_sync(lambda tx: end_run(tx, _run(tx, run_id), RunStatus.CANCELLED, None, None, now,
-                                                           MATCHER, fence=self.fences[-1]))
+                    store.transact_sync(
+                        lambda tx: end_run(
+                            tx,
+                            _run(tx, run_id),
+                            RunStatus.CANCELLED,
+                            None,
+                            None,
+                            now,
+                            MATCHER,
+                            fence=self.fences[-1],
+                        )
+                    )
         elif kind == "tick":
             self.now += action[1]
         elif kind == "heartbeat":
@@ -334,8 +378,11 @@ class Model:
             elif action[0] == "checkpoint":
                 self.store.transact_sync(lambda tx: tx.checkpoint(fence, [], []))
             else:
-                self.store.transact_sync(lambda tx: end_run(tx, _run(tx, self.run_id), action[1], None, None,
-                                                            self.now, MATCHER, fence=fence))
+                self.store.transact_sync(
+                    lambda tx: end_run(
+                        tx, _run(tx, self.run_id), action[1], None, None, self.now, MATCHER, fence=fence
+                    )
+                )
         except LeaseLostError:
             assert not held, f"{fence} holds the run but its {action[0]} was refused"
             return
@@ -370,7 +417,8 @@ class Model:
 @example(actions=[("lease", "w1"), ("cancel",), ("park", "wait", True)])
 @example(actions=[("lease", "w1"), ("tick", TTL + 1), ("wake",), ("heartbeat", "w1"), ("park", "wait", True)])
 def test_interleavings_of_leases_flags_and_exits_keep_the_queue_row_honest(
-        store: Store, actions: list[tuple[Any, ...]]) -> None:
+    store: Store, actions: list[tuple[Any, ...]]
+) -> None:
     run_id = f"h{next(_examples)}"
     add_run(store, run_id)
     model = Model(store, run_id)

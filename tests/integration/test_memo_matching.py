@@ -61,6 +61,7 @@ def test_an_inserted_repeated_id_never_hands_a_call_another_steps_memo(app: ss.A
         def call() -> str:
             executed.append(fn.__name__)
             return fn()
+
         call.__qualname__ = fn.__qualname__
         return call
 
@@ -183,6 +184,7 @@ calls = st.one_of(
 def _tagged(tag: str) -> Callable[[], str]:
     def fn() -> str:
         return tag
+
     fn.__qualname__ = tag
     return fn
 

@@ -91,11 +91,16 @@ def test_opentelemetry_spans_are_parented_under_the_send(app: ss.App) -> None:
     runs = by_name["stepstone.run otel"]
     assert len(runs) == 2  # two invocations: before and after the retry
     trace_id = request.get_span_context().trace_id
-    assert all(s.context.trace_id == trace_id and s.parent.span_id == request.get_span_context().span_id
-               for s in runs)
+    assert all(
+        s.context.trace_id == trace_id and s.parent.span_id == request.get_span_context().span_id
+        for s in runs
+    )
     steps = by_name["stepstone.step one"] + by_name["stepstone.step flaky"]
     assert sorted((s.attributes["stepstone.step_id"], s.attributes["stepstone.attempt"]) for s in steps) == [
-        ("flaky", 0), ("flaky", 1), ("one", 0)]
+        ("flaky", 0),
+        ("flaky", 1),
+        ("one", 0),
+    ]
     run_span_ids = {s.context.span_id for s in runs}
     assert all(s.parent.span_id in run_span_ids for s in steps)
     assert all(s.attributes["stepstone.run_id"] == run.id for s in steps + runs)
@@ -149,8 +154,12 @@ class Recorder(ss.Middleware):
     def before_step(self, ctx: ss.Context, step_id: str) -> None:
         self.log.append(f"{self.name}:before_step:{step_id}")
 
-    async def after_step(self, ctx: ss.Context, step_id: str, output: Any, error: BaseException | None) -> None:
-        self.log.append(f"{self.name}:after_step:{step_id}:{output if error is None else type(error).__name__}")
+    async def after_step(
+        self, ctx: ss.Context, step_id: str, output: Any, error: BaseException | None
+    ) -> None:
+        self.log.append(
+            f"{self.name}:after_step:{step_id}:{output if error is None else type(error).__name__}"
+        )
 
     def transform_output(self, ctx: ss.Context, output: Any, step_id: str | None) -> Any:
         self.log.append(f"{self.name}:output:{step_id}")
@@ -190,23 +199,40 @@ def test_middleware_hook_order_and_once_only() -> None:
     assert done.output == {"wrapped": {"wrapped": "out"}}  # stored as transformed (fn, then app)
     assert done.steps[0].output == {"wrapped": {"wrapped": 1}}
     assert first == [
-        "app:send:['go']", "app:sent:1",
-        "app:input:[]", "fn:input:[]",
-        "app:before_execution", "fn:before_execution",
-        "app:before_step:a", "fn:before_step:a",
-        "app:after_step:a:1", "fn:after_step:a:1",
-        "app:output:a", "fn:output:a",
-        "app:send:['note']", "fn:send:['note']", "app:sent:1", "fn:sent:1",
-        "app:after_execution", "fn:after_execution",
+        "app:send:['go']",
+        "app:sent:1",
+        "app:input:[]",
+        "fn:input:[]",
+        "app:before_execution",
+        "fn:before_execution",
+        "app:before_step:a",
+        "fn:before_step:a",
+        "app:after_step:a:1",
+        "fn:after_step:a:1",
+        "app:output:a",
+        "fn:output:a",
+        "app:send:['note']",
+        "fn:send:['note']",
+        "app:sent:1",
+        "fn:sent:1",
+        "app:after_execution",
+        "fn:after_execution",
     ]
     assert log == [  # the resumed invocation: no hook repeats an earlier step's actions
-        "app:input:['a', 'notify']", "fn:input:['a', 'notify']",
-        "app:before_execution", "fn:before_execution",
-        "app:before_step:b", "fn:before_step:b",
-        "app:after_step:b:2", "fn:after_step:b:2",
-        "app:output:b", "fn:output:b",
-        "app:after_execution", "fn:after_execution",
-        "app:output:None", "fn:output:None",
+        "app:input:['a', 'notify']",
+        "fn:input:['a', 'notify']",
+        "app:before_execution",
+        "fn:before_execution",
+        "app:before_step:b",
+        "fn:before_step:b",
+        "app:after_step:b:2",
+        "fn:after_step:b:2",
+        "app:output:b",
+        "fn:output:b",
+        "app:after_execution",
+        "fn:after_execution",
+        "app:output:None",
+        "fn:output:None",
     ]
     [note] = notes  # sent once, across the replay; stored as before_send_events made it
     assert json.loads(note.data) == {"tagged": True}
@@ -244,8 +270,9 @@ def test_encryption_keeps_plaintext_out_of_the_store(make_app: Any, db_url: str)
     def pay(ctx: ss.Context) -> dict[str, Any]:
         card = ctx.step.run("read-card", lambda: ctx.event.data["encrypted"]["number"])
         seen.append(card)
-        ctx.step.send_event("forward", ss.Event("card.seen", {"user": ctx.event.data["user"],
-                                                              "encrypted": {"number": card}}))
+        ctx.step.send_event(
+            "forward", ss.Event("card.seen", {"user": ctx.event.data["user"], "encrypted": {"number": card}})
+        )
         ctx.step.sleep("nap", "10ms")  # forces a replay that must decrypt the memo
         return {"last4": card[-4:], "card": card}
 

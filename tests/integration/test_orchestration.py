@@ -34,6 +34,7 @@ def start(app: ss.App, event: ss.Event, function_id: str | None = None) -> str:
 
 # -- sleeps ------------------------------------------------------------------------------------
 
+
 def test_sleep_pauses_without_a_slot_and_resumes_on_time(app: ss.App) -> None:
     woke: list[float] = []
 
@@ -57,7 +58,10 @@ def test_sleep_pauses_without_a_slot_and_resumes_on_time(app: ss.App) -> None:
     assert run.output == "up"
     assert 1.5 <= woke[0] - t0 < 2.5  # resumed no more than ~1 s late
     assert [(s.id, s.kind, s.status) for s in run.steps] == [
-        ("before", "run", "completed"), ("nap", "sleep", "completed"), ("after", "run", "completed")]
+        ("before", "run", "completed"),
+        ("nap", "sleep", "completed"),
+        ("after", "run", "completed"),
+    ]
 
 
 def test_sleep_until_and_limits(app: ss.App) -> None:
@@ -79,11 +83,13 @@ def test_sleep_until_and_limits(app: ss.App) -> None:
 
 # -- waits ------------------------------------------------------------------------------------
 
+
 def test_wait_for_event_matches_on_data(app: ss.App) -> None:
     @app.function(id="onboard", trigger=ss.on_event("user.signup"))
     async def onboard(ctx: ss.Context) -> Any:
-        got = await ctx.step.wait_for_event("verified", event="user.verified",
-                                            if_="async.data.user_id == event.data.user_id", timeout="30s")
+        got = await ctx.step.wait_for_event(
+            "verified", event="user.verified", if_="async.data.user_id == event.data.user_id", timeout="30s"
+        )
         return got.data if got else None
 
     app.start()
@@ -102,17 +108,23 @@ def test_wait_with_compound_and_unindexed_conditions(app: ss.App) -> None:
     @app.function(id="big-order", trigger=ss.on_event("cart"))
     async def big(ctx: ss.Context) -> Any:
         got = await ctx.step.wait_for_event(
-            "paid", event="payment", if_="async.data.cart == event.data.cart && async.data.amount > 100")
-        other = await ctx.step.wait_for_event("any-refund", event="refund",
-                                              if_="async.data.amount >= event.data.min_refund")
+            "paid", event="payment", if_="async.data.cart == event.data.cart && async.data.amount > 100"
+        )
+        other = await ctx.step.wait_for_event(
+            "any-refund", event="refund", if_="async.data.amount >= event.data.min_refund"
+        )
         return [got.data["amount"] if got else None, other.data["amount"] if other else None]
 
     app.start()
     run_id = start(app, ss.Event("cart", {"cart": "c1", "min_refund": 5}))
     wait_status(app, run_id, "waiting")
-    app.send([ss.Event("payment", {"cart": "c1", "amount": 50}),     # too small
-              ss.Event("payment", {"cart": "c2", "amount": 500}),    # another cart
-              ss.Event("payment", {"cart": "c1", "amount": 150})])   # the one
+    app.send(
+        [
+            ss.Event("payment", {"cart": "c1", "amount": 50}),  # too small
+            ss.Event("payment", {"cart": "c2", "amount": 500}),  # another cart
+            ss.Event("payment", {"cart": "c1", "amount": 150}),
+        ]
+    )  # the one
     time.sleep(0.2)
     app.send([ss.Event("refund", {"amount": 1}), ss.Event("refund", {"amount": 7})])
     assert app.runs.wait(run_id).output == [150, 7]
@@ -128,7 +140,7 @@ def test_two_waits_one_event_and_event_before_wait(app: ss.App) -> None:
     app.start()
     first = start(app, ss.Event("start", {"k": 1}))
     second = start(app, ss.Event("start", {"k": 2}))
-    app.send(ss.Event("go", {"n": "early"}))   # before either wait began
+    app.send(ss.Event("go", {"n": "early"}))  # before either wait began
     wait_status(app, first, "waiting")
     wait_status(app, second, "waiting")
     app.send(ss.Event("go", {"n": "on time"}))
@@ -152,8 +164,9 @@ def test_timeout_racing_an_event_has_exactly_one_outcome(app: ss.App) -> None:
 
     @app.function(id="race", trigger=ss.on_event("race"))
     async def race(ctx: ss.Context) -> str:
-        got = await ctx.step.wait_for_event("w", event="ping", if_="async.data.k == event.data.k",
-                                            timeout="400ms")
+        got = await ctx.step.wait_for_event(
+            "w", event="ping", if_="async.data.k == event.data.k", timeout="400ms"
+        )
         result = "event" if got else "timeout"
         await ctx.step.run("record", lambda: outcomes.update([result]))
         return result
@@ -161,8 +174,11 @@ def test_timeout_racing_an_event_has_exactly_one_outcome(app: ss.App) -> None:
     app.start()
     runs = [start(app, ss.Event("race", {"k": i})) for i in range(20)]
     for run_id in runs:  # parked; under load an early one may already have timed out, which is fine
-        wait_for(lambda run_id=run_id: app.runs.get(run_id).status in ("waiting", "completed"),
-                 timeout=10, what=f"run {run_id} to park")
+        wait_for(
+            lambda run_id=run_id: app.runs.get(run_id).status in ("waiting", "completed"),
+            timeout=10,
+            what=f"run {run_id} to park",
+        )
     time.sleep(0.35)
     app.send([ss.Event("ping", {"k": i}) for i in range(20)])  # lands around the timeouts
     results = [app.runs.wait(r).output for r in runs]
@@ -181,6 +197,7 @@ def test_bad_wait_condition_fails_clearly(app: ss.App) -> None:
 
 
 # -- invoke and send_event ------------------------------------------------------------------
+
 
 def test_invoke_returns_the_child_output(app: ss.App) -> None:
     @app.function(id="child", trigger=ss.on_event("never.sent"))
@@ -221,8 +238,10 @@ def test_invoke_raises_step_error_on_failure_and_timeout(app: ss.App) -> None:
 
     app.start()
     run = send_and_wait(app, ss.Event("parent"))
-    assert run.output == ["NonRetriableError: child says no",
-                          "InvokeTimeout: step 'call-slow-child': the invoked run did not finish in time"]
+    assert run.output == [
+        "NonRetriableError: child says no",
+        "InvokeTimeout: step 'call-slow-child': the invoked run did not finish in time",
+    ]
 
 
 def test_invoke_unknown_function_fails(app: ss.App) -> None:
@@ -264,10 +283,12 @@ def _flaky(attempts: Counter[str]) -> Any:
         if attempts["flaky"] < 3:
             raise RuntimeError("try again")
         return "ok"
+
     return fn
 
 
 # -- cancellation ---------------------------------------------------------------------------
+
 
 def test_cancel_during_a_long_step_finishes_it_and_runs_nothing_after(app: ss.App) -> None:
     started, release = threading.Event(), threading.Event()
@@ -304,14 +325,22 @@ def _events(app: ss.App, name: str) -> list[dict[str, Any]]:
 
     def op(tx: Tx) -> list[dict[str, Any]]:
         mark = "%(name)s" if tx.dialect.pyformat else ":name"  # type: ignore[attr-defined]
-        return [json.loads(r["data"]) for r in
-                tx.conn.execute(f"SELECT data FROM events WHERE name = {mark}", {"name": name}).fetchall()]  # type: ignore[attr-defined]
+        return [
+            json.loads(r["data"])
+            for r in tx.conn.execute(
+                f"SELECT data FROM events WHERE name = {mark}", {"name": name}
+            ).fetchall()
+        ]  # type: ignore[attr-defined]
+
     return app.store.read_sync(op)
 
 
 def test_cancel_on_event(app: ss.App) -> None:
-    @app.function(id="trial", trigger=ss.on_event("trial.started"),
-                  cancel_on=[ss.CancelOn(event="user.deleted", if_="async.data.user == event.data.user")])
+    @app.function(
+        id="trial",
+        trigger=ss.on_event("trial.started"),
+        cancel_on=[ss.CancelOn(event="user.deleted", if_="async.data.user == event.data.user")],
+    )
     async def trial(ctx: ss.Context) -> str:
         await ctx.step.sleep("wait-a-week", "7d")
         return "reminded"
@@ -342,6 +371,7 @@ def test_cancel_many_with_filter(app: ss.App) -> None:
 
 # -- timeouts, idempotency, singleton ---------------------------------------------------------
 
+
 def test_finish_timeout_cancels_a_sleeping_run(app: ss.App) -> None:
     @app.function(id="t", trigger=ss.on_event("t"), timeouts=ss.Timeouts(finish="500ms"))
     async def t(ctx: ss.Context) -> None:
@@ -368,19 +398,30 @@ def test_start_timeout_cancels_a_queued_run(make_app: Any) -> None:
 
 def test_idempotency_key_one_run_per_key(app: ss.App) -> None:
     app.function(id="pay", trigger=ss.on_event("pay"), idempotency="event.data.order")(lambda ctx: None)
-    ids = app.send([ss.Event("pay", {"order": 1}), ss.Event("pay", {"order": 1}),
-                    ss.Event("pay", {"order": 2}), ss.Event("pay", {})])
+    ids = app.send(
+        [
+            ss.Event("pay", {"order": 1}),
+            ss.Event("pay", {"order": 1}),
+            ss.Event("pay", {"order": 2}),
+            ss.Event("pay", {}),
+        ]
+    )
     started = {r.event_ids[0] for r in app.runs.list(function_id="pay")}
     assert started == {ids[0], ids[2], ids[3]}  # the repeat of order 1 started nothing
 
 
 def test_singleton_skip_and_cancel(app: ss.App) -> None:
-    @app.function(id="skip", trigger=ss.on_event("skip"), singleton=ss.Singleton(key="event.data.u", mode="skip"))
+    @app.function(
+        id="skip", trigger=ss.on_event("skip"), singleton=ss.Singleton(key="event.data.u", mode="skip")
+    )
     async def skip(ctx: ss.Context) -> None:
         await ctx.step.sleep("z", "1h")
 
-    @app.function(id="replace", trigger=ss.on_event("replace"),
-                  singleton=ss.Singleton(key="event.data.u", mode="cancel"))
+    @app.function(
+        id="replace",
+        trigger=ss.on_event("replace"),
+        singleton=ss.Singleton(key="event.data.u", mode="cancel"),
+    )
     async def replace(ctx: ss.Context) -> None:
         await ctx.step.sleep("z", "1h")
 
@@ -411,9 +452,13 @@ def test_system_events_trigger_other_functions(app: ss.App) -> None:
             raise ss.NonRetriableError("boom")
         return 1
 
-    @app.function(id="watch", trigger=[ss.on_event("stepstone/function.failed"),
-                                       ss.on_event("stepstone/function.finished",
-                                                   if_="event.data.function_id == 'flaky'")])
+    @app.function(
+        id="watch",
+        trigger=[
+            ss.on_event("stepstone/function.failed"),
+            ss.on_event("stepstone/function.finished", if_="event.data.function_id == 'flaky'"),
+        ],
+    )
     def watch(ctx: ss.Context) -> None:
         seen.append((ctx.event.name, ctx.event.data.get("status", "-")))
 
@@ -424,9 +469,11 @@ def test_system_events_trigger_other_functions(app: ss.App) -> None:
     while len([r for r in app.runs.list(function_id="watch") if r.ended]) < 3:
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    assert sorted(seen) == [("stepstone/function.failed", "-"),
-                            ("stepstone/function.finished", "completed"),
-                            ("stepstone/function.finished", "failed")]
+    assert sorted(seen) == [
+        ("stepstone/function.failed", "-"),
+        ("stepstone/function.finished", "completed"),
+        ("stepstone/function.finished", "failed"),
+    ]
 
 
 @pytest.mark.parametrize("mode", ["async", "sync"])
@@ -436,11 +483,13 @@ def test_waits_and_invoke_from_both_handler_kinds(app: ss.App, mode: str) -> Non
         return ctx.event.data
 
     if mode == "async":
+
         @app.function(id="h", trigger=ss.on_event("h"))
         async def h(ctx: ss.Context) -> Any:
             ids = await ctx.step.send_event("s", ss.Event("side", {"x": 1}))
             return [await ctx.step.invoke("i", function=echo, data={"v": 1}), len(ids)]
     else:
+
         @app.function(id="h", trigger=ss.on_event("h"))
         def h(ctx: ss.Context) -> Any:
             ids = ctx.step.send_event("s", ss.Event("side", {"x": 1}))
@@ -463,7 +512,9 @@ def test_replay_and_rerun_respect_the_singleton_key(app: ss.App) -> None:
     it (a new event for the key is skipped)."""
     broken = {"now": True}
 
-    @app.function(id="one", trigger=ss.on_event("one"), singleton=ss.Singleton(key="event.data.u", mode="skip"))
+    @app.function(
+        id="one", trigger=ss.on_event("one"), singleton=ss.Singleton(key="event.data.u", mode="skip")
+    )
     async def one(ctx: ss.Context) -> None:
         await ctx.step.run("go", _fail_if_asked, ctx.event.data, broken)
         await ctx.step.sleep("z", "1h")
@@ -495,7 +546,10 @@ def test_a_rerun_keeps_the_flow_control_of_its_run(app: ss.App, db_url: str) -> 
     """``rerun_from`` starts a new run of the same event: it is placed in the
     queue like the original (partition and concurrency key), so it obeys the
     function's concurrency limit rather than bypassing it."""
-    @app.function(id="limited", trigger=ss.on_event("go"), concurrency=ss.Concurrency(limit=1, key="event.data.t"))
+
+    @app.function(
+        id="limited", trigger=ss.on_event("go"), concurrency=ss.Concurrency(limit=1, key="event.data.t")
+    )
     async def limited(ctx: ss.Context) -> str:
         return str(await ctx.step.run("s", lambda: "done"))
 

@@ -35,16 +35,20 @@ def dump_schema(url: str) -> str:
         columns = conn.execute(
             "SELECT table_name, column_name, data_type, is_nullable, column_default, collation_name"
             " FROM information_schema.columns WHERE table_schema = 'public'"
-            " ORDER BY table_name, ordinal_position").fetchall()
+            " ORDER BY table_name, ordinal_position"
+        ).fetchall()
         constraints = conn.execute(
             "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint"
-            " WHERE connamespace = 'public'::regnamespace ORDER BY 1, 2").fetchall()
+            " WHERE connamespace = 'public'::regnamespace ORDER BY 1, 2"
+        ).fetchall()
         indexes = conn.execute(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'"
-            " ORDER BY indexname").fetchall()
-    lines = [f"column {t}.{c} {ty}{' NOT NULL' if n == 'NO' else ''}"
-             f"{f' DEFAULT {d}' if d else ''}{f' COLLATE {co}' if co else ''}"
-             for t, c, ty, n, d, co in columns]
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public' ORDER BY indexname"
+        ).fetchall()
+    lines = [
+        f"column {t}.{c} {ty}{' NOT NULL' if n == 'NO' else ''}"
+        f"{f' DEFAULT {d}' if d else ''}{f' COLLATE {co}' if co else ''}"
+        for t, c, ty, n, d, co in columns
+    ]
     lines += [f"constraint {t}.{name} {definition}" for t, name, definition in constraints]
     lines += [f"index {definition}" for _name, definition in indexes]
     return "\n".join(lines) + "\n"
@@ -84,7 +88,8 @@ def test_migrations_produce_the_canonical_schema(empty_url: str) -> None:
     assert store.migrate() == []  # idempotent
     store.close()
     assert dump_schema(empty_url) == SCHEMA_SNAPSHOT.read_text(), (
-        "schema changed: update tests/schema/postgres.txt if the migration is intended")
+        "schema changed: update tests/schema/postgres.txt if the migration is intended"
+    )
 
 
 def test_concurrent_migrators_apply_each_migration_once(empty_url: str) -> None:
@@ -112,8 +117,9 @@ def test_concurrent_migrators_apply_each_migration_once(empty_url: str) -> None:
 
 def test_cli_migrate_on_postgresql(empty_url: str) -> None:
     def migrate() -> str:
-        result = subprocess.run([STEPSTONE, "migrate", "--database-url", empty_url],
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [STEPSTONE, "migrate", "--database-url", empty_url], capture_output=True, text=True, timeout=60
+        )
         assert result.returncode == 0, result.stdout + result.stderr
         return result.stdout
 
@@ -151,7 +157,8 @@ def _terminate_stepstone_backends(url: str, where: str = "true") -> int:
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
-            f" AND application_name = 'stepstone' AND pid <> pg_backend_pid() AND {where}").fetchall()
+            f" AND application_name = 'stepstone' AND pid <> pg_backend_pid() AND {where}"
+        ).fetchall()
     return len(rows)
 
 
@@ -190,7 +197,17 @@ def test_a_closed_store_refuses_work(pg_url: str) -> None:
 def _new_run(run_id: str) -> Callable[[Tx], None]:
     def op(tx: Tx) -> None:
         seq = tx.insert_event(f"e-{run_id}", "go", "{}", 0, 1.0)
-        tx.create_run(NewRun(id=run_id, function_id="f", event_seqs=[seq], event_ids=[f"e-{run_id}"], available_at=1.0, created_at=1.0))
+        tx.create_run(
+            NewRun(
+                id=run_id,
+                function_id="f",
+                event_seqs=[seq],
+                event_ids=[f"e-{run_id}"],
+                available_at=1.0,
+                created_at=1.0,
+            )
+        )
+
     return op
 
 
@@ -208,7 +225,8 @@ def test_work_is_notified_in_the_transaction_and_only_then(pg_url: str, pg_store
 
 
 def test_listener_wakes_subscribers_and_survives_a_dropped_connection(
-        pg_url: str, pg_store: PostgresStore) -> None:
+    pg_url: str, pg_store: PostgresStore
+) -> None:
     woken = threading.Event()
     unsubscribe = pg_store.subscribe(woken.set)
     wait_for(lambda: pg_store._listener.connected.is_set(), 10, "the listener to connect")
@@ -248,8 +266,15 @@ def test_an_idle_worker_wakes_on_notify_not_polling(pg_url: str) -> None:
 
     async def scenario() -> ss.Run:
         idle = asyncio.Event()
-        worker = Worker(store=store, registry=app.registry, clock=app.clock, app_name=app.name,
-                        idle_poll=60, max_idle_sleep=60, on_idle=idle.set)
+        worker = Worker(
+            store=store,
+            registry=app.registry,
+            clock=app.clock,
+            app_name=app.name,
+            idle_poll=60,
+            max_idle_sleep=60,
+            on_idle=idle.set,
+        )
         await worker.start()
         try:
             await asyncio.wait_for(idle.wait(), 10)  # leased nothing; now idle
@@ -286,11 +311,14 @@ def test_a_deadlock_victim_is_run_again(pg_url: str, pg_store: PostgresStore) ->
             if attempts.count(first) == 1:
                 barrier.wait()  # both hold one row; each now wants the other's
             assert conn.execute(mark, {"id": second}).rowcount == 1
+
         return op
 
     results: list[Any] = []
-    threads = [threading.Thread(target=lambda s=s, a=a, b=b: results.append(s.transact_sync(crossing(a, b))))
-               for s, a, b in ((pg_store, "x", "y"), (other, "y", "x"))]
+    threads = [
+        threading.Thread(target=lambda s=s, a=a, b=b: results.append(s.transact_sync(crossing(a, b))))
+        for s, a, b in ((pg_store, "x", "y"), (other, "y", "x"))
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -348,8 +376,17 @@ def test_a_release_racing_a_lease_pass_is_not_lost(pg_url: str, pg_store: Postgr
     def two_runs(tx: Tx) -> None:
         for run_id in ("a", "b"):
             seq = tx.insert_event(f"ev-{run_id}", "go", "{}", 2, NOW)
-            tx.create_run(NewRun(id=run_id, function_id="f", event_seqs=[seq], event_ids=[f"ev-{run_id}"],
-                                 available_at=NOW, created_at=NOW, spec=spec))
+            tx.create_run(
+                NewRun(
+                    id=run_id,
+                    function_id="f",
+                    event_seqs=[seq],
+                    event_ids=[f"ev-{run_id}"],
+                    available_at=NOW,
+                    created_at=NOW,
+                    spec=spec,
+                )
+            )
 
     pg_store.transact_sync(two_runs)
     first = pg_store.transact_sync(lambda tx: lease(tx, "w1", F_ONLY, 2, NOW, NOW + 60))
@@ -373,7 +410,10 @@ def test_a_lease_cannot_change_hands_inside_a_checkpoint(pg_url: str, pg_store: 
 
     pg_store.transact_sync(_new_run("a"))
     [held] = pg_store.transact_sync(lambda tx: lease(tx, "w1", F_ONLY, 1, NOW, NOW + 10))
-    with uncommitted(pg_url, lambda tx: tx.checkpoint(Fence(run_id="a", owner="w1", epoch=held.epoch), [step("a", "charge")], [])):
+    with uncommitted(
+        pg_url,
+        lambda tx: tx.checkpoint(Fence(run_id="a", owner="w1", epoch=held.epoch), [step("a", "charge")], []),
+    ):
         assert pg_store.transact_sync(lambda tx: lease(tx, "w2", F_ONLY, 1, NOW + 20, NOW + 80)) == []
     # The skipped item is looked at again a moment later (not forgotten):
     [taken] = pg_store.transact_sync(lambda tx: lease(tx, "w2", F_ONLY, 1, NOW + 21, NOW + 80))
@@ -381,7 +421,9 @@ def test_a_lease_cannot_change_hands_inside_a_checkpoint(pg_url: str, pg_store: 
     assert [s.step_id for s in taken.steps] == ["charge"]  # the new owner sees the checkpoint
 
 
-def test_closing_a_listener_never_writes_to_a_closed_pipe(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_closing_a_listener_never_writes_to_a_closed_pipe(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``close`` sets the stop flag, then wakes the listener thread through a
     pipe. The thread may see the flag first (its select timed out) and end
     before that write: the pipe must outlive the write (the thread used to

@@ -20,9 +20,9 @@ step_item = st.tuples(st.just("step"), st.integers(0, 3))
 parallel_item = st.tuples(st.just("parallel"), st.lists(st.integers(0, 2), min_size=2, max_size=3))
 handler_error = st.tuples(st.just("handler-error"), st.integers(1, 2))
 sleep_item = st.tuples(st.just("sleep"), st.integers(1, 5))
-programs = st.lists(st.one_of(step_item, step_item, parallel_item, handler_error, sleep_item),
-                    min_size=1, max_size=7).filter(
-    lambda p: sum(i[1] for i in p if i[0] == "handler-error") <= 4)
+programs = st.lists(
+    st.one_of(step_item, step_item, parallel_item, handler_error, sleep_item), min_size=1, max_size=7
+).filter(lambda p: sum(i[1] for i in p if i[0] == "handler-error") <= 4)
 
 
 def expected_output(program: list[Item]) -> list[Any]:
@@ -49,6 +49,7 @@ def test_random_programs_replay_exactly(program: list[Item], use_async: bool) ->
                 raise RuntimeError(f"{name} attempt {executions[name]}")
             completions[name] += 1
             return value
+
         return fn
 
     def plan(ctx: ss.Context) -> list[tuple[str, Any]]:
@@ -60,8 +61,15 @@ def test_random_programs_replay_exactly(program: list[Item], use_async: bool) ->
                 calls.append(("run", (f"s{index}", make_step(f"s{index}", item[1], f"s{index}:{out_len}"))))
                 out_len += 1
             elif kind == "parallel":
-                calls.append(("parallel", [(f"p{index}.{j}", make_step(f"p{index}.{j}", f, f"p{index}.{j}"))
-                                           for j, f in enumerate(item[1])]))
+                calls.append(
+                    (
+                        "parallel",
+                        [
+                            (f"p{index}.{j}", make_step(f"p{index}.{j}", f, f"p{index}.{j}"))
+                            for j, f in enumerate(item[1])
+                        ],
+                    )
+                )
                 out_len += 1
             elif kind == "handler-error":
                 calls.append(("raise", (index, item[1])))
@@ -78,6 +86,7 @@ def test_random_programs_replay_exactly(program: list[Item], use_async: bool) ->
         app = ss.App("prop", database_url=f"sqlite:///{tmp}/db.sqlite")
 
         if use_async:
+
             @app.function(id="prog", trigger=ss.on_event("go"), retries=5, backoff=FAST)
             async def handler(ctx: ss.Context) -> list[Any]:
                 out: list[Any] = []
@@ -85,14 +94,16 @@ def test_random_programs_replay_exactly(program: list[Item], use_async: bool) ->
                     if kind == "run":
                         out.append(await ctx.step.run(arg[0], arg[1]))
                     elif kind == "parallel":
-                        out.append(await ctx.step.parallel(
-                            *(lambda n=n, f=f: ctx.step.run(n, f) for n, f in arg)))
+                        out.append(
+                            await ctx.step.parallel(*(lambda n=n, f=f: ctx.step.run(n, f) for n, f in arg))
+                        )
                     elif kind == "raise":
                         maybe_raise(*arg)
                     else:
                         await ctx.step.sleep(*arg)
                 return out
         else:
+
             @app.function(id="prog", trigger=ss.on_event("go"), retries=5, backoff=FAST)
             def handler(ctx: ss.Context) -> list[Any]:
                 out: list[Any] = []
@@ -100,8 +111,7 @@ def test_random_programs_replay_exactly(program: list[Item], use_async: bool) ->
                     if kind == "run":
                         out.append(ctx.step.run(arg[0], arg[1]))
                     elif kind == "parallel":
-                        out.append(ctx.step.parallel(
-                            *(lambda n=n, f=f: ctx.step.run(n, f) for n, f in arg)))
+                        out.append(ctx.step.parallel(*(lambda n=n, f=f: ctx.step.run(n, f) for n, f in arg)))
                     elif kind == "raise":
                         maybe_raise(*arg)
                     else:
@@ -118,5 +128,6 @@ def test_random_programs_replay_exactly(program: list[Item], use_async: bool) ->
     assert run.output == expected_output(program)
     assert all(count == 1 for count in completions.values()), completions
     expected_steps = {f"s{i}" for i, item in enumerate(program) if item[0] == "step"} | {
-        f"p{i}.{j}" for i, item in enumerate(program) if item[0] == "parallel" for j in range(len(item[1]))}
+        f"p{i}.{j}" for i, item in enumerate(program) if item[0] == "parallel" for j in range(len(item[1]))
+    }
     assert set(completions) == expected_steps

@@ -19,6 +19,7 @@ def always_fails(counter: Counter[str], name: str) -> Any:
     def fn() -> None:
         counter[name] += 1
         raise RuntimeError(f"{name} broke")
+
     return fn
 
 
@@ -105,8 +106,9 @@ def test_backoff_delays_are_observed(app: ss.App) -> None:
             raise RuntimeError("again")
         return "ok"
 
-    @app.function(id="f", trigger=ss.on_event("go"),
-                  backoff=ss.Backoff(initial="100ms", factor=2, max="1s", jitter=0))
+    @app.function(
+        id="f", trigger=ss.on_event("go"), backoff=ss.Backoff(initial="100ms", factor=2, max="1s", jitter=0)
+    )
     def f(ctx: ss.Context) -> str:
         return str(ctx.step.run("s", flaky))
 
@@ -183,13 +185,18 @@ def test_on_failure_runs_once_with_original_event_and_error(app: ss.App) -> None
     seen: list[dict[str, Any]] = []
 
     def notify_ops(ctx: ss.Context) -> None:
-        info = ctx.step.run("page", lambda: {"event": ctx.event.name, "data": ctx.event.data,
-                                             "error": ctx.error.message if ctx.error else None,
-                                             "failed_run": ctx.failed_run_id})
+        info = ctx.step.run(
+            "page",
+            lambda: {
+                "event": ctx.event.name,
+                "data": ctx.event.data,
+                "error": ctx.error.message if ctx.error else None,
+                "failed_run": ctx.failed_run_id,
+            },
+        )
         seen.append(info)
 
-    @app.function(id="f", trigger=ss.on_event("order.placed"), retries=1, backoff=FAST,
-                  on_failure=notify_ops)
+    @app.function(id="f", trigger=ss.on_event("order.placed"), retries=1, backoff=FAST, on_failure=notify_ops)
     def f(ctx: ss.Context) -> None:
         ctx.step.run("ship", lambda: (_ for _ in ()).throw(RuntimeError("no stock")))
 
@@ -201,8 +208,9 @@ def test_on_failure_runs_once_with_original_event_and_error(app: ss.App) -> None
     assert len(handler_runs) == 1
     handled = app.runs.wait(handler_runs[0].id)
     assert handled.status == "completed"
-    assert seen == [{"event": "order.placed", "data": {"order": 7}, "error": "no stock",
-                     "failed_run": failed.id}]
+    assert seen == [
+        {"event": "order.placed", "data": {"order": 7}, "error": "no stock", "failed_run": failed.id}
+    ]
 
 
 def test_on_failure_not_run_for_successful_runs(app: ss.App) -> None:

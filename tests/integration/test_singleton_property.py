@@ -26,17 +26,22 @@ from stepstone.store.rows import ACTIVE_STATUSES, RunFilter, RunStatus, StepRow,
 
 NOW = 1_000_000.0
 
-actions = st.lists(st.tuples(
-    st.sampled_from(["send", "fail", "cancel", "complete", "replay", "rerun", "replay_many"]),
-    st.integers(min_value=0, max_value=1),  # the key (for send)
-    st.integers(min_value=0, max_value=20),  # which run (for the others)
-), min_size=1, max_size=25)
+actions = st.lists(
+    st.tuples(
+        st.sampled_from(["send", "fail", "cancel", "complete", "replay", "rerun", "replay_many"]),
+        st.integers(min_value=0, max_value=1),  # the key (for send)
+        st.integers(min_value=0, max_value=20),  # which run (for the others)
+    ),
+    min_size=1,
+    max_size=25,
+)
 
 
 def _registry(mode: str) -> Registry:
     app = ss.App("singles", database_url="sqlite:///never-opened.db")  # only its registry is used
-    app.function(id="one", trigger=ss.on_event("go"),
-                 singleton=ss.Singleton(key="event.data.k", mode=mode))(lambda ctx: None)
+    app.function(id="one", trigger=ss.on_event("go"), singleton=ss.Singleton(key="event.data.k", mode=mode))(
+        lambda ctx: None
+    )
     return app.registry
 
 
@@ -58,7 +63,24 @@ def _act(store: Store, registry: Registry, action: str, key: int, pick: int, now
 
         def finish(tx: Tx) -> None:
             # A run's first step, so it can be re-run from.
-            tx.save_steps([StepRow(run_id=chosen.id, step_id="s", position=0, kind="run", status=StepStatus.COMPLETED, attempts=1, output="1", error=None, wake_at=None, started_at=now, ended_at=now)], [])
+            tx.save_steps(
+                [
+                    StepRow(
+                        run_id=chosen.id,
+                        step_id="s",
+                        position=0,
+                        kind="run",
+                        status=StepStatus.COMPLETED,
+                        attempts=1,
+                        output="1",
+                        error=None,
+                        wake_at=None,
+                        started_at=now,
+                        ended_at=now,
+                    )
+                ],
+                [],
+            )
             end_run(tx, chosen, status, None, error, now, registry)
 
         store.transact_sync(finish)
@@ -75,8 +97,16 @@ def _act(store: Store, registry: Registry, action: str, key: int, pick: int, now
         except InvalidStateError:
             pass
     elif action == "replay_many":
-        bulk = _bulk("replay", now, registry, function_id="one", status=("failed", "cancelled"),
-                     since=None, until=None, if_=None)
+        bulk = _bulk(
+            "replay",
+            now,
+            registry,
+            function_id="one",
+            status=("failed", "cancelled"),
+            since=None,
+            until=None,
+            if_=None,
+        )
         while not bulk.finished:
             store.transact_sync(bulk.page_op())
 

@@ -130,8 +130,10 @@ class StatefulModel(RuleBasedStateMachine):
         status, steps = self.db.step_state(run_id)
         before = [name for r, s, name in self.ledger if (r, s) == (run_id, step)]
         if steps.get(step) == "completed":
-            self.violations.append(f"{inv.name} (worker {inv.worker}) executed step {step!r} of run "
-                                   f"{run_id} after it completed (executed before by {before})")
+            self.violations.append(
+                f"{inv.name} (worker {inv.worker}) executed step {step!r} of run "
+                f"{run_id} after it completed (executed before by {before})"
+            )
         if status == "cancelled":
             self.violations.append(f"{inv.name} executed step {step!r} of cancelled run {run_id}")
         self.ledger.append((run_id, step, inv.name))
@@ -150,6 +152,7 @@ class StatefulModel(RuleBasedStateMachine):
 
     def settle(self) -> None:
         """Run the loop until every invocation has ended or is held in a step."""
+
         async def quiet() -> None:
             deadline = time.monotonic() + SETTLE_SECONDS
             while True:
@@ -172,17 +175,26 @@ class StatefulModel(RuleBasedStateMachine):
 
     def _env(self, worker: SimWorker) -> ExecEnv:
         app = self.app
-        return ExecEnv(cast(Store, worker.store), app.registry, self.clock, worker.owner, TTL, self.threads,
-                       lambda: app.catalog.registry(app.store))
+        return ExecEnv(
+            cast(Store, worker.store),
+            app.registry,
+            self.clock,
+            worker.owner,
+            TTL,
+            self.threads,
+            lambda: app.catalog.registry(app.store),
+        )
 
     def _lease(self, worker: SimWorker, wanted: int) -> list[LeasedRun]:
         owner, registry, now = worker.owner, self.app.registry, self.clock.now()
-        return self.call(self.app.store.transact(
-            lambda tx: lease(tx, owner, registry, wanted, now, now + TTL)))
+        return self.call(
+            self.app.store.transact(lambda tx: lease(tx, owner, registry, wanted, now, now + TTL))
+        )
 
     def _spawn(self, worker: SimWorker, item: LeasedRun, hold: int, fail: bool = False) -> None:
-        inv = Invocation(f"i{next(self.names)}", worker.index, item.run.id, item.epoch, hold > 0, hold,
-                         fail=fail)
+        inv = Invocation(
+            f"i{next(self.names)}", worker.index, item.run.id, item.epoch, hold > 0, hold, fail=fail
+        )
         inv.owner = worker.owner
         env = self._env(worker)
 
@@ -343,8 +355,10 @@ class StatefulModel(RuleBasedStateMachine):
             if due is None:
                 return
             self.clock.move_to(due)
-        raise AssertionError(f"driving the runs did not converge: {self.db.runs()} "
-                             f"{[(i.name, i.run_id) for i in self.invocations[-10:]]}")
+        raise AssertionError(
+            f"driving the runs did not converge: {self.db.runs()} "
+            f"{[(i.name, i.run_id) for i in self.invocations[-10:]]}"
+        )
 
     # -- invariants ----------------------------------------------------------------------------------
     @invariant()
@@ -360,8 +374,11 @@ class StatefulModel(RuleBasedStateMachine):
         if "completed_steps_never_change" in IGNORED:
             return
         now = self.db.completed_outputs()
-        changed = {key: (old, now.get(key, "<gone>")) for key, old in self.completed.items()
-                   if now.get(key, "<gone>") != old}
+        changed = {
+            key: (old, now.get(key, "<gone>"))
+            for key, old in self.completed.items()
+            if now.get(key, "<gone>") != old
+        }
         self.completed.update(now)
         assert not changed, f"completed steps whose memo changed (before, after): {changed}"
 
@@ -383,8 +400,7 @@ class StatefulModel(RuleBasedStateMachine):
             if not inv.live or inv.crashed:
                 continue
             key = (inv.run_id, inv.owner, inv.epoch)
-            assert key not in seen, (
-                f"{seen[key]} and {inv.name} both hold run {inv.run_id}'s fence {key[1:]}")
+            assert key not in seen, f"{seen[key]} and {inv.name} both hold run {inv.run_id}'s fence {key[1:]}"
             seen[key] = inv.name
 
     @invariant()
@@ -422,13 +438,16 @@ class StatefulModel(RuleBasedStateMachine):
             if run.owner is None and run.cancel_requested:
                 assert run.available_at is not None and run.available_at <= now, (
                     f"run {run.id} ({run.status}) has a cancel request, no worker, and is not due "
-                    f"(available_at {run.available_at}, now {now}): the cancel waits or is lost")
+                    f"(available_at {run.available_at}, now {now}): the cancel waits or is lost"
+                )
             if run.available_at is not None:
                 continue
             assert not run.cancel_requested, (
-                f"run {run.id} ({run.status}) has a cancel request but is parked with no due time")
+                f"run {run.id} ({run.status}) has a cancel request but is parked with no due time"
+            )
             assert run.id in live_waits, (
-                f"run {run.id} ({run.status}) is parked with no due time and nothing to wake it")
+                f"run {run.id} ({run.status}) is parked with no due time and nothing to wake it"
+            )
 
     @invariant()
     def effects_happened_once(self) -> None:
@@ -470,11 +489,19 @@ def _settings(db_url: str) -> settings:
     """About 15 s on each store (2 shared cores) when nothing fails;
     ``STEPSTONE_LONG=1``: 5000 examples of up to 80 rules (about 10 minutes on SQLite)."""
     if LONG:
-        return settings(max_examples=5000, stateful_step_count=80, deadline=None,
-                        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+        return settings(
+            max_examples=5000,
+            stateful_step_count=80,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        )
     examples = 200 if db_url.startswith("sqlite:") else 120
-    return settings(max_examples=examples, stateful_step_count=50, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+    return settings(
+        max_examples=examples,
+        stateful_step_count=50,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
 
 
 def test_races_and_faults_keep_the_promise(db_url: str) -> None:
@@ -490,11 +517,16 @@ def test_races_and_faults_keep_the_promise(db_url: str) -> None:
 # Rule sequences that reproduce issue 12's defects (as hypothesis found them or
 # shorter), replayed rule by rule with every invariant checked after each, on
 # both stores: the model's own regression tests.
-INVARIANTS = ("steps_ran_once_and_never_after_cancel", "completed_steps_never_change",
-              "invocations_raise_nothing",
-              "no_two_invocations_share_a_fence", "status_and_queue_agree",
-              "every_unended_run_can_wake", "effects_happened_once",
-              "one_active_run_per_singleton_key")
+INVARIANTS = (
+    "steps_ran_once_and_never_after_cancel",
+    "completed_steps_never_change",
+    "invocations_raise_nothing",
+    "no_two_invocations_share_a_fence",
+    "status_and_queue_agree",
+    "every_unended_run_can_wake",
+    "effects_happened_once",
+    "one_active_run_per_singleton_key",
+)
 Step = tuple[str, dict[str, Any]]
 
 
@@ -504,38 +536,88 @@ def _r(name: str, **args: Any) -> Step:
 
 PINNED: dict[str, list[Step]] = {
     "1: a stale invocation's fence matches again after cancel + replay": [
-        _r("start", kind="seq"), _r("work", worker=0, hold=1, fail=False), _r("advance", seconds=16.0),
-        _r("cancel", index=0), _r("replay", index=0), _r("work", worker=0, hold=1, fail=False),
-        _r("release", worker=0), _r("drive")],
+        _r("start", kind="seq"),
+        _r("work", worker=0, hold=1, fail=False),
+        _r("advance", seconds=16.0),
+        _r("cancel", index=0),
+        _r("replay", index=0),
+        _r("work", worker=0, hold=1, fail=False),
+        _r("release", worker=0),
+        _r("drive"),
+    ],
     "1: ... and the stale invocation overwrites the step the current one completed": [
-        _r("start", kind="seq"), _r("work", worker=0, hold=1, fail=False), _r("advance", seconds=16.0),
-        _r("cancel", index=0), _r("replay", index=0), _r("work", worker=0, hold=2, fail=False),
-        _r("release_one", index=0), _r("release_one", index=0), _r("drive")],
+        _r("start", kind="seq"),
+        _r("work", worker=0, hold=1, fail=False),
+        _r("advance", seconds=16.0),
+        _r("cancel", index=0),
+        _r("replay", index=0),
+        _r("work", worker=0, hold=2, fail=False),
+        _r("release_one", index=0),
+        _r("release_one", index=0),
+        _r("drive"),
+    ],
     "2: a cancel that arrives just before a wait is lost": [
-        _r("start", kind="forever"), _r("work", worker=0, hold=1, fail=False), _r("cancel", index=0),
-        _r("release", worker=0), _r("drive")],
+        _r("start", kind="forever"),
+        _r("work", worker=0, hold=1, fail=False),
+        _r("cancel", index=0),
+        _r("release", worker=0),
+        _r("drive"),
+    ],
     "2: a cancel that arrives just before a sleep waits for it": [
-        _r("start", kind="seq"), _r("work", worker=0, hold=2, fail=False), _r("cancel", index=0),
-        _r("release", worker=0), _r("drive")],
+        _r("start", kind="seq"),
+        _r("work", worker=0, hold=2, fail=False),
+        _r("cancel", index=0),
+        _r("release", worker=0),
+        _r("drive"),
+    ],
     "3: an event during a lapsed lease, then a heartbeat: the park loses the wake-up": [
-        _r("start", kind="beside"), _r("work", worker=0, hold=2, fail=False), _r("advance", seconds=16.0),
-        _r("poke", index=0), _r("heartbeat", worker=0), _r("release", worker=0), _r("drive")],
+        _r("start", kind="beside"),
+        _r("work", worker=0, hold=2, fail=False),
+        _r("advance", seconds=16.0),
+        _r("poke", index=0),
+        _r("heartbeat", worker=0),
+        _r("release", worker=0),
+        _r("drive"),
+    ],
     "3: an event during a lapsed lease: the park loses the wake-up": [
-        _r("start", kind="beside"), _r("work", worker=0, hold=2, fail=False), _r("advance", seconds=25.0),
-        _r("poke", index=0), _r("drive")],
+        _r("start", kind="beside"),
+        _r("work", worker=0, hold=2, fail=False),
+        _r("advance", seconds=25.0),
+        _r("poke", index=0),
+        _r("drive"),
+    ],
     "7: replay while the singleton key has another active run": [
-        _r("start", kind="seq"), _r("advance", seconds=1.0), _r("work", worker=0, hold=0, fail=True),
-        _r("advance", seconds=1.0), _r("start", kind="seq"), _r("advance", seconds=1.0),
-        _r("start", kind="seq"), _r("replay", index=0), _r("drive")],
+        _r("start", kind="seq"),
+        _r("advance", seconds=1.0),
+        _r("work", worker=0, hold=0, fail=True),
+        _r("advance", seconds=1.0),
+        _r("start", kind="seq"),
+        _r("advance", seconds=1.0),
+        _r("start", kind="seq"),
+        _r("replay", index=0),
+        _r("drive"),
+    ],
     "7: two reruns of one singleton run": [
-        _r("start", kind="seq"), _r("drive"), _r("rerun", index=0, step=0), _r("rerun", index=0, step=0),
-        _r("drive")],
+        _r("start", kind="seq"),
+        _r("drive"),
+        _r("rerun", index=0, step=0),
+        _r("rerun", index=0, step=0),
+        _r("drive"),
+    ],
     "9: an ambiguous commit retried inserts the wait row twice": [
-        _r("start", kind="beside"), _r("work", worker=0, hold=1, fail=False), _r("lose_a_commit", worker=0),
-        _r("release", worker=0), _r("drive")],
+        _r("start", kind="beside"),
+        _r("work", worker=0, hold=1, fail=False),
+        _r("lose_a_commit", worker=0),
+        _r("release", worker=0),
+        _r("drive"),
+    ],
     "9: an ambiguous commit retried starts the child twice": [
-        _r("start", kind="fork"), _r("work", worker=0, hold=1, fail=False), _r("lose_a_commit", worker=0),
-        _r("release", worker=0), _r("drive")],
+        _r("start", kind="fork"),
+        _r("work", worker=0, hold=1, fail=False),
+        _r("lose_a_commit", worker=0),
+        _r("release", worker=0),
+        _r("drive"),
+    ],
 }
 
 
@@ -565,4 +647,5 @@ def test_pinned_sequences_keep_the_promise(db_url: str) -> None:
     finally:
         harness.close()
     assert not {k: v for k, v in failures.items() if v}, "\n".join(
-        f"{name}\n    {why}" for name, why in failures.items() if why)
+        f"{name}\n    {why}" for name, why in failures.items() if why
+    )

@@ -31,7 +31,10 @@ def test_refused_checkpoints_leave_the_writer_able_to_commit(store: Store) -> No
     add_runs(store, ["r"])
     [old] = store.transact_sync(lambda tx: lease(tx, "w1", 1, NOW, NOW + 1))
     [new] = store.transact_sync(lambda tx: lease(tx, "w2", 1, NOW + 2, NOW + 10))
-    stale, fence = Fence(run_id="r", owner="w1", epoch=old.epoch), Fence(run_id="r", owner="w2", epoch=new.epoch)
+    stale, fence = (
+        Fence(run_id="r", owner="w1", epoch=old.epoch),
+        Fence(run_id="r", owner="w2", epoch=new.epoch),
+    )
 
     def checkpoint(as_of: Fence, step_id: str, position: int) -> Callable[[Tx], CancelFlag]:
         return lambda tx: tx.checkpoint(as_of, [step("r", step_id, position=position)], [])

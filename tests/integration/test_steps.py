@@ -32,7 +32,9 @@ def test_async_handler_runs_steps_in_order(app: ss.App) -> None:
     assert run.status == "completed" and run.output == ["A", "B"]
     assert order == ["a", "b"]
     assert [(s.id, s.status, s.attempts, s.output) for s in run.steps] == [
-        ("a", "completed", 1, "A"), ("b", "completed", 1, "B")]
+        ("a", "completed", 1, "A"),
+        ("b", "completed", 1, "B"),
+    ]
 
 
 def test_sync_handler_and_mixed_step_functions(app: ss.App) -> None:
@@ -104,8 +106,9 @@ def test_parallel_and_gather_run_concurrently(app: ss.App) -> None:
 
     @app.function(id="f", trigger=ss.on_event("go"))
     async def f(ctx: ss.Context) -> list[Any]:
-        first = await ctx.step.parallel(lambda: ctx.step.run("p1", meet, "x"),
-                                        lambda: ctx.step.run("p2", meet, "y"))
+        first = await ctx.step.parallel(
+            lambda: ctx.step.run("p1", meet, "x"), lambda: ctx.step.run("p2", meet, "y")
+        )
         barrier.clear()
         arrived.clear()
         second = await asyncio.gather(ctx.step.run("g1", meet, "u"), ctx.step.run("g2", meet, "v"))
@@ -186,8 +189,9 @@ def test_each_step_is_committed_before_the_next_starts(app: ss.App, db_url: str)
     observer = make_store(db_url)  # another store, other connections: sees only commits
 
     def committed_steps(run_id: str) -> list[str]:
-        return [s.step_id for s in observer.read_sync(lambda tx: tx.get_steps(run_id))
-                if s.status == "completed"]
+        return [
+            s.step_id for s in observer.read_sync(lambda tx: tx.get_steps(run_id)) if s.status == "completed"
+        ]
 
     @app.function(id="f", trigger=ss.on_event("go"))
     def f(ctx: ss.Context) -> list[list[str]]:
@@ -240,6 +244,7 @@ def _fail_first(invocation: int) -> Callable[[], str]:
         if invocation == 1:
             raise RuntimeError("once")
         return "ok"
+
     return fn
 
 
@@ -260,14 +265,26 @@ def test_context_fields(app: ss.App) -> None:
     @app.function(id="ctx-fields", trigger=ss.on_event("go"))
     def f(ctx: ss.Context) -> dict[str, Any]:
         inner = ctx.step.run("s", lambda: ctx.attempt)
-        return {"run": ctx.run_id, "fn": ctx.function_id, "name": ctx.event.name,
-                "n": len(ctx.events), "id": ctx.event.id, "attempt": inner}
+        return {
+            "run": ctx.run_id,
+            "fn": ctx.function_id,
+            "name": ctx.event.name,
+            "n": len(ctx.events),
+            "id": ctx.event.id,
+            "attempt": inner,
+        }
 
     app.start()
     [eid] = app.send(ss.Event("go", id="evt-1"))
     run = app.runs.wait(app.runs.list(event_id=eid)[0].id)
-    assert run.output == {"run": run.id, "fn": "ctx-fields", "name": "go", "n": 1, "id": "evt-1",
-                          "attempt": 0}
+    assert run.output == {
+        "run": run.id,
+        "fn": "ctx-fields",
+        "name": "go",
+        "n": 1,
+        "id": "evt-1",
+        "attempt": 0,
+    }
 
 
 def test_step_output_over_4mb_fails_clearly(app: ss.App) -> None:

@@ -20,7 +20,8 @@ def dump_schema(path: str) -> str:
     with sqlite3.connect(path) as conn:
         rows = conn.execute(
             "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL "
-            "AND name NOT LIKE 'sqlite_%' ORDER BY type, name").fetchall()
+            "AND name NOT LIKE 'sqlite_%' ORDER BY type, name"
+        ).fetchall()
     return "\n".join(f"-- {t} {n}\n{sql};\n" for t, n, sql in rows)
 
 
@@ -31,7 +32,8 @@ def test_migrations_produce_the_canonical_schema(tmp_path: Path) -> None:
     assert store.migrate() == []  # idempotent
     store.close()
     assert dump_schema(str(tmp_path / "m.db")) == SCHEMA_SNAPSHOT.read_text(), (
-        "schema changed: update tests/schema/sqlite.sql if the migration is intended")
+        "schema changed: update tests/schema/sqlite.sql if the migration is intended"
+    )
 
 
 def test_wal_and_durability_options(tmp_path: Path) -> None:
@@ -43,9 +45,11 @@ def test_wal_and_durability_options(tmp_path: Path) -> None:
     conn2 = fast.connect()
     assert conn2.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
     assert conn2.execute("PRAGMA busy_timeout").fetchone()[0] == 2000
-    for url, message in [(f"sqlite:///{tmp_path}/c.db?synchronous=sometimes", "synchronous"),
-                         (f"sqlite:///{tmp_path}/c.db?cache=big", "unknown SQLite option"),
-                         ("mysql://x", "unsupported URL")]:
+    for url, message in [
+        (f"sqlite:///{tmp_path}/c.db?synchronous=sometimes", "synchronous"),
+        (f"sqlite:///{tmp_path}/c.db?cache=big", "unknown SQLite option"),
+        ("mysql://x", "unsupported URL"),
+    ]:
         with pytest.raises(ss.ConfigError, match=message):
             ss.App("x", database_url=url).send(ss.Event("e"))
     conn.close()

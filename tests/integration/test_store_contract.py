@@ -30,18 +30,35 @@ def registry(*function_ids: str) -> Registry:
 F_ONLY = registry("f")
 
 
-def lease(tx: Tx, owner: str, wanted: int, now: float, until: float,
-          app_version: str | None = None) -> list[LeasedRun]:
+def lease(
+    tx: Tx, owner: str, wanted: int, now: float, until: float, app_version: str | None = None
+) -> list[LeasedRun]:
     """A worker's lease pass over function ``f``, sorted by run id."""
     return sorted(lease_pass(tx, owner, F_ONLY, wanted, now, until, app_version), key=lambda lr: lr.run.id)
 
 
-def add_run(tx: Tx, run_id: str, *, function_id: str = "f", at: float = NOW,
-            sort_at: float | None = None, status: str = RunStatus.QUEUED) -> None:
+def add_run(
+    tx: Tx,
+    run_id: str,
+    *,
+    function_id: str = "f",
+    at: float = NOW,
+    sort_at: float | None = None,
+    status: str = RunStatus.QUEUED,
+) -> None:
     seq = tx.insert_event(f"ev-{run_id}", "go", '{"n": 1}', 7, at)
-    tx.create_run(NewRun(id=run_id, function_id=function_id, event_seqs=[seq],
-                         event_ids=[f"ev-{run_id}"], available_at=at, created_at=at,
-                         sort_at=sort_at, status=status))
+    tx.create_run(
+        NewRun(
+            id=run_id,
+            function_id=function_id,
+            event_seqs=[seq],
+            event_ids=[f"ev-{run_id}"],
+            available_at=at,
+            created_at=at,
+            sort_at=sort_at,
+            status=status,
+        )
+    )
 
 
 def add_runs(store: Store, ids: list[str], **kwargs: Any) -> None:
@@ -53,7 +70,19 @@ def add_runs(store: Store, ids: list[str], **kwargs: Any) -> None:
 
 
 def step(run_id: str, step_id: str, output: str = "1", position: int = 0) -> StepRow:
-    return StepRow(run_id=run_id, step_id=step_id, position=position, kind="run", status=StepStatus.COMPLETED, attempts=1, output=output, error=None, wake_at=None, started_at=NOW, ended_at=NOW)
+    return StepRow(
+        run_id=run_id,
+        step_id=step_id,
+        position=position,
+        kind="run",
+        status=StepStatus.COMPLETED,
+        attempts=1,
+        output=output,
+        error=None,
+        wake_at=None,
+        started_at=NOW,
+        ended_at=NOW,
+    )
 
 
 def test_claim_key_holds_until_it_expires(store: Store) -> None:
@@ -67,10 +96,20 @@ def test_events_and_runs_round_trip(store: Store) -> None:
     add_runs(store, ["r1"])
     add_runs(store, ["r2"], status="skipped")
     run = store.read_sync(lambda tx: tx.get_run("r1"))
-    assert run is not None and (run.function_id, run.status, run.event_ids) == ("f", RunStatus.QUEUED, ["ev-r1"])
+    assert run is not None and (run.function_id, run.status, run.event_ids) == (
+        "f",
+        RunStatus.QUEUED,
+        ["ev-r1"],
+    )
     assert run.created_at == NOW and run.started_at is None and run.attempt == 0
     [event] = store.read_sync(lambda tx: tx.get_events("r1"))
-    assert (event.id, event.name, event.data, event.ts, event.received_at) == ("ev-r1", "go", '{"n": 1}', 7, NOW)
+    assert (event.id, event.name, event.data, event.ts, event.received_at) == (
+        "ev-r1",
+        "go",
+        '{"n": 1}',
+        7,
+        NOW,
+    )
     skipped = store.read_sync(lambda tx: tx.get_run("r2"))
     assert skipped is not None and skipped.ended_at == NOW
     assert store.read_sync(lambda tx: tx.get_run("missing")) is None
@@ -138,14 +177,26 @@ def test_checkpoints_are_fenced_by_owner_and_epoch(store: Store) -> None:
     assert store.read_sync(lambda tx: tx.get_steps("r")) == []  # nothing of the stale owner landed
     assert store.read_sync(lambda tx: tx.list_events("x", None, None, 10)) == []
     fence = Fence(run_id="r", owner="w2", epoch=new.epoch)
-    span = SpanRow(run_id="r", kind="step", name="s", started_at=NOW, ended_at=NOW, status="failed", attempt=0, error='{"type": "E", "message": "m"}')
+    span = SpanRow(
+        run_id="r",
+        kind="step",
+        name="s",
+        started_at=NOW,
+        ended_at=NOW,
+        status="failed",
+        attempt=0,
+        error='{"type": "E", "message": "m"}',
+    )
     assert store.transact_sync(lambda tx: tx.checkpoint(fence, [step("r", "s", '"new"')], [span]))() is False
     assert [s.output for s in store.read_sync(lambda tx: tx.get_steps("r"))] == ['"new"']
     assert [s.status for s in store.read_sync(lambda tx: tx.get_spans("r"))] == ["failed"]
     assert store.transact_sync(lambda tx: tx.finish_run(fence, "r", RunStatus.COMPLETED, "3", None, NOW + 3))
     run = store.read_sync(lambda tx: tx.get_run("r"))
     assert run is not None and (run.status, run.output, run.ended_at) == (RunStatus.COMPLETED, "3", NOW + 3)
-    assert store.transact_sync(lambda tx: tx.finish_run(None, "r", RunStatus.CANCELLED, None, None, NOW)) is False
+    assert (
+        store.transact_sync(lambda tx: tx.finish_run(None, "r", RunStatus.CANCELLED, None, None, NOW))
+        is False
+    )
 
 
 def test_reschedule_parks_the_run_until_its_wake_time(store: Store) -> None:
@@ -175,7 +226,9 @@ def test_a_cancel_flag_reaches_the_worker_holding_the_run(store: Store) -> None:
     assert store.transact_sync(lambda tx: tx.flag_cancel("held", NOW + 31)) is False  # lease lapsed
     assert store.transact_sync(lambda tx: tx.checkpoint(fence, [], []))() is False
     assert store.transact_sync(lambda tx: tx.flag_cancel("held", NOW + 1)) is True
-    assert store.transact_sync(lambda tx: tx.checkpoint(fence, [], []))() is True  # the flag reaches the owner
+    assert (
+        store.transact_sync(lambda tx: tx.checkpoint(fence, [], []))() is True
+    )  # the flag reaches the owner
 
 
 def test_requeue_forgets_the_given_steps(store: Store) -> None:
@@ -193,7 +246,15 @@ def test_requeue_forgets_the_given_steps(store: Store) -> None:
 
 def test_worker_registry(store: Store) -> None:
     for name, beat in (("a", NOW), ("b", NOW - 100)):
-        row = WorkerRow(id=name, app="app", app_version="v1", concurrency=4, started_at=NOW - 200, heartbeat_at=beat, functions=["f", "g"])
+        row = WorkerRow(
+            id=name,
+            app="app",
+            app_version="v1",
+            concurrency=4,
+            started_at=NOW - 200,
+            heartbeat_at=beat,
+            functions=["f", "g"],
+        )
         store.transact_sync(lambda tx, row=row: tx.upsert_worker(row))
     [alive] = store.read_sync(lambda tx: tx.list_workers(NOW - 60))
     assert (alive.id, alive.app_version, alive.concurrency, alive.functions) == ("a", "v1", 4, ["f", "g"])
@@ -234,9 +295,13 @@ def test_a_stale_checkpoint_fails_alone_among_others(store: Store) -> None:
     leased = store.transact_sync(lambda tx: lease(tx, "w1", 5, NOW, NOW + 1))
     fences = {lr.run.id: Fence(run_id=lr.run.id, owner="w1", epoch=lr.epoch) for lr in leased}
     store.transact_sync(lambda tx: lease_pass(tx, "w2", F_ONLY, 5, NOW + 2, NOW + 60))  # all taken over...
-    fences.update({lr.run.id: Fence(run_id=lr.run.id, owner="w2", epoch=lr.epoch)
-                   for lr in store.transact_sync(lambda tx: [tx.take("w2", "c", NOW + 2, NOW + 60)])
-                   if lr is not None})
+    fences.update(
+        {
+            lr.run.id: Fence(run_id=lr.run.id, owner="w2", epoch=lr.epoch)
+            for lr in store.transact_sync(lambda tx: [tx.take("w2", "c", NOW + 2, NOW + 60)])
+            if lr is not None
+        }
+    )
 
     async def together() -> list[Any]:
         futures = [store.submit(lambda tx, r=r: tx.checkpoint(fences[r], [step(r, "s")], [])) for r in ids]
@@ -315,8 +380,11 @@ def test_a_rejected_write_fails_its_own_operation_only(store: Store) -> None:
         _bad_write(tx)
 
     async def together() -> list[Any]:
-        futures = [store.submit(lambda tx: add_run(tx, "one")), store.submit(bad),
-                   store.submit(lambda tx: add_run(tx, "two"))]
+        futures = [
+            store.submit(lambda tx: add_run(tx, "one")),
+            store.submit(bad),
+            store.submit(lambda tx: add_run(tx, "two")),
+        ]
         return await asyncio.gather(*futures, return_exceptions=True)
 
     first, failed, last = asyncio.run(together())

@@ -21,8 +21,9 @@ attempts: Counter[str] = Counter()
 def trial(ctx: ss.Context) -> dict[str, Any]:
     user = ctx.event.data["user"]
     ctx.step.sleep("wait-7-days", "7d")
-    upgraded = ctx.step.wait_for_event("upgrade", event="plan.upgraded",
-                                       if_="async.data.user == event.data.user", timeout="3d")
+    upgraded = ctx.step.wait_for_event(
+        "upgrade", event="plan.upgraded", if_="async.data.user == event.data.user", timeout="3d"
+    )
     if upgraded is None:
         ctx.step.run("send-reminder", reminders.append, user)
     return {"user": user, "upgraded": upgraded is not None}
@@ -35,8 +36,7 @@ def flaky_sync() -> str:
     return "synced"
 
 
-@app.function(id="sync", trigger=ss.on_event("sync"),
-              backoff=ss.Backoff(initial="1h", factor=2, max="1d"))
+@app.function(id="sync", trigger=ss.on_event("sync"), backoff=ss.Backoff(initial="1h", factor=2, max="1d"))
 def sync(ctx: ss.Context) -> str:
     return str(ctx.step.run("push", flaky_sync))
 

@@ -59,13 +59,43 @@ def park(store: Store, kind: str, reply: str, condition: str, data: dict[str, An
 
     def op(tx: Tx) -> None:
         seq = tx.insert_event(f"ev-{run_id}", "start", json.dumps(data), 7, NOW)
-        tx.create_run(NewRun(id=run_id, function_id="f", event_seqs=[seq], event_ids=[f"ev-{run_id}"],
-                             available_at=NOW, created_at=NOW))
+        tx.create_run(
+            NewRun(
+                id=run_id,
+                function_id="f",
+                event_seqs=[seq],
+                event_ids=[f"ev-{run_id}"],
+                available_at=NOW,
+                created_at=NOW,
+            )
+        )
         if kind == "event":
-            tx.save_steps([StepRow(run_id=run_id, step_id="w", position=0, kind="wait", status=StepStatus.WAITING, started_at=NOW)], [])
-        tx.insert_wait(build_wait(run_id=run_id, step_id="w", kind=kind, event_name=reply,
-                                  condition=condition, run_event=run_event(run_id, data), now=NOW,
-                                  expires_at=None, field="if_"))
+            tx.save_steps(
+                [
+                    StepRow(
+                        run_id=run_id,
+                        step_id="w",
+                        position=0,
+                        kind="wait",
+                        status=StepStatus.WAITING,
+                        started_at=NOW,
+                    )
+                ],
+                [],
+            )
+        tx.insert_wait(
+            build_wait(
+                run_id=run_id,
+                step_id="w",
+                kind=kind,
+                event_name=reply,
+                condition=condition,
+                run_event=run_event(run_id, data),
+                now=NOW,
+                expires_at=None,
+                field="if_",
+            )
+        )
 
     store.transact_sync(op)
     return run_id
@@ -82,13 +112,16 @@ def resolved(store: Store, kind: str, run_id: str) -> bool:
             return step is not None and step.status == StepStatus.COMPLETED
         run = tx.get_run(run_id)
         return run is not None and run.status == RunStatus.CANCELLED
+
     return store.read_sync(op)
 
 
 def cel_says(condition: str, waiting: dict[str, Any], incoming: dict[str, Any]) -> bool:
     """The oracle: the condition evaluated with CEL itself (an error is false)."""
-    scope = {"event": {"name": "start", "data": waiting, "id": "w", "ts": 7},
-             "async": {"name": "reply", "data": incoming, "id": "a", "ts": 8}}
+    scope = {
+        "event": {"name": "start", "data": waiting, "id": "w", "ts": 7},
+        "async": {"name": "reply", "data": incoming, "id": "a", "ts": 8},
+    }
     try:
         return cel.compile(condition).execute(scope) is True
     except Exception:  # noqa: BLE001 - any evaluation error makes the condition false
@@ -108,6 +141,7 @@ KINDS = ("event", "cancel")
 
 # -- the instances the review found ---------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_missing_field_matches_no_missing_field(store: Store, kind: str) -> None:
     assert not engine_says(store, kind, EQUALITY, MISSING, MISSING)
@@ -126,12 +160,13 @@ def test_numbers_cel_calls_equal_match(store: Store, kind: str) -> None:
     assert not engine_says(store, kind, EQUALITY, 1, 2)
 
 
-def test_cancel_on_through_send_ignores_events_lacking_the_field(
-        make_app: Callable[..., ss.App]) -> None:
+def test_cancel_on_through_send_ignores_events_lacking_the_field(make_app: Callable[..., ss.App]) -> None:
     app = make_app()
-    app.function(id="trial", trigger=ss.on_event("trial.started"),
-                 cancel_on=[ss.CancelOn(event="user.deleted", if_="async.data.user == event.data.user")])(
-        lambda ctx: None)
+    app.function(
+        id="trial",
+        trigger=ss.on_event("trial.started"),
+        cancel_on=[ss.CancelOn(event="user.deleted", if_="async.data.user == event.data.user")],
+    )(lambda ctx: None)
     [no_user] = app.send(ss.Event("trial.started", {}))
     [numbered] = app.send(ss.Event("trial.started", {"user": 7}))
     runs = {e: app.runs.list(event_id=e)[0].id for e in (no_user, numbered)}
@@ -145,14 +180,41 @@ def test_cancel_on_through_send_ignores_events_lacking_the_field(
 # -- the class: the engine agrees with CEL on every pair of values ---------------------------------
 
 SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**64), 2**64),
-    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=3),
-    st.sampled_from([0, 1, -1, 2**53, 2**53 + 1, 2**63 - 1, 2**63, 2**64 + 1, 0.0, -0.0, 1.0,
-                     9007199254740992.0, 1e300, True, False, "1", "", "null"]),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**64), 2**64),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=3),
+    st.sampled_from(
+        [
+            0,
+            1,
+            -1,
+            2**53,
+            2**53 + 1,
+            2**63 - 1,
+            2**63,
+            2**64 + 1,
+            0.0,
+            -0.0,
+            1.0,
+            9007199254740992.0,
+            1e300,
+            True,
+            False,
+            "1",
+            "",
+            "null",
+        ]
+    ),
 )
-VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
-                      | st.dictionaries(st.sampled_from(["a", "b", "1"]), inner, max_size=3),
-                      max_leaves=6)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["a", "b", "1"]), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
 MAYBE = st.one_of(st.just(MISSING), VALUES)
 
 
@@ -172,8 +234,9 @@ def twin(value: Any) -> Any:
 
 
 PAIRS = st.one_of(st.tuples(MAYBE, MAYBE), MAYBE.map(lambda v: (v, v)), MAYBE.map(lambda v: (v, twin(v))))
-CONDITIONS = st.sampled_from([EQUALITY, "event.data.y == async.data.x",
-                              "async.data.x == event.data.y && true"])
+CONDITIONS = st.sampled_from(
+    [EQUALITY, "event.data.y == async.data.x", "async.data.x == event.data.y && true"]
+)
 
 
 @pytest.fixture
@@ -187,7 +250,8 @@ def sqlite_store(tmp_path: Path) -> Iterator[Store]:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(pair=PAIRS, condition=CONDITIONS, kind=st.sampled_from(KINDS))
 def test_the_engine_resolves_a_wait_iff_cel_says_the_condition_holds(
-        sqlite_store: Store, pair: tuple[Any, Any], condition: str, kind: str) -> None:
+    sqlite_store: Store, pair: tuple[Any, Any], condition: str, kind: str
+) -> None:
     waiting, incoming = pair
     expected = cel_says(condition, data_of("y", waiting), data_of("x", incoming))
     assert engine_says(sqlite_store, kind, condition, waiting, incoming) == expected, (waiting, incoming)
@@ -195,12 +259,20 @@ def test_the_engine_resolves_a_wait_iff_cel_says_the_condition_holds(
 
 # -- waits parked by earlier versions --------------------------------------------------------------
 
+
 def park_legacy(store: Store, reply: str, match_value: str) -> str:
     """A wait as versions before 0012_cel wrote it for ``async.data.x ==
     event.data.y``: the plain JSON of ``y`` as the index value, no expression."""
     run_id = park(store, "event", f"unused-{next(_ids)}", EQUALITY, {})
-    legacy = WaitRow(run_id=run_id, step_id="w", kind="event", event_name=reply, match_key="x",
-                     match_value=match_value, created_at=NOW)
+    legacy = WaitRow(
+        run_id=run_id,
+        step_id="w",
+        kind="event",
+        event_name=reply,
+        match_key="x",
+        match_value=match_value,
+        created_at=NOW,
+    )
 
     def replace(tx: Tx) -> None:  # one wait per step: the legacy row takes the new one's place
         tx.delete_run_waits(run_id)
@@ -211,8 +283,10 @@ def park_legacy(store: Store, reply: str, match_value: str) -> str:
 
 
 def test_waits_parked_before_the_upgrade_still_match(store: Store, db_url: str) -> None:
-    floats = {value: park_legacy(store, f"legacy-{i}", value)
-              for i, value in enumerate(["1.0", "-3.0", "-0.0", "2.5", '"1.0"', "[1.0]"])}
+    floats = {
+        value: park_legacy(store, f"legacy-{i}", value)
+        for i, value in enumerate(["1.0", "-3.0", "-0.0", "2.5", '"1.0"', "[1.0]"])
+    }
     rerun_migration(db_url, "0012_cel")
     store.migrate()
     for i, (value, run_id) in enumerate(floats.items()):

@@ -87,8 +87,12 @@ def _app(make_app: Callable[..., ss.App], started: threading.Event, release: thr
         started.set()
         return "done" if release.wait(10) else "stuck"
 
-    @app.function(id="f", trigger=ss.on_event("go"), concurrency=ss.Concurrency(limit=1),
-                  timeouts=ss.Timeouts(start="1500ms"))
+    @app.function(
+        id="f",
+        trigger=ss.on_event("go"),
+        concurrency=ss.Concurrency(limit=1),
+        timeouts=ss.Timeouts(start="1500ms"),
+    )
     def f(ctx: ss.Context) -> str:
         return str(ctx.step.run("one", step))
 
@@ -96,8 +100,14 @@ def _app(make_app: Callable[..., ss.App], started: threading.Event, release: thr
 
 
 def _worker(app: ss.App, store: FaultyStore) -> Worker:
-    return Worker(store=store, registry=app.registry, clock=app.clock,  # type: ignore[arg-type]
-                  app_name=app.name, lease_ttl=0.6, instance_id="faulty")
+    return Worker(
+        store=store,
+        registry=app.registry,
+        clock=app.clock,  # type: ignore[arg-type]
+        app_name=app.name,
+        lease_ttl=0.6,
+        instance_id="faulty",
+    )
 
 
 async def _until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -108,8 +118,9 @@ async def _until(predicate: Callable[[], bool], timeout: float, what: str) -> No
 
 
 @pytest.mark.parametrize("loop", sorted(LOOPS))
-def test_a_loop_that_raises_once_keeps_working(make_app: Callable[..., ss.App], loop: str,
-                                               caplog: pytest.LogCaptureFixture) -> None:
+def test_a_loop_that_raises_once_keeps_working(
+    make_app: Callable[..., ss.App], loop: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """Each loop's first operation raises. Afterwards the worker still leases
     (the first run completes), the duties still run (the second run, queued
     behind the first past its start timeout, is cancelled) and the heartbeat
@@ -131,8 +142,11 @@ def test_a_loop_that_raises_once_keeps_working(make_app: Callable[..., ss.App], 
             queued = await app.runs.wait_async(second.id, timeout="10s")  # its start timed out
             release.set()
             done = await app.runs.wait_async(first.id, timeout="10s")
-            await _until(lambda: store.fault is None and store.passed_after >= 1, 10,
-                         f"the {loop} to run again after the fault")
+            await _until(
+                lambda: store.fault is None and store.passed_after >= 1,
+                10,
+                f"the {loop} to run again after the fault",
+            )
             await _until(lambda: bool(worker.health()["ready"]), 5, "the worker to be ready")
             assert worker.dead_loops() == []
             return [done, queued]
@@ -174,8 +188,9 @@ class NthFaultStore(FaultyStore):
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 @pytest.mark.parametrize("position", range(1, 13))
-def test_any_one_operation_raising_stops_nothing(make_app: Callable[..., ss.App], position: int,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_any_one_operation_raising_stops_nothing(
+    make_app: Callable[..., ss.App], position: int, caplog: pytest.LogCaptureFixture
+) -> None:
     """The class, not three instances: whichever store operation the worker
     issues after it started raises an unexpected error (a duty, a lease pass, a
     heartbeat or its clock reading, a checkpoint), every run still completes, no
@@ -229,8 +244,9 @@ def _readyz(port: int) -> tuple[int, dict[str, Any]]:
         return err.code, json.loads(err.read())
 
 
-def test_a_dead_loop_makes_the_worker_not_ready(make_app: Callable[..., ss.App],
-                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_a_dead_loop_makes_the_worker_not_ready(
+    make_app: Callable[..., ss.App], caplog: pytest.LogCaptureFixture
+) -> None:
     """The lease loop's task ends (a ``BaseException`` no handler catches): the
     heartbeat still beats, but the worker takes no work, so ``health()`` and the
     ``--metrics-port`` probe ``/readyz`` say not ready (503) and name the loop."""

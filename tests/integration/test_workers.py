@@ -28,13 +28,19 @@ def test_runs_record_the_app_version_that_ran_them(make_app: Callable[..., ss.Ap
     assert row is not None and row.app_version == "2026.11.3"
     [worker] = app.workers.list()
     assert (worker.id, worker.app, worker.app_version, worker.concurrency, worker.functions) == (
-        "box-1", "versioned", "2026.11.3", 3, ["f"])
+        "box-1",
+        "versioned",
+        "2026.11.3",
+        3,
+        ["f"],
+    )
     app.stop()
     assert app.workers.list() == []  # a stopped worker leaves the registry
 
 
 def test_workers_sharing_an_instance_id_keep_their_own_leases(
-        make_app: Callable[..., ss.App], caplog: pytest.LogCaptureFixture) -> None:
+    make_app: Callable[..., ss.App], caplog: pytest.LogCaptureFixture
+) -> None:
     """Two workers started with the same --instance-id (a copy-pasted name):
     the one that stops cleanly gives back only its own leases, so the run the
     other is in the middle of is neither dropped nor run again."""
@@ -48,6 +54,7 @@ def test_workers_sharing_an_instance_id_keep_their_own_leases(
             charges.append(1)
             started.set()
             assert finish.wait(10)
+
         ctx.step.run("charge", charge)
         return "ok"
 

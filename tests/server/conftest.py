@@ -45,12 +45,16 @@ class Live:
         assert not self.thread.is_alive(), "server did not stop"
 
 
-def start_server(app: ss.App, *, auth: AuthConfig | None = None, workers: bool = False,
-                 **options: Any) -> Live:
+def start_server(
+    app: ss.App, *, auth: AuthConfig | None = None, workers: bool = False, **options: Any
+) -> Live:
     port = free_port()
-    api = create_app(app, auth or AuthConfig((API_KEY,), (EVENT_KEY,)),
-                     workers=WorkerSettings(concurrency=4, drain_timeout=5) if workers else None,
-                     **options)
+    api = create_app(
+        app,
+        auth or AuthConfig((API_KEY,), (EVENT_KEY,)),
+        workers=WorkerSettings(concurrency=4, drain_timeout=5) if workers else None,
+        **options,
+    )
     config = uvicorn.Config(api, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
@@ -123,6 +127,7 @@ class Shop:
         def ended() -> Any:
             run = self.http.get(f"/api/v1/runs/{run_id}").json()
             return run if run["status"] in statuses else None
+
         return poll(ended, what=f"run {run_id} to end")
 
 
@@ -154,7 +159,8 @@ def shop(serve: Callable[..., Live], db_url: str) -> Iterator[Shop]:
     app = shop_app(db_url, switches)
     other = ss.App("elsewhere", database_url=db_url)
     other.function(id="parked", trigger=ss.on_event("park"), concurrency=ss.Concurrency(limit=2))(
-        lambda ctx: None)
+        lambda ctx: None
+    )
     other.store  # noqa: B018 - registers "parked" in the database
     live = serve(app, workers=True)
     yield Shop(live, app, other, switches)

@@ -31,9 +31,15 @@ ENDPOINTS: list[tuple[str, str, Any]] = [
 
 
 def database_state(db_url: str) -> list[Any]:
-    return [query(db_url, q) for q in (
-        "SELECT id, status FROM runs ORDER BY id", "SELECT COUNT(*) FROM events",
-        "SELECT COUNT(*) FROM jobs", "SELECT run_id, cancel_requested FROM queue ORDER BY run_id")]
+    return [
+        query(db_url, q)
+        for q in (
+            "SELECT id, status FROM runs ORDER BY id",
+            "SELECT COUNT(*) FROM events",
+            "SELECT COUNT(*) FROM jobs",
+            "SELECT run_id, cancel_requested FROM queue ORDER BY run_id",
+        )
+    ]
 
 
 @pytest.mark.parametrize("header", [None, "Bearer wrong-key", f"Basic {API_KEY}", "Bearer", API_KEY])
@@ -52,8 +58,9 @@ def test_every_endpoint_refuses_a_missing_or_wrong_key(shop: Shop, db_url: str, 
 
 def test_authentication_comes_before_the_body_is_read(shop: Shop) -> None:
     with httpx.Client(base_url=shop.live.url) as anonymous:
-        response = anonymous.post("/api/v1/events", content=b"{not json",
-                                  headers={"content-type": "application/json"})
+        response = anonymous.post(
+            "/api/v1/events", content=b"{not json", headers={"content-type": "application/json"}
+        )
     assert response.status_code == 401
 
 
@@ -73,8 +80,11 @@ def test_the_event_key_only_sends_and_the_api_key_does_everything(shop: Shop, db
 def test_healthz_is_open(shop: Shop, db_url: str) -> None:
     response = httpx.get(f"{shop.live.url}/healthz")
     dialect = db_url.split(":", 1)[0]  # the URL scheme
-    assert response.status_code == 200 and response.json() == {"status": "ok", "database": dialect,
-                                                               "error": None}
+    assert response.status_code == 200 and response.json() == {
+        "status": "ok",
+        "database": dialect,
+        "error": None,
+    }
 
 
 def test_rotated_keys_are_all_accepted(serve: Any, make_app: Any) -> None:

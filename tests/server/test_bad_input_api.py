@@ -31,21 +31,26 @@ def open_server(make_app: Callable[..., ss.App], serve: Callable[..., Live]) -> 
 
 
 def test_events_with_failing_expressions_are_ingested_with_their_batch(
-        make_app: Callable[..., ss.App], serve: Callable[..., Live]) -> None:
+    make_app: Callable[..., ss.App], serve: Callable[..., Live]
+) -> None:
     live, every = open_server(make_app, serve)
-    response = live.http.post("/api/v1/events", json=[{"name": "go", "data": DATA},
-                                                      {"name": "probe", "data": {"n": 0}}])
+    response = live.http.post(
+        "/api/v1/events", json=[{"name": "go", "data": DATA}, {"name": "probe", "data": {"n": 0}}]
+    )
     assert response.status_code == 200, response.text
     go, probe = response.json()["ids"]
-    started = {r["function_id"] for r in live.http.get("/api/v1/runs", params={"event_id": go,
-                                                                              "limit": 500}).json()["runs"]}
+    started = {
+        r["function_id"]
+        for r in live.http.get("/api/v1/runs", params={"event_id": go, "limit": 500}).json()["runs"]
+    }
     assert set(every) <= started
     assert len(live.http.get("/api/v1/runs", params={"event_id": probe}).json()["runs"]) == 1
     for condition in CONDITIONS:
         listed = live.http.get("/api/v1/runs", params={"function_id": "plain", "if": condition})
         assert listed.status_code == 200 and listed.json()["runs"] == [], (condition, listed.text)
-        preview = live.http.get("/api/v1/stats/preview", params={"action": "cancel", "function_id": "plain",
-                                                                 "if": condition})
+        preview = live.http.get(
+            "/api/v1/stats/preview", params={"action": "cancel", "function_id": "plain", "if": condition}
+        )
         assert preview.status_code == 200, (condition, preview.text)
         assert preview.json()["count"] == 0 and preview.json()["examined"] == 1, preview.text
     job = live.http.post("/api/v1/runs/cancel-many", json={"function_id": "plain", "if": CONDITIONS[0]})
@@ -60,28 +65,41 @@ def test_events_with_failing_expressions_are_ingested_with_their_batch(
 
 
 def test_deeply_nested_events_are_refused_with_422(
-        make_app: Callable[..., ss.App], serve: Callable[..., Live]) -> None:
+    make_app: Callable[..., ss.App], serve: Callable[..., Live]
+) -> None:
     live, _ = open_server(make_app, serve)
     for depth in (65, 900):
         response = live.http.post("/api/v1/events", json={"name": "probe", "data": nested(depth)})
         assert response.status_code == 422, response.text
         assert "nested more than 64 levels" in response.json()["error"]["message"]
     deep = "[" * 100_000 + "]" * 100_000  # beyond what the JSON decoder follows
-    response = live.http.post("/api/v1/events", content=f'{{"name": "probe", "data": {{"a": {deep}}}}}',
-                              headers={"content-type": "application/json"})
+    response = live.http.post(
+        "/api/v1/events",
+        content=f'{{"name": "probe", "data": {{"a": {deep}}}}}',
+        headers={"content-type": "application/json"},
+    )
     assert 400 <= response.status_code < 500, response.text
     assert live.http.post("/api/v1/events", json={"name": "probe", "data": nested(64)}).status_code == 200
 
 
 def test_events_stored_nested_deeper_still_show(
-        make_app: Callable[..., ss.App], serve: Callable[..., Live]) -> None:
+    make_app: Callable[..., ss.App], serve: Callable[..., Live]
+) -> None:
     live, _ = open_server(make_app, serve)
     now = live.app.clock.now()
 
     def store_old_row(tx: Tx) -> None:  # as an older version accepted it
         seq = tx.insert_event("deep-1", "probe", json.dumps(nested(900)), 7, now)
-        tx.create_run(NewRun(id="run-deep", function_id="probe", event_seqs=[seq], event_ids=["deep-1"],
-                             available_at=now + 3600, created_at=now))
+        tx.create_run(
+            NewRun(
+                id="run-deep",
+                function_id="probe",
+                event_seqs=[seq],
+                event_ids=["deep-1"],
+                available_at=now + 3600,
+                created_at=now,
+            )
+        )
 
     live.app.store.transact_sync(store_old_row)
     listing = live.http.get("/api/v1/events", params={"name": "probe"})

@@ -38,7 +38,8 @@ def test_list_pages_through_the_server(shop: Shop, client: ss.Client) -> None:
     assert [r.id for r in everything] == [r.id for r in shop.app.runs.list(function_id="parked")]
     newest = everything[0]
     assert [r.id for r in client.runs.list(function_id="parked", before=newest.id)] == [
-        r.id for r in everything[1:]]
+        r.id for r in everything[1:]
+    ]
     assert client.runs.list(function_id="parked", since=newest.created_at) == [newest]
     assert newest.created_at.tzinfo is UTC
 
@@ -89,8 +90,10 @@ def test_errors_are_the_same_stepstone_errors(shop: Shop, client: ss.Client) -> 
 
 
 def test_an_unreachable_server_is_a_stepstone_error() -> None:
-    with ss.Client(f"http://127.0.0.1:{free_port()}", api_key="k") as nowhere, \
-            pytest.raises(ss.ServerUnavailableError, match="cannot reach"):
+    with (
+        ss.Client(f"http://127.0.0.1:{free_port()}", api_key="k") as nowhere,
+        pytest.raises(ss.ServerUnavailableError, match="cannot reach"),
+    ):
         nowhere.runs.list()
 
 

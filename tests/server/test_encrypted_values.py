@@ -12,8 +12,11 @@ from .conftest import Live
 
 
 def test_encrypted_outputs_show_as_encrypted(tmp_path: Path, serve: Callable[..., Live]) -> None:
-    app = ss.App("secret", database_url=f"sqlite:///{tmp_path}/s.db",
-                 middleware=[ss.EncryptionMiddleware("a long random test secret")])
+    app = ss.App(
+        "secret",
+        database_url=f"sqlite:///{tmp_path}/s.db",
+        middleware=[ss.EncryptionMiddleware("a long random test secret")],
+    )
 
     @app.function(id="vault", trigger=ss.on_event("store"))
     def vault(ctx: ss.Context) -> dict[str, str]:

@@ -76,15 +76,29 @@ def test_asgi_mounts_in_an_existing_application(make_app: Any) -> None:
         base = f"http://127.0.0.1:{port}"
         auth = {"Authorization": "Bearer mount-key"}
         assert httpx.get(f"{base}/own").json() == {"owner": "host"}
-        [event_id] = httpx.post(f"{base}/stepstone/api/v1/events", json={"name": "tick"}, headers=auth).json()["ids"]
-        [run] = httpx.get(f"{base}/stepstone/api/v1/runs", params={"event_id": event_id}, headers=auth).json()["runs"]
+        [event_id] = httpx.post(
+            f"{base}/stepstone/api/v1/events", json={"name": "tick"}, headers=auth
+        ).json()["ids"]
+        [run] = httpx.get(
+            f"{base}/stepstone/api/v1/runs", params={"event_id": event_id}, headers=auth
+        ).json()["runs"]
         assert run["function_id"] == "noop"
-        assert httpx.get(f"{base}/stepstone/api/v1/runs", headers={"Authorization": "Bearer x"}).status_code == 401
+        assert (
+            httpx.get(f"{base}/stepstone/api/v1/runs", headers={"Authorization": "Bearer x"}).status_code
+            == 401
+        )
         # bulk jobs work without the mounted app's lifespan
-        job = httpx.post(f"{base}/stepstone/api/v1/runs/cancel-many", json={"function_id": "noop"},
-                         headers=auth).json()
-        done = poll(lambda: (j := httpx.get(f"{base}/stepstone/api/v1/jobs/{job['id']}", headers=auth).json())
-                    ["status"] == "completed" and j, what="the job")
+        job = httpx.post(
+            f"{base}/stepstone/api/v1/runs/cancel-many", json={"function_id": "noop"}, headers=auth
+        ).json()
+        done = poll(
+            lambda: (
+                (j := httpx.get(f"{base}/stepstone/api/v1/jobs/{job['id']}", headers=auth).json())["status"]
+                == "completed"
+                and j
+            ),
+            what="the job",
+        )
         assert done["done"] == 1
     finally:
         server.should_exit = True

@@ -48,7 +48,9 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     app = shop_app(url, {"broken": True})
     live = start_server(app, workers=True)
     # something to find: completed, failed and queued runs, a job
-    live.http.post("/api/v1/events", json=[{"name": "hello"}, {"name": "boom"}, {"name": "hello", "id": "known"}])
+    live.http.post(
+        "/api/v1/events", json=[{"name": "hello"}, {"name": "boom"}, {"name": "hello", "id": "known"}]
+    )
     live.http.post("/api/v1/runs/cancel-many", json={"function_id": "greet"})
     yield live
     live.stop()
@@ -68,8 +70,12 @@ def test_the_api_conforms_to_its_spec(api_schema: Any, label: str, mode: Generat
     auth = {"Authorization": f"Bearer {API_KEY}"}
 
     @given(case=operation.as_strategy(generation_mode=mode, headers=auth))
-    @settings(max_examples=25, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    @settings(
+        max_examples=25,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
     def conforms(case: Any) -> None:
         case.call_and_validate(excluded_checks=[positive_data_acceptance])
 
@@ -79,10 +85,23 @@ def test_the_api_conforms_to_its_spec(api_schema: Any, label: str, mode: Generat
 def test_the_spec_is_versioned_and_declares_bearer_auth(fuzzed: Live) -> None:
     spec = fuzzed.http.get("/openapi.json").json()
     assert spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
-    assert {"/api/v1/events", "/api/v1/runs", "/api/v1/runs/{run_id}", "/api/v1/runs/{run_id}/trace",
-            "/api/v1/runs/{run_id}/cancel", "/api/v1/runs/{run_id}/replay", "/api/v1/runs/{run_id}/rerun",
-            "/api/v1/runs/cancel-many", "/api/v1/runs/replay-many", "/api/v1/jobs", "/api/v1/jobs/{job_id}",
-            "/api/v1/functions", "/api/v1/workers", "/healthz", "/metrics"} <= set(spec["paths"])
+    assert {
+        "/api/v1/events",
+        "/api/v1/runs",
+        "/api/v1/runs/{run_id}",
+        "/api/v1/runs/{run_id}/trace",
+        "/api/v1/runs/{run_id}/cancel",
+        "/api/v1/runs/{run_id}/replay",
+        "/api/v1/runs/{run_id}/rerun",
+        "/api/v1/runs/cancel-many",
+        "/api/v1/runs/replay-many",
+        "/api/v1/jobs",
+        "/api/v1/jobs/{job_id}",
+        "/api/v1/functions",
+        "/api/v1/workers",
+        "/healthz",
+        "/metrics",
+    } <= set(spec["paths"])
     assert "security" not in spec["paths"]["/healthz"]["get"]
     assert spec["paths"]["/api/v1/runs"]["get"]["security"] == [{"bearer": []}]
     assert spec["info"]["version"]

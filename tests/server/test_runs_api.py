@@ -20,8 +20,10 @@ def test_list_filters_by_function_status_and_time(shop: Shop) -> None:
     both = get("/api/v1/runs", params=[("status", "failed"), ("status", "queued")])
     assert set(ids(both)) == {failed["id"], parked["id"]}
     # a moment between the first two runs, as RFC 3339 and as epoch seconds
-    between = (datetime.fromisoformat(greet["created_at"]).timestamp()
-               + datetime.fromisoformat(failed["created_at"]).timestamp()) / 2
+    between = (
+        datetime.fromisoformat(greet["created_at"]).timestamp()
+        + datetime.fromisoformat(failed["created_at"]).timestamp()
+    ) / 2
     rfc3339 = datetime.fromtimestamp(between, UTC).isoformat().replace("+00:00", "Z")
     assert set(ids(get("/api/v1/runs", params={"since": rfc3339}))) == {failed["id"], parked["id"]}
     assert ids(get("/api/v1/runs", params={"until": str(between)})) == [greet["id"]]
@@ -48,18 +50,22 @@ def test_cursor_pagination_walks_every_run_once(shop: Shop) -> None:
     assert seen == sorted(seen, reverse=True)  # newest first
 
 
-@pytest.mark.parametrize(("params", "field", "needle"), [
-    ({"function_id": "no-such-fn"}, "function_id", "unknown function 'no-such-fn'"),
-    ({"status": "exploded"}, "status[0]", "Input should be"),
-    ({"since": "last tuesday"}, "since", "RFC 3339"),
-    ({"until": "nan"}, "until", "finite"),
-    ({"since": "2030-01-01T00:00:00Z", "until": "2020-01-01T00:00:00Z"}, "since", "must not be after"),
-    ({"cursor": "not-a-cursor"}, "cursor", "malformed cursor"),
-    ({"limit": 0}, "limit", "greater than or equal to 1"),
-    ({"functon_id": "greet"}, "functon_id", "unknown query parameter"),
-])
-def test_bad_filters_get_422_naming_the_parameter(shop: Shop, params: dict[str, object], field: str,
-                                                  needle: str) -> None:
+@pytest.mark.parametrize(
+    ("params", "field", "needle"),
+    [
+        ({"function_id": "no-such-fn"}, "function_id", "unknown function 'no-such-fn'"),
+        ({"status": "exploded"}, "status[0]", "Input should be"),
+        ({"since": "last tuesday"}, "since", "RFC 3339"),
+        ({"until": "nan"}, "until", "finite"),
+        ({"since": "2030-01-01T00:00:00Z", "until": "2020-01-01T00:00:00Z"}, "since", "must not be after"),
+        ({"cursor": "not-a-cursor"}, "cursor", "malformed cursor"),
+        ({"limit": 0}, "limit", "greater than or equal to 1"),
+        ({"functon_id": "greet"}, "functon_id", "unknown query parameter"),
+    ],
+)
+def test_bad_filters_get_422_naming_the_parameter(
+    shop: Shop, params: dict[str, object], field: str, needle: str
+) -> None:
     response = shop.http.get("/api/v1/runs", params=params)
     assert response.status_code == 422, response.text
     error = response.json()["error"]
@@ -79,8 +85,17 @@ def test_trace_has_every_span_with_errors_and_tracebacks(shop: Shop) -> None:
     assert "kaboom" in fragile["error"]["traceback"]
     assert by_name["before"]["status"] == "completed" and by_name["before"]["duration"] >= 0
     for span in trace["spans"]:
-        assert set(span) == {"kind", "name", "status", "attempt", "started_at", "ended_at", "duration",
-                             "error", "detail"}
+        assert set(span) == {
+            "kind",
+            "name",
+            "status",
+            "attempt",
+            "started_at",
+            "ended_at",
+            "duration",
+            "error",
+            "detail",
+        }
 
 
 def test_cancel_replay_and_rerun(shop: Shop) -> None:
@@ -107,17 +122,22 @@ def test_cancel_replay_and_rerun(shop: Shop) -> None:
     assert [s["id"] for s in forked["steps"]] == ["before", "fragile"]
 
 
-@pytest.mark.parametrize(("method", "path", "body"), [
-    ("GET", "/api/v1/runs/nope", None),
-    ("GET", "/api/v1/runs/nope/trace", None),
-    ("POST", "/api/v1/runs/nope/cancel", None),
-    ("POST", "/api/v1/runs/nope/replay", None),
-    ("POST", "/api/v1/runs/nope/rerun", {"step_id": "a"}),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/api/v1/runs/nope", None),
+        ("GET", "/api/v1/runs/nope/trace", None),
+        ("POST", "/api/v1/runs/nope/cancel", None),
+        ("POST", "/api/v1/runs/nope/replay", None),
+        ("POST", "/api/v1/runs/nope/rerun", {"step_id": "a"}),
+    ],
+)
 def test_unknown_runs_are_404(shop: Shop, method: str, path: str, body: object) -> None:
     response = shop.http.request(method, path, json=body)
     assert response.status_code == 404
-    assert response.json()["error"]["type"] == "NotFoundError" and "nope" in response.json()["error"]["message"]
+    assert (
+        response.json()["error"]["type"] == "NotFoundError" and "nope" in response.json()["error"]["message"]
+    )
 
 
 def test_rerun_from_an_unknown_step_is_404_and_needs_a_step_id(shop: Shop) -> None:

@@ -20,11 +20,20 @@ def test_status_literals_match_the_engine() -> None:
 
 def test_runs_and_spans_round_trip_through_json() -> None:
     moment = datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
-    run = ss.Run(id="r", function_id="f", status="failed", output={"a": [1, None]},
-                 error=ss.ErrorInfo("ValueError", "bad", "Traceback ..."), event_ids=["e"],
-                 created_at=moment, started_at=moment, ended_at=None,
-                 steps=[ss.StepRecord("s", "completed", 2, [1], None, "run", moment, moment)],
-                 attempt=1, meta={"rerun_of": "q"})
+    run = ss.Run(
+        id="r",
+        function_id="f",
+        status="failed",
+        output={"a": [1, None]},
+        error=ss.ErrorInfo("ValueError", "bad", "Traceback ..."),
+        event_ids=["e"],
+        created_at=moment,
+        started_at=moment,
+        ended_at=None,
+        steps=[ss.StepRecord("s", "completed", 2, [1], None, "run", moment, moment)],
+        attempt=1,
+        meta={"rerun_of": "q"},
+    )
     assert RunOut.model_validate_json(RunOut.of(run).model_dump_json()).to_run() == run
     span = ss.Span("step", "s", "failed", 1, moment, None, ss.ErrorInfo("E", "m"), {"wake_at": 1.5})
     assert SpanOut.model_validate_json(SpanOut.of(span).model_dump_json()).to_span() == span

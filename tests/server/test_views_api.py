@@ -19,9 +19,9 @@ def test_runs_are_found_by_event_text_and_cel(shop: Shop) -> None:
     acme = shop.run_of(shop.send("park", {"tenant": "ACME", "n": 1}, id="evt-acme"))["id"]
     other = shop.run_of(shop.send("park", {"tenant": "globex", "n": 2}))["id"]
     get = shop.http.get
-    assert ids(get("/api/v1/runs", params={"q": "acme"})) == [acme]         # data, any case
-    assert ids(get("/api/v1/runs", params={"q": "EVT-AC"})) == [acme]       # event id
-    assert ids(get("/api/v1/runs", params={"q": other[-8:]})) == [other]    # run id
+    assert ids(get("/api/v1/runs", params={"q": "acme"})) == [acme]  # data, any case
+    assert ids(get("/api/v1/runs", params={"q": "EVT-AC"})) == [acme]  # event id
+    assert ids(get("/api/v1/runs", params={"q": other[-8:]})) == [other]  # run id
     assert ids(get("/api/v1/runs", params={"if": "event.data.n > 1"})) == [other]
     assert ids(get("/api/v1/runs", params={"if": "event.data.n > 1", "q": "acme"})) == []
     assert ids(get("/api/v1/runs", params={"q": "park", "status": "failed"})) == []
@@ -63,8 +63,9 @@ def test_counts_per_status_and_function_load(shop: Shop) -> None:
     assert loads["flaky"]["failed_last_hour"] == 1 and loads["greet"]["failed_last_hour"] == 0
     parked = loads["parked"]
     assert parked["active"]["queued"] == 2 and parked["backlog"] == 2
-    assert parked["keys"] == [{"ckey1": "fn:parked", "ckey2": None, "limit1": 2, "limit2": None,
-                               "due": 2, "leased": 0, "total": 2}]
+    assert parked["keys"] == [
+        {"ckey1": "fn:parked", "ckey2": None, "limit1": 2, "limit2": None, "due": 2, "leased": 0, "total": 2}
+    ]
     assert parked["function"]["config"]["concurrency"]
 
 
@@ -86,25 +87,36 @@ def test_the_timeline_counts_outcomes_and_queue_delay(shop: Shop) -> None:
         assert b["failure_rate"] == (b["failed"] / ended if ended else None)
     one = shop.http.get("/api/v1/stats/timeline", params={"function_id": "greet"}).json()
     assert sum(b["created"] for b in one["buckets"]) == 1
-    for params in ({"since": "2000-01-01T00:00:00Z"}, {"since": "1e308"}, {"until": "-1e300"},
-                   {"since": "100", "until": "100"}):
+    for params in (
+        {"since": "2000-01-01T00:00:00Z"},
+        {"since": "1e308"},
+        {"until": "-1e300"},
+        {"since": "100", "until": "100"},
+    ):
         refused = shop.http.get("/api/v1/stats/timeline", params=params)
         assert refused.status_code == 422, params
 
 
 def test_the_preview_counts_what_the_bulk_job_then_acts_on(shop: Shop) -> None:
     shop.http.post("/api/v1/events", json=[{"name": "park", "data": {"tenant": t}} for t in "aab"])
-    preview = shop.http.get("/api/v1/stats/preview", params={
-        "action": "cancel", "function_id": "parked", "if": "event.data.tenant == 'a'"}).json()
+    preview = shop.http.get(
+        "/api/v1/stats/preview",
+        params={"action": "cancel", "function_id": "parked", "if": "event.data.tenant == 'a'"},
+    ).json()
     assert preview["count"] == 2 and preview["complete"] and len(preview["sample"]) == 2
     plain = shop.http.get("/api/v1/stats/preview", params={"action": "cancel", "function_id": "parked"})
     assert plain.json()["count"] == 3
-    job = shop.http.post("/api/v1/runs/cancel-many",
-                         json={"function_id": "parked", "if": "event.data.tenant == 'a'"}).json()
-    done = poll(lambda: (j := shop.http.get(f"/api/v1/jobs/{job['id']}").json())["status"] == "completed" and j)
+    job = shop.http.post(
+        "/api/v1/runs/cancel-many", json={"function_id": "parked", "if": "event.data.tenant == 'a'"}
+    ).json()
+    done = poll(
+        lambda: (j := shop.http.get(f"/api/v1/jobs/{job['id']}").json())["status"] == "completed" and j
+    )
     assert done["done"] == preview["count"]
-    replay = shop.http.get("/api/v1/stats/preview", params=[
-        ("action", "replay"), ("function_id", "parked"), ("status", "cancelled")]).json()
+    replay = shop.http.get(
+        "/api/v1/stats/preview",
+        params=[("action", "replay"), ("function_id", "parked"), ("status", "cancelled")],
+    ).json()
     assert replay["count"] == 2 and set(replay["sample"]) == set(preview["sample"])
     bad = shop.http.get("/api/v1/stats/preview", params={"action": "replay", "function_id": "ghost"})
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "function_id"

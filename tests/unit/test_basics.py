@@ -12,10 +12,20 @@ from stepstone.expressions import compile_expression, equality_shape
 from stepstone.ids import new_id
 
 
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("500ms", 0.5), ("30s", 30), ("5m", 300), ("2h", 7200), ("7d", 604800), ("1h30m", 5400),
-    (timedelta(minutes=2), 120), (1.5, 1.5), (0, 0),
-])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("500ms", 0.5),
+        ("30s", 30),
+        ("5m", 300),
+        ("2h", 7200),
+        ("7d", 604800),
+        ("1h30m", 5400),
+        (timedelta(minutes=2), 120),
+        (1.5, 1.5),
+        (0, 0),
+    ],
+)
 def test_durations_parse(text: object, seconds: float) -> None:
     assert parse_duration(text, field="f") == pytest.approx(seconds)  # type: ignore[arg-type]
 
@@ -78,6 +88,7 @@ def test_every_public_name_is_documented_in_the_readme() -> None:
     import stepstone
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    undocumented = [name for name in stepstone.__all__
-                    if not re.search(r"(ss\.|`)" + re.escape(name) + r"\b", readme)]
+    undocumented = [
+        name for name in stepstone.__all__ if not re.search(r"(ss\.|`)" + re.escape(name) + r"\b", readme)
+    ]
     assert undocumented == []

@@ -12,19 +12,27 @@ def ex(token: str, step: str, pid: int, at: float, phase: str = "end", run: str 
     return Execution(run, step, token, pid, at, phase)
 
 
-def verdict(done: list[Execution], memo: dict[str, str], faults: FaultLog | None = None,
-            status: str = "completed") -> Verdict:
+def verdict(
+    done: list[Execution], memo: dict[str, str], faults: FaultLog | None = None, status: str = "completed"
+) -> Verdict:
     return judge(1, [RunState("r", status, memo)], done, faults or FaultLog(), ORDER)
 
 
 def test_the_ledger_is_read_as_executions_in_start_order() -> None:
-    rows = [("r", "a", "start", 1, 2.0, "t2"), ("r", "a", "start", 1, 1.0, "t1"), ("r", "a", "end", 1, 3.0, "t1"),
-            ("r", "a", "fail", 1, 3.0, "t2"), ("r", "x", "start", 1, 0.5, None)]
+    rows = [
+        ("r", "a", "start", 1, 2.0, "t2"),
+        ("r", "a", "start", 1, 1.0, "t1"),
+        ("r", "a", "end", 1, 3.0, "t1"),
+        ("r", "a", "fail", 1, 3.0, "t2"),
+        ("r", "x", "start", 1, 0.5, None),
+    ]
     assert executions(rows) == [ex("t1", "a", 1, 1.0), ex("t2", "a", 1, 2.0, "fail")]
 
 
 def test_a_clean_run_and_its_retries_are_no_re_execution() -> None:
-    v = verdict([ex("1", "a", 7, 1.0, "fail"), ex("2", "a", 7, 2.0), ex("3", "b", 7, 3.0)], {"a": "2", "b": "3"})
+    v = verdict(
+        [ex("1", "a", 7, 1.0, "fail"), ex("2", "a", 7, 2.0), ex("3", "b", 7, 3.0)], {"a": "2", "b": "3"}
+    )
     assert (v.retried, sum(v.superseded.values()), v.reruns, v.violations()) == (1, 0, [], [])
 
 
@@ -32,7 +40,9 @@ def test_a_step_in_flight_at_a_fault_is_attributed_to_it() -> None:
     done = [ex("1", "a", 7, 1.0, "start"), ex("2", "a", 8, 5.0), ex("3", "b", 8, 6.0)]
     memo = {"a": "2", "b": "3"}
     assert verdict(done, memo, FaultLog(kills=[(7, 2.0)])).superseded == {"kill": 1}
-    assert verdict(done, memo, FaultLog(kills=[(7, 5.5)])).superseded == {"unexplained": 1}  # after the takeover
+    assert verdict(done, memo, FaultLog(kills=[(7, 5.5)])).superseded == {
+        "unexplained": 1
+    }  # after the takeover
     assert verdict(done, memo, FaultLog(pauses=[(7, 1.5, 4.0)])).superseded == {"pause": 1}
     assert verdict(done, memo, FaultLog(pauses=[(9, 1.5, 4.0)])).superseded == {"pause": 1}  # a lock holder
     assert verdict(done, memo, FaultLog(pauses=[(7, 0.1, 0.9)])).superseded == {"unexplained": 1}

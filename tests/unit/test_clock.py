@@ -25,11 +25,15 @@ measurement = st.tuples(st.floats(0, 30), st.floats(0, 0.5), st.floats(0, 0.5))
 
 
 @settings(max_examples=300, deadline=None)
-@given(offset=st.floats(-1e6, 1e6), rate=st.floats(-DRIFT, DRIFT),
-       measurements=st.lists(measurement, min_size=1, max_size=20),
-       later=st.floats(0, 60))
+@given(
+    offset=st.floats(-1e6, 1e6),
+    rate=st.floats(-DRIFT, DRIFT),
+    measurements=st.lists(measurement, min_size=1, max_size=20),
+    later=st.floats(0, 60),
+)
 def test_the_corrected_time_is_within_its_uncertainty_of_the_servers(
-        offset: float, rate: float, measurements: list[tuple[float, float, float]], later: float) -> None:
+    offset: float, rate: float, measurements: list[tuple[float, float, float]], later: float
+) -> None:
     local = Local(1000.0)
     clock = DatabaseClock(local)
 

@@ -40,6 +40,7 @@ def test_the_architecture_page_lists_the_checked_layers() -> None:
 def test_the_runtime_docstring_lists_its_checked_order() -> None:
     import stepstone.runtime
 
-    listed = [line.split()[0] for line in (stepstone.runtime.__doc__ or "").splitlines()
-              if line.startswith("    ")]
+    listed = [
+        line.split()[0] for line in (stepstone.runtime.__doc__ or "").splitlines() if line.startswith("    ")
+    ]
     assert listed == _contract("runtime")

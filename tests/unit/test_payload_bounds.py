@@ -43,11 +43,15 @@ def test_clip_keeps_text_that_fits_and_cuts_the_rest_to_the_bound(text: str, lim
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from([0, 1, limits.MAX_ERROR_TEXT_BYTES, limits.MAX_ERROR_TEXT_BYTES + 1, 3 * 2**20]),
-       st.sampled_from([None, 1, limits.MAX_ERROR_TEXT_BYTES + 1, 3 * 2**20]), CHARS)
+@given(
+    st.sampled_from([0, 1, limits.MAX_ERROR_TEXT_BYTES, limits.MAX_ERROR_TEXT_BYTES + 1, 3 * 2**20]),
+    st.sampled_from([None, 1, limits.MAX_ERROR_TEXT_BYTES + 1, 3 * 2**20]),
+    CHARS,
+)
 def test_every_error_info_is_bounded_and_survives_storage(message: int, tb: int | None, char: str) -> None:
-    info = ErrorInfo("T" * (2 * limits.MAX_ERROR_TYPE_BYTES), char * message,
-                     None if tb is None else char * tb)
+    info = ErrorInfo(
+        "T" * (2 * limits.MAX_ERROR_TYPE_BYTES), char * message, None if tb is None else char * tb
+    )
     assert utf8(info.type) <= limits.MAX_ERROR_TYPE_BYTES
     assert utf8(info.message) <= limits.MAX_ERROR_TEXT_BYTES
     assert info.traceback is None or utf8(info.traceback) <= limits.MAX_ERROR_TEXT_BYTES
@@ -67,17 +71,36 @@ SIZES = [0, 1000, limits.MAX_EVENT_BYTES - 200, limits.MAX_EVENT_BYTES]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(status=st.sampled_from([RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED]),
-       event_bytes=st.sampled_from(SIZES),
-       event_id_chars=st.sampled_from([26, limits.MAX_EVENT_BYTES]),
-       output_bytes=st.sampled_from([0, 1000, limits.MAX_EVENT_BYTES, limits.MAX_STEP_OUTPUT_BYTES]),
-       message_bytes=st.sampled_from([0, limits.MAX_ERROR_TEXT_BYTES, 2**20]))
-def test_system_events_fit_within_the_event_limit(status: str, event_bytes: int, event_id_chars: int,
-                                                   output_bytes: int, message_bytes: int) -> None:
+@given(
+    status=st.sampled_from([RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED]),
+    event_bytes=st.sampled_from(SIZES),
+    event_id_chars=st.sampled_from([26, limits.MAX_EVENT_BYTES]),
+    output_bytes=st.sampled_from([0, 1000, limits.MAX_EVENT_BYTES, limits.MAX_STEP_OUTPUT_BYTES]),
+    message_bytes=st.sampled_from([0, limits.MAX_ERROR_TEXT_BYTES, 2**20]),
+)
+def test_system_events_fit_within_the_event_limit(
+    status: str, event_bytes: int, event_id_chars: int, output_bytes: int, message_bytes: int
+) -> None:
     first = Event("go", {"blob": "b" * max(0, event_bytes - 11)}, "i" * event_id_chars, 1)
-    output = serde.dumps("o" * max(0, output_bytes - 2), what="output") if status == RunStatus.COMPLETED else None
+    output = (
+        serde.dumps("o" * max(0, output_bytes - 2), what="output") if status == RunStatus.COMPLETED else None
+    )
     error = None if status == RunStatus.COMPLETED else ErrorInfo("ValueError", "m" * message_bytes)
-    run = RunRow(id="r1", function_id="f", status=status, event_ids=["e"], output=output, error=None, created_at=1.0, started_at=1.0, ended_at=2.0, attempt=0, app_version=None, parent_run_id=None, parent_step_id=None)
+    run = RunRow(
+        id="r1",
+        function_id="f",
+        status=status,
+        event_ids=["e"],
+        output=output,
+        error=None,
+        created_at=1.0,
+        started_at=1.0,
+        ended_at=2.0,
+        attempt=0,
+        app_version=None,
+        parent_run_id=None,
+        parent_step_id=None,
+    )
     found = system_events(cast(Tx, None), REGISTRY, run, status, output, error, [first])
     assert found  # completed: finished; failed: failed and finished; cancelled: cancelled
     for event in found:

@@ -25,8 +25,9 @@ def test_snapshot_sees_source_files_and_skips_environments(tmp_path: Path) -> No
     assert snapshot(tmp_path) != before
 
 
-def test_watch_root_finds_the_module_without_importing_it(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_watch_root_finds_the_module_without_importing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "shop").mkdir()
     (tmp_path / "shop" / "__init__.py").write_text("raise RuntimeError('imported!')\n")
     (tmp_path / "shop" / "jobs.py").write_text("")

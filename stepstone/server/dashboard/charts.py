@@ -53,58 +53,97 @@ def _frame(chart: Chart, timeline: Timeline, top: float, fmt: str) -> None:
 
 
 def throughput(timeline: Timeline) -> Chart:
-    chart = Chart("throughput", "Runs created", "Runs created per interval, by status now",
-                  columns=["from (UTC)", "completed", "failed", "cancelled", "active"],
-                  legend=[("ok", "completed"), ("failed", "failed"), ("cancelled", "cancelled"),
-                          ("running", "active")])
+    chart = Chart(
+        "throughput",
+        "Runs created",
+        "Runs created per interval, by status now",
+        columns=["from (UTC)", "completed", "failed", "cancelled", "active"],
+        legend=[("ok", "completed"), ("failed", "failed"), ("cancelled", "cancelled"), ("running", "active")],
+    )
     top = max([b.created for b in timeline.buckets] + [1])
     step = PLOT_W / len(timeline.buckets)
     for i, b in enumerate(timeline.buckets):
         active = b.created - b.ended
         y = TOP + PLOT_H
-        for tone, count in (("ok", b.completed), ("failed", b.failed), ("cancelled", b.cancelled),
-                            ("running", active)):
+        for tone, count in (
+            ("ok", b.completed),
+            ("failed", b.failed),
+            ("cancelled", b.cancelled),
+            ("running", active),
+        ):
             if count:
                 h = PLOT_H * count / top
                 y -= h
-                chart.bars.append(Bar(round(LEFT + i * step + 0.5, 2), round(y, 2),
-                                      round(max(step - 1, 0.5), 2), round(h, 2), tone,
-                                      f"{_clock(b.start, timeline.width)}: {count} {tone}"))
+                chart.bars.append(
+                    Bar(
+                        round(LEFT + i * step + 0.5, 2),
+                        round(y, 2),
+                        round(max(step - 1, 0.5), 2),
+                        round(h, 2),
+                        tone,
+                        f"{_clock(b.start, timeline.width)}: {count} {tone}",
+                    )
+                )
         if b.created:
-            chart.rows.append([_clock(b.start, timeline.width), str(b.completed), str(b.failed),
-                               str(b.cancelled), str(active)])
+            chart.rows.append(
+                [
+                    _clock(b.start, timeline.width),
+                    str(b.completed),
+                    str(b.failed),
+                    str(b.cancelled),
+                    str(active),
+                ]
+            )
     _frame(chart, timeline, top, "{:.0f}")
     return chart
 
 
 def _points(timeline: Timeline, values: list[float | None], top: float) -> str:
     step = PLOT_W / len(values)
-    return " ".join(f"{LEFT + step * (i + 0.5):.1f},{TOP + PLOT_H * (1 - v / top):.1f}"
-                    for i, v in enumerate(values) if v is not None)
+    return " ".join(
+        f"{LEFT + step * (i + 0.5):.1f},{TOP + PLOT_H * (1 - v / top):.1f}"
+        for i, v in enumerate(values)
+        if v is not None
+    )
 
 
 def failure_rate(timeline: Timeline) -> Chart:
-    chart = Chart("failures", "Failure rate", "Failed runs among the ended runs created per interval",
-                  columns=["from (UTC)", "failed", "ended", "rate"], legend=[("failed", "failure rate")])
+    chart = Chart(
+        "failures",
+        "Failure rate",
+        "Failed runs among the ended runs created per interval",
+        columns=["from (UTC)", "failed", "ended", "rate"],
+        legend=[("failed", "failure rate")],
+    )
     values = [None if b.failure_rate is None else b.failure_rate * 100 for b in timeline.buckets]
     chart.lines.append((_points(timeline, values, 100.0), "failed", "failure rate"))
-    chart.rows = [[_clock(b.start, timeline.width), str(b.failed), str(b.ended),
-                   f"{(b.failure_rate or 0) * 100:.0f}%"] for b in timeline.buckets if b.ended]
+    chart.rows = [
+        [_clock(b.start, timeline.width), str(b.failed), str(b.ended), f"{(b.failure_rate or 0) * 100:.0f}%"]
+        for b in timeline.buckets
+        if b.ended
+    ]
     _frame(chart, timeline, 100.0, "{:.0f}%")
     return chart
 
 
 def queue_delay(timeline: Timeline) -> Chart:
-    chart = Chart("delay", "Queue delay", "Seconds from creation to first start, per interval",
-                  columns=["from (UTC)", "started", "average", "max"],
-                  legend=[("running", "average"), ("retrying", "max")])
+    chart = Chart(
+        "delay",
+        "Queue delay",
+        "Seconds from creation to first start, per interval",
+        columns=["from (UTC)", "started", "average", "max"],
+        legend=[("running", "average"), ("retrying", "max")],
+    )
     averages = [b.delay_avg for b in timeline.buckets]
     maxima = [b.delay_max for b in timeline.buckets]
     top = max([v for v in maxima if v is not None] + [0.001])
     chart.lines.append((_points(timeline, maxima, top), "retrying", "max"))
     chart.lines.append((_points(timeline, averages, top), "running", "average"))
-    chart.rows = [[_clock(b.start, timeline.width), str(b.started), seconds(b.delay_avg),
-                   seconds(b.delay_max)] for b in timeline.buckets if b.started]
+    chart.rows = [
+        [_clock(b.start, timeline.width), str(b.started), seconds(b.delay_avg), seconds(b.delay_max)]
+        for b in timeline.buckets
+        if b.started
+    ]
     _frame(chart, timeline, top, "{:.2g} s")
     return chart
 

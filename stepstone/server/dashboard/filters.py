@@ -14,9 +14,14 @@ from stepstone.expressions import Expression, compile_expression
 from stepstone.server.params import check_range, decode_cursor, parse_moment
 from stepstone.store.rows import RUN_STATUSES
 
-RANGES = (("15m", "Last 15 minutes", 900.0), ("1h", "Last hour", 3600.0),
-          ("24h", "Last 24 hours", 86400.0), ("7d", "Last 7 days", 7 * 86400.0),
-          ("30d", "Last 30 days", 30 * 86400.0), ("all", "All time", 0.0))
+RANGES = (
+    ("15m", "Last 15 minutes", 900.0),
+    ("1h", "Last hour", 3600.0),
+    ("24h", "Last 24 hours", 86400.0),
+    ("7d", "Last 7 days", 7 * 86400.0),
+    ("30d", "Last 30 days", 30 * 86400.0),
+    ("all", "All time", 0.0),
+)
 _SECONDS = {key: value for key, _label, value in RANGES}
 
 
@@ -38,8 +43,15 @@ class RunQuery:
 
     def params(self, **changes: str) -> str:
         """The query string of this filter (``changes`` override fields; empty drops)."""
-        values = {"function_id": self.function_id, "status": self.status, "range": self.range,
-                  "since": self.since_text, "until": self.until_text, "q": self.q, "if": self.if_text}
+        values = {
+            "function_id": self.function_id,
+            "status": self.status,
+            "range": self.range,
+            "since": self.since_text,
+            "until": self.until_text,
+            "q": self.q,
+            "if": self.if_text,
+        }
         values.update(changes)
         return urlencode({k: v for k, v in values.items() if v})
 
@@ -56,10 +68,16 @@ def _field(request: Request, name: str) -> str:
 
 
 def parse(request: Request, now: float, known_functions: set[str]) -> RunQuery:
-    query = RunQuery(function_id=_field(request, "function_id"), status=_field(request, "status"),
-                     range=_field(request, "range") or "24h", since_text=_field(request, "since"),
-                     until_text=_field(request, "until"), q=_field(request, "q"),
-                     if_text=_field(request, "if"), cursor=_field(request, "cursor"))
+    query = RunQuery(
+        function_id=_field(request, "function_id"),
+        status=_field(request, "status"),
+        range=_field(request, "range") or "24h",
+        since_text=_field(request, "since"),
+        until_text=_field(request, "until"),
+        q=_field(request, "q"),
+        if_text=_field(request, "if"),
+        cursor=_field(request, "cursor"),
+    )
     if query.function_id and query.function_id not in known_functions:
         query.errors.append(f"Unknown function {query.function_id!r}.")
         query.function_id = ""

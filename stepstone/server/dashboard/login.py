@@ -30,8 +30,15 @@ async def _form(request: Request) -> dict[str, str]:
 
 
 def _cookie(request: Request, response: Response, token: str, sessions: SessionKeeper) -> None:
-    response.set_cookie(COOKIE, token, max_age=int(sessions.ttl), path=base_path(request) or "/",
-                        httponly=True, samesite="strict", secure=request.url.scheme == "https")
+    response.set_cookie(
+        COOKIE,
+        token,
+        max_age=int(sessions.ttl),
+        path=base_path(request) or "/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
 
 
 def build(state: ServerState) -> APIRouter:
@@ -52,29 +59,36 @@ def build(state: ServerState) -> APIRouter:
             return RedirectResponse(base_path(request) + target, status_code=303)
         token = sessions.login(form.get("api_key", ""))
         if token is None:
-            return render(request, "login.html", None, next=target, status_code=401,
-                          error="That key is not valid. Use the server's API key (an event key "
-                                "cannot sign in).")
-        response = RedirectResponse(base_path(request) + target, status_code=303,
-                                    headers=SECURITY_HEADERS)
+            return render(
+                request,
+                "login.html",
+                None,
+                next=target,
+                status_code=401,
+                error="That key is not valid. Use the server's API key (an event key cannot sign in).",
+            )
+        response = RedirectResponse(base_path(request) + target, status_code=303, headers=SECURITY_HEADERS)
         _cookie(request, response, token, sessions)
         return response
 
     @router.post("/logout")
     async def logout(request: Request) -> Response:
         form = await _form(request)
-        response = RedirectResponse(base_path(request) + "/login", status_code=303,
-                                    headers=SECURITY_HEADERS)
+        response = RedirectResponse(base_path(request) + "/login", status_code=303, headers=SECURITY_HEADERS)
         if sessions is None:
             return response
         session = sessions.read(request.cookies.get(COOKIE))
         if session is not None:
             if not sessions.check_csrf(session, form.get("csrf")):
-                return Response("missing or invalid CSRF token", status_code=403,
-                                media_type="text/plain")
+                return Response("missing or invalid CSRF token", status_code=403, media_type="text/plain")
             sessions.revoke(session)
-        response.delete_cookie(COOKIE, path=base_path(request) or "/", httponly=True,
-                               samesite="strict", secure=request.url.scheme == "https")
+        response.delete_cookie(
+            COOKIE,
+            path=base_path(request) or "/",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
         return response
 
     return router

@@ -23,8 +23,11 @@ from stepstone.store.rows import ACTIVE_STATUSES, RunStatus
 EVENTS_PAGE = 50
 WORKERS_WITHIN = 86400.0
 STALE_AFTER = 60.0
-BULK_ACTIONS = (("replay-failed", "Replay failed runs"), ("replay-cancelled", "Replay cancelled runs"),
-                ("cancel", "Cancel active runs"))
+BULK_ACTIONS = (
+    ("replay-failed", "Replay failed runs"),
+    ("replay-cancelled", "Replay cancelled runs"),
+    ("cancel", "Cancel active runs"),
+)
 
 
 def build(state: ServerState) -> APIRouter:
@@ -52,16 +55,18 @@ def build(state: ServerState) -> APIRouter:
 
         events, more = await store.read(op)
         cursor = encode_cursor(str(events[-1].seq)) if more and events else None
-        return render(request, "events.html", session, active="events", events=events, name=name,
-                      next_cursor=cursor)
+        return render(
+            request, "events.html", session, active="events", events=events, name=name, next_cursor=cursor
+        )
 
     @router.get("/workers")
     async def workers_page(request: Request) -> Response:
         session = session_of(state, request)
         now = state.app.clock.now()
         rows = await store.read(lambda tx: tx.list_workers(now - WORKERS_WITHIN))
-        return render(request, "workers.html", session, active="workers", workers=rows, now=now,
-                      stale_after=STALE_AFTER)
+        return render(
+            request, "workers.html", session, active="workers", workers=rows, now=now, stale_after=STALE_AFTER
+        )
 
     @router.get("/bulk")
     async def bulk_page(request: Request) -> Response:
@@ -73,13 +78,27 @@ def build(state: ServerState) -> APIRouter:
         action = action if action in dict(BULK_ACTIONS) else "replay-failed"
         preview = None
         if query.function_id and not query.errors:
-            statuses = {"cancel": ACTIVE_STATUSES, "replay-failed": (RunStatus.FAILED,),
-                        "replay-cancelled": (RunStatus.CANCELLED,)}[action]
-            preview = await store.read(insights.preview_op(query.function_id, statuses, query.since,
-                                                           query.until, query.condition))
+            statuses = {
+                "cancel": ACTIVE_STATUSES,
+                "replay-failed": (RunStatus.FAILED,),
+                "replay-cancelled": (RunStatus.CANCELLED,),
+            }[action]
+            preview = await store.read(
+                insights.preview_op(query.function_id, statuses, query.since, query.until, query.condition)
+            )
         jobs = await state.jobs.list(10)
-        return render(request, "bulk.html", session, active="bulk", query=query, functions=functions,
-                      ranges=filters.RANGES, actions=BULK_ACTIONS, action=action, preview=preview,
-                      jobs=jobs)
+        return render(
+            request,
+            "bulk.html",
+            session,
+            active="bulk",
+            query=query,
+            functions=functions,
+            ranges=filters.RANGES,
+            actions=BULK_ACTIONS,
+            action=action,
+            preview=preview,
+            jobs=jobs,
+        )
 
     return router

@@ -67,19 +67,35 @@ def build(state: ServerState) -> APIRouter:
         now = state.app.clock.now()
         functions = [f.id for f in await store.read(list_functions)]
         query = filters.parse(request, now, set(functions))
-        where = RunFilter(function_id=query.function_id or None,
-                          statuses=(query.status,) if query.status else (), since=query.since,
-                          until=query.until, before_id=query.before)
+        where = RunFilter(
+            function_id=query.function_id or None,
+            statuses=(query.status,) if query.status else (),
+            since=query.since,
+            until=query.until,
+            before_id=query.before,
+        )
         found = await store.read(search_op(where, EventQuery(query.q or None, query.condition), PAGE))
-        counts = await store.read(insights.status_counts_op(query.function_id or None,
-                                                            query.since, query.until))
+        counts = await store.read(
+            insights.status_counts_op(query.function_id or None, query.since, query.until)
+        )
         timeline = await _timeline(state, query, now)
-        return render(request, "runs.html", session, active="runs", query=query, runs=found.runs,
-                      next_cursor=encode_cursor(found.cursor) if found.cursor else None,
-                      examined=found.examined, counts=counts, functions=functions,
-                      statuses=RUN_STATUSES, ranges=filters.RANGES,
-                      charts=charts.all_charts(timeline) if timeline else [],
-                      charts_have_data=timeline is not None and charts.has_data(timeline.buckets), now=now)
+        return render(
+            request,
+            "runs.html",
+            session,
+            active="runs",
+            query=query,
+            runs=found.runs,
+            next_cursor=encode_cursor(found.cursor) if found.cursor else None,
+            examined=found.examined,
+            counts=counts,
+            functions=functions,
+            statuses=RUN_STATUSES,
+            ranges=filters.RANGES,
+            charts=charts.all_charts(timeline) if timeline else [],
+            charts_have_data=timeline is not None and charts.has_data(timeline.buckets),
+            now=now,
+        )
 
     @router.get("/runs/{run_id}")
     async def run_page(request: Request, run_id: str) -> Response:
@@ -87,15 +103,25 @@ def build(state: ServerState) -> APIRouter:
         try:
             view = await _view(state, run_id)
         except NotFoundError:
-            return render(request, "missing.html", session, status_code=404,
-                          what=f"There is no run {run_id!r}.")
+            return render(
+                request, "missing.html", session, status_code=404, what=f"There is no run {run_id!r}."
+            )
         now = datetime.fromtimestamp(state.app.clock.now(), UTC)
         events = [(e, shown(e.data)) for e in view.events]
         trace = waterfall.layout(view.run, view.spans, now, events[0][1] if events else None)
-        return render(request, "run.html", session, active="runs", run=view.run, trace=trace,
-                      events=events, live=view.run.status in ACTIVE_STATUSES,
-                      replayable=view.run.status in (RunStatus.FAILED, RunStatus.CANCELLED),
-                      cancellable=view.run.status in ACTIVE_STATUSES,
-                      steps=[s.id for s in view.run.steps], output=mask(view.run.output))
+        return render(
+            request,
+            "run.html",
+            session,
+            active="runs",
+            run=view.run,
+            trace=trace,
+            events=events,
+            live=view.run.status in ACTIVE_STATUSES,
+            replayable=view.run.status in (RunStatus.FAILED, RunStatus.CANCELLED),
+            cancellable=view.run.status in ACTIVE_STATUSES,
+            steps=[s.id for s in view.run.steps],
+            output=mask(view.run.output),
+        )
 
     return router

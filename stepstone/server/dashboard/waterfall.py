@@ -42,9 +42,20 @@ class Waterfall:
     ticks: list[tuple[float, float]]  # (position 0..1000, seconds from start)
 
 
-_TONES = {"completed": "ok", "ok": "ok", "done": "ok", "failed": "failed", "retrying": "retrying",
-          "cancelled": "failed", "waiting": "waiting", "sleeping": "waiting", "running": "running",
-          "queued": "queued", "warning": "warning", "skipped": "queued"}
+_TONES = {
+    "completed": "ok",
+    "ok": "ok",
+    "done": "ok",
+    "failed": "failed",
+    "retrying": "retrying",
+    "cancelled": "failed",
+    "waiting": "waiting",
+    "sleeping": "waiting",
+    "running": "running",
+    "queued": "queued",
+    "warning": "warning",
+    "skipped": "queued",
+}
 
 
 def _tone(span: Span) -> str:
@@ -84,10 +95,19 @@ def layout(run: Run, spans: list[Span], now: datetime, event_data: Any = None) -
         width = min(max(length, MIN_WIDTH), SCALE - x)
         step = _final_step(span, steps)
         is_run = span.kind == "run"
-        rows.append(Row(index, span, round(x, 2), round(width, 2), _tone(span), _label(span),
-                        output=mask(run.output) if is_run else (mask(step.output) if step else None),
-                        has_output=(is_run and run.status == RunStatus.COMPLETED) or (
-                            step is not None and step.status == StepStatus.COMPLETED),
-                        input=mask(event_data) if is_run else None))
+        rows.append(
+            Row(
+                index,
+                span,
+                round(x, 2),
+                round(width, 2),
+                _tone(span),
+                _label(span),
+                output=mask(run.output) if is_run else (mask(step.output) if step else None),
+                has_output=(is_run and run.status == RunStatus.COMPLETED)
+                or (step is not None and step.status == StepStatus.COMPLETED),
+                input=mask(event_data) if is_run else None,
+            )
+        )
     ticks = [(SCALE * i / (TICKS - 1), total * i / (TICKS - 1)) for i in range(TICKS)]
     return Waterfall(start, total, rows, ticks)

@@ -21,15 +21,20 @@ HERE = Path(__file__).parent
 STATIC_DIR = HERE / "static"
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
-                               "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; "
-                               "base-uri 'none'",
+    "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; "
+    "base-uri 'none'",
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
-NAV = (("runs", "/", "Runs"), ("functions", "/functions", "Functions"), ("events", "/events", "Events"),
-       ("bulk", "/bulk", "Bulk actions"), ("workers", "/workers", "Workers"))
+NAV = (
+    ("runs", "/", "Runs"),
+    ("functions", "/functions", "Functions"),
+    ("events", "/events", "Events"),
+    ("bulk", "/bulk", "Bulk actions"),
+    ("workers", "/workers", "Workers"),
+)
 
 
 class LoginRequired(Exception):
@@ -53,7 +58,7 @@ def session_of(state: ServerState, request: Request) -> Session | None:
 
 
 async def _to_login(request: Request, exc: Exception) -> Response:
-    here = request.url.path[len(base_path(request)):] or "/"
+    here = request.url.path[len(base_path(request)) :] or "/"
     if request.url.query:
         here += "?" + request.url.query
     target = f"{base_path(request)}/login?next={quote(here, safe='')}"
@@ -99,8 +104,12 @@ def _pretty(value: Any) -> str:
 
 
 def _environment() -> Environment:
-    env = Environment(loader=FileSystemLoader(HERE / "templates"),
-                      autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(["html"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters.update(when=_when, iso=_iso, seconds=seconds, pretty=_pretty, fromjson=json.loads)
     return env
 
@@ -108,10 +117,23 @@ def _environment() -> Environment:
 TEMPLATES = _environment()
 
 
-def render(request: Request, template: str, session: Session | None, *, active: str = "",
-           status_code: int = 200, **context: Any) -> HTMLResponse:
+def render(
+    request: Request,
+    template: str,
+    session: Session | None,
+    *,
+    active: str = "",
+    status_code: int = 200,
+    **context: Any,
+) -> HTMLResponse:
     """A page with the shared layout's context and the security headers."""
     html = TEMPLATES.get_template(template).render(
-        base=base_path(request), csrf=session.csrf if session else "", signed_in=session is not None,
-        nav=NAV, active=active, request=request, **context)
+        base=base_path(request),
+        csrf=session.csrf if session else "",
+        signed_in=session is not None,
+        nav=NAV,
+        active=active,
+        request=request,
+        **context,
+    )
     return HTMLResponse(html, status_code=status_code, headers=SECURITY_HEADERS)

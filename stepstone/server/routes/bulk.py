@@ -25,15 +25,25 @@ def build(state: ServerState) -> APIRouter:
         request = BulkRequest(kind, body.function_id, lo, hi, body.if_, statuses)
         return JobOut.of(await state.jobs.start(request))
 
-    @router.post("/runs/cancel-many", response_model=JobOut, status_code=HTTP_202_ACCEPTED,
-                 responses=documented(413, 415), summary="Cancel many runs (a background job)")
+    @router.post(
+        "/runs/cancel-many",
+        response_model=JobOut,
+        status_code=HTTP_202_ACCEPTED,
+        responses=documented(413, 415),
+        summary="Cancel many runs (a background job)",
+    )
     async def cancel_many(body: CancelManyIn) -> JobOut:
         """Starts a job cancelling the function's active runs created in
         [since, until) whose first event satisfies `if`; follow it at /api/v1/jobs/{id}."""
         return await start(CANCEL_MANY, body)
 
-    @router.post("/runs/replay-many", response_model=JobOut, status_code=HTTP_202_ACCEPTED,
-                 responses=documented(413, 415), summary="Replay many runs (a background job)")
+    @router.post(
+        "/runs/replay-many",
+        response_model=JobOut,
+        status_code=HTTP_202_ACCEPTED,
+        responses=documented(413, 415),
+        summary="Replay many runs (a background job)",
+    )
     async def replay_many(body: ReplayManyIn) -> JobOut:
         """Starts a job replaying the function's runs with the given statuses (default
         failed); follow it at /api/v1/jobs/{id}."""

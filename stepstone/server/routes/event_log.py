@@ -48,15 +48,21 @@ def build(state: ServerState) -> APIRouter:
             rows = tx.list_events(name, event_id, before, limit + 1)
             page = rows[:limit]
             more = len(rows) > limit
-            return EventPage(events=with_runs(tx, page),
-                             next_cursor=encode_cursor(str(page[-1].seq)) if more else None)
+            return EventPage(
+                events=with_runs(tx, page), next_cursor=encode_cursor(str(page[-1].seq)) if more else None
+            )
 
         return await state.app.store.read(op)
 
-    @router.get("/runs/{run_id}/events", response_model=EventPage, responses=documented(404),
-                summary="The events of a run")
+    @router.get(
+        "/runs/{run_id}/events",
+        response_model=EventPage,
+        responses=documented(404),
+        summary="The events of a run",
+    )
     async def run_events(run_id: RunId) -> EventPage:
         """The event(s) a run was started with, first one first."""
+
         def op(tx: Tx) -> EventPage:
             if tx.get_run(run_id) is None:
                 raise NotFoundError(f"no run {run_id!r}")

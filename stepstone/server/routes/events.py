@@ -15,8 +15,7 @@ from stepstone.server.state import ServerState
 def build(state: ServerState) -> APIRouter:
     router = state.router("events", Scope.INGEST)
 
-    @router.post("/events", response_model=SendResult, responses=documented(413, 415),
-                 summary="Send events")
+    @router.post("/events", response_model=SendResult, responses=documented(413, 415), summary="Send events")
     async def send_events(events: Annotated[EventsIn, Body()]) -> SendResult:
         """Record events and start the runs they trigger (every function registered in
         the database, with its flow control). An id seen in the last 24 h starts

@@ -18,8 +18,12 @@ def _ping(tx: Tx) -> None:
 def build(state: ServerState) -> APIRouter:
     router = APIRouter(tags=["health"])
 
-    @router.get("/healthz", response_model=Health, responses={503: {"model": Health}},
-                summary="Liveness and database check (no key needed)")
+    @router.get(
+        "/healthz",
+        response_model=Health,
+        responses={503: {"model": Health}},
+        summary="Liveness and database check (no key needed)",
+    )
     async def healthz() -> Response:
         dialect = state.app.database_url.split(":", 1)[0]
         try:

@@ -18,8 +18,9 @@ def build(state: ServerState) -> APIRouter:
     async def list_jobs(limit: Annotated[int, Query(ge=1, le=500)] = 50) -> JobList:
         return JobList(jobs=[JobOut.of(j) for j in await state.jobs.list(limit)])
 
-    @router.get("/jobs/{job_id}", response_model=JobOut, responses=documented(404),
-                summary="A job and its progress")
+    @router.get(
+        "/jobs/{job_id}", response_model=JobOut, responses=documented(404), summary="A job and its progress"
+    )
     async def get_job(job_id: Annotated[str, Path()]) -> JobOut:
         """`status` is running, completed, failed or interrupted (its server stopped);
         `done` counts runs acted on, `examined` runs matched so far."""

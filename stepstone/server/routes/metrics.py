@@ -12,9 +12,17 @@ from stepstone.store.base import Tx
 def build(state: ServerState) -> APIRouter:
     router = state.router("metrics", prefix="")
 
-    @router.get("/metrics", response_class=Response, summary="Prometheus metrics",
-                responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
-                                 "description": "Prometheus text exposition format"}})
+    @router.get(
+        "/metrics",
+        response_class=Response,
+        summary="Prometheus metrics",
+        responses={
+            200: {
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+                "description": "Prometheus text exposition format",
+            }
+        },
+    )
     async def scrape() -> Response:
         """This process's run and step counters plus, computed now from the database,
         the backlog per function and active runs per function and status."""

@@ -31,8 +31,10 @@ def build(state: ServerState) -> APIRouter:
         until: Annotated[str | None, Query(description=f"Created before: {TIME_HELP}")] = None,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
         cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
-        q: Annotated[str | None, Query(description="Text in the run id or its event's id, name or "
-                                                   "data (case-insensitive)")] = None,
+        q: Annotated[
+            str | None,
+            Query(description="Text in the run id or its event's id, name or data (case-insensitive)"),
+        ] = None,
         if_: Annotated[str | None, Query(alias="if", description="CEL over the run's `event`")] = None,
     ) -> RunPage:
         """With `q` or `if`, at most 2000 runs are examined per page: a page may hold
@@ -44,23 +46,43 @@ def build(state: ServerState) -> APIRouter:
             await state.require_function(function_id)
         event_query = EventQuery(q, None if if_ is None else compile_expression(if_, field="if"))
         if event_query.active:
-            where = RunFilter(function_id=function_id, statuses=tuple(status or ()), event_id=event_id,
-                              since=lo, until=hi, before_id=before)
+            where = RunFilter(
+                function_id=function_id,
+                statuses=tuple(status or ()),
+                event_id=event_id,
+                since=lo,
+                until=hi,
+                before_id=before,
+            )
             hits = await state.app.store.read(search_op(where, event_query, limit))
-            return RunPage(runs=[RunOut.of(r) for r in hits.runs],
-                           next_cursor=encode_cursor(hits.cursor) if hits.cursor else None)
-        found = await runs.list_async(function_id=function_id, status=status, event_id=event_id,
-                                      since=lo, until=hi, limit=limit + 1, before=before)
+            return RunPage(
+                runs=[RunOut.of(r) for r in hits.runs],
+                next_cursor=encode_cursor(hits.cursor) if hits.cursor else None,
+            )
+        found = await runs.list_async(
+            function_id=function_id,
+            status=status,
+            event_id=event_id,
+            since=lo,
+            until=hi,
+            limit=limit + 1,
+            before=before,
+        )
         page, more = found[:limit], len(found) > limit
-        return RunPage(runs=[RunOut.of(r) for r in page],
-                       next_cursor=encode_cursor(page[-1].id) if more else None)
+        return RunPage(
+            runs=[RunOut.of(r) for r in page], next_cursor=encode_cursor(page[-1].id) if more else None
+        )
 
     @router.get("/runs/{run_id}", response_model=RunOut, responses=documented(404), summary="A run")
     async def get_run(run_id: RunId) -> RunOut:
         return RunOut.of(await runs.get_async(run_id))
 
-    @router.get("/runs/{run_id}/trace", response_model=TraceOut, responses=documented(404),
-                summary="Every span of a run")
+    @router.get(
+        "/runs/{run_id}/trace",
+        response_model=TraceOut,
+        responses=documented(404),
+        summary="Every span of a run",
+    )
     async def trace(run_id: RunId) -> TraceOut:
         spans = await runs.trace_async(run_id)
         return TraceOut(run_id=run_id, spans=[SpanOut.of(s) for s in spans])

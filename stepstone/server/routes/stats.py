@@ -44,8 +44,9 @@ def check_window(since: float, until: float) -> None:
 def build(state: ServerState) -> APIRouter:
     router = state.router("stats")
 
-    async def bounds(function_id: str | None, since: str | None,
-                     until: str | None) -> tuple[float | None, float | None]:
+    async def bounds(
+        function_id: str | None, since: str | None, until: str | None
+    ) -> tuple[float | None, float | None]:
         lo, hi = parse_moment(since, "since"), parse_moment(until, "until")
         check_range(lo, hi)
         if function_id is not None:
@@ -53,8 +54,9 @@ def build(state: ServerState) -> APIRouter:
         return lo, hi
 
     @router.get("/stats/runs", response_model=StatusCounts, summary="Run counts per status")
-    async def run_counts(function_id: FunctionQ = None, since: SinceQ = None,
-                         until: UntilQ = None) -> StatusCounts:
+    async def run_counts(
+        function_id: FunctionQ = None, since: SinceQ = None, until: UntilQ = None
+    ) -> StatusCounts:
         """Runs created in [since, until), per status."""
         lo, hi = await bounds(function_id, since, until)
         counts = await state.app.store.read(insights.status_counts_op(function_id, lo, hi))
@@ -68,8 +70,12 @@ def build(state: ServerState) -> APIRouter:
         return FunctionLoadList(functions=[FunctionLoadOut.of(load) for load in loads])
 
     @router.get("/stats/timeline", response_model=TimelineOut, summary="Runs over time")
-    async def timeline(function_id: FunctionQ = None, since: SinceQ = None, until: UntilQ = None,
-                       buckets: Annotated[int, Query(ge=1, le=500)] = 60) -> TimelineOut:
+    async def timeline(
+        function_id: FunctionQ = None,
+        since: SinceQ = None,
+        until: UntilQ = None,
+        buckets: Annotated[int, Query(ge=1, le=500)] = 60,
+    ) -> TimelineOut:
         """Runs created in [since, until) (default: the last hour) in equal buckets: counts
         by status, failure rate and queue delay (creation to first start)."""
         lo, hi = await bounds(function_id, since, until)
@@ -83,9 +89,11 @@ def build(state: ServerState) -> APIRouter:
     async def preview(
         action: Annotated[BulkAction, Query(description="cancel (active runs) or replay")],
         function_id: Annotated[str, Query(min_length=1)],
-        since: SinceQ = None, until: UntilQ = None,
-        status: Annotated[list[ReplayableStatus] | None, Query(
-            description="For replay: failed (default) and/or cancelled")] = None,
+        since: SinceQ = None,
+        until: UntilQ = None,
+        status: Annotated[
+            list[ReplayableStatus] | None, Query(description="For replay: failed (default) and/or cancelled")
+        ] = None,
         if_: Annotated[str | None, Query(alias="if", description="CEL over `event`")] = None,
     ) -> PreviewOut:
         """How many runs `cancel-many` / `replay-many` with the same filters would act on

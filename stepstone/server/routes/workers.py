@@ -15,8 +15,9 @@ def build(state: ServerState) -> APIRouter:
 
     @router.get("/workers", response_model=WorkerList, summary="Live workers")
     async def workers(
-        alive_within: Annotated[float, Query(gt=0, le=86400, description="Seconds since the "
-                                                                         "last heartbeat")] = 60.0,
+        alive_within: Annotated[
+            float, Query(gt=0, le=86400, description="Seconds since the last heartbeat")
+        ] = 60.0,
     ) -> WorkerList:
         since = state.app.clock.now() - alive_within
         rows = await state.app.store.read(lambda tx: tx.list_workers(since))

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, Generic
 
 from stepstone.errors import ErrorInfo
 from stepstone.events import Event
-from stepstone.interpreter import Interpreter, current_step
+from stepstone.interpreter import Interpreter
+from stepstone.signals import current_step
 from stepstone.steps import AsyncStep, SyncStep
 from stepstone.store.rows import StepStatus
 

@@ -30,21 +30,14 @@ from stepstone.errors import (
 )
 from stepstone.events import Event
 from stepstone.function import FunctionDef
-from stepstone.interpreter import (
-    CancelSignal,
-    Ingest,
-    Interpreter,
-    LeaseLostSignal,
-    PauseSignal,
-    StartChild,
-    error_info,
-    retry_at,
-)
+from stepstone.interpreter import Interpreter
 from stepstone.journal import RunJournal
 from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import INVOKE_EVENT, Registry
 from stepstone.runtime import end_run, ingest, park_run, prepare, start_run
 from stepstone.runtime.waits import build_wait
+from stepstone.services import Ingest, StartChild
+from stepstone.signals import CancelSignal, LeaseLostSignal, PauseSignal, error_info, retry_at
 from stepstone.steps import AsyncStep, SyncStep
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import Fence, LeasedRun, RunStatus, SpanRow, StepStatus, WaitKind, WaitRow

@@ -8,7 +8,8 @@ executes. The interpreter does no I/O itself: it *stages* memo writes in a
 any step starts its side effect, so every earlier result is durable first.
 
 When the run must pause (a sleep, a retry back-off, a wait) the interpreter
-raises ``PauseSignal``, a ``BaseException`` that user code cannot swallow.
+raises ``PauseSignal`` (``signals.py``), a ``BaseException`` that user code
+cannot swallow.
 """
 
 from __future__ import annotations
@@ -19,16 +20,12 @@ import hashlib
 import inspect
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from stepstone import limits, serde
 from stepstone.clock import Clock
-from stepstone.durations import parse_duration
 from stepstone.errors import (
     ErrorInfo,
-    Interrupt,
     LimitExceededError,
     NondeterminismError,
     NonRetriableError,
@@ -37,144 +34,27 @@ from stepstone.errors import (
     StepstoneError,
 )
 from stepstone.events import Event
-from stepstone.function import FunctionDef, ResolvedBackoff
+from stepstone.function import ResolvedBackoff
 from stepstone.ids import new_id
 from stepstone.memos import callable_fingerprint, mismatch
 from stepstone.middleware import NO_HOOKS, Hooks
-from stepstone.registry import Registry
+from stepstone.services import Effect, Journal, Services
+from stepstone.signals import (
+    PauseSignal,
+    StepScope,
+    current_step,
+    error_info,
+    retry_at,
+)
 from stepstone.store.base import Tx
 from stepstone.store.rows import RunStatus, SpanRow, StepKind, StepRow, StepStatus, WaitKind, WaitRow
 
 T = TypeVar("T")
 
 
-class PauseSignal(Interrupt):
-    """The invocation must end; the run resumes at ``wake_at`` (``None``: when woken)."""
-
-    def __init__(self, wake_at: float | None, status: RunStatus) -> None:
-        super().__init__(wake_at, status)
-        self.wake_at = wake_at
-        self.status = status
-
-
-class CancelSignal(Interrupt):
-    """The run was cancelled; raised at the next step boundary."""
-
-
-class LeaseLostSignal(Interrupt):
-    """Another worker owns the run now; abandon the invocation without writing."""
-
-
-Effect = Callable[[Tx], Any]
-
-
-class Journal(Protocol):
-    """Where the interpreter stages writes; implemented by the executor."""
-
-    def stage(self, step: StepRow, span: SpanRow | None, effect: Effect | None = None) -> None:
-        """Stage a memo; ``effect`` runs in the same transaction as the memo write."""
-        ...
-
-    async def flush(self) -> None:
-        """Commit staged writes; may raise ``CancelSignal`` or ``LeaseLostSignal``."""
-        ...
-
-    async def apply(self, op: Callable[[Tx], Any]) -> Any:
-        """Commit staged writes and then ``op`` in one fenced transaction, now."""
-        ...
-
-    def warn(self, name: str, message: str) -> None:
-        """Record a warning in the run's trace."""
-        ...
-
-
-@dataclass(frozen=True)
-class StepScope:
-    """The step whose function is executing in this context."""
-
-    step_id: str
-    attempt: int
-
-
-current_step: contextvars.ContextVar[StepScope | None] = contextvars.ContextVar(
-    "stepstone_current_step", default=None
-)
-
-
-def error_info(exc: BaseException, *, with_traceback: bool = True) -> ErrorInfo:
-    import traceback
-
-    tb = "".join(traceback.format_exception(exc)) if with_traceback else None
-    return ErrorInfo(type(exc).__name__, str(exc), tb)
-
-
 def _step_error(memo: StepRow) -> StepError:
     info = ErrorInfo.from_json(serde.loads(memo.error)) or ErrorInfo("Error", "unknown error")
     return StepError(memo.step_id, info.type, info.message)
-
-
-def retry_at(exc: RetryAfterError, now: float) -> float:
-    value = exc.retry_after
-    if isinstance(value, datetime):
-        moment = value if value.tzinfo else value.replace(tzinfo=UTC)
-        return moment.timestamp()
-    return now + parse_duration(value, field="retry_after")
-
-
-# Inside a transaction, with the functions that events may trigger.
-Ingest = Callable[[Tx, Registry], object]
-# ... and the child's run id; returns the run id (or the pending debounce or
-# batch run the child joined), or ``None`` when an idempotency key started none.
-StartChild = Callable[[Tx, Registry, str], str | None]
-
-
-class Services(Protocol):
-    """What orchestration steps need beyond memos, supplied by the executor: the
-    functions a step can invoke, and the parts of the effects a step commits
-    with its memo (a wait row, a child run, sent events). The interpreter stages
-    those effects; it never ingests events or admits runs itself."""
-
-    def function(self, ref: str | Callable[..., Any]) -> FunctionDef | None:
-        """Resolve a function id or decorated handler."""
-        ...
-
-    def matcher(self) -> Registry:
-        """Every function known to the store, for the events a step sends."""
-        ...
-
-    def wait_row(
-        self,
-        *,
-        run_id: str,
-        step_id: str,
-        event_name: str,
-        condition: str | None,
-        run_event: dict[str, Any] | None,
-        now: float,
-        expires_at: float | None,
-    ) -> WaitRow:
-        """The wait row of ``wait_for_event``; raises ``StepstoneError`` if
-        ``condition`` is not a valid CEL condition."""
-        ...
-
-    def send(self, events: Event | Sequence[Event], now: float) -> tuple[list[str], Ingest]:
-        """Validate and encode ``events`` (raises ``StepstoneError`` if one is bad);
-        returns their ids, fixed now, and what ingests them inside a transaction."""
-        ...
-
-    def start_child(
-        self, target: FunctionDef, data: dict[str, Any], now: float, parent: tuple[str, str]
-    ) -> StartChild:
-        """Encode the invoke event of ``parent`` (run id, step id) now (raises
-        ``LimitExceededError`` when its data is too large); returns what, inside a
-        transaction, records it and starts ``target``'s run with the given id."""
-        ...
-
-
-def as_timestamp(moment: datetime) -> float:
-    if not isinstance(moment, datetime):
-        raise NonRetriableError(f"sleep_until needs a datetime, got {type(moment).__name__}")
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 class Interpreter:

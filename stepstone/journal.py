@@ -21,7 +21,8 @@ from typing import Any
 from stepstone import metrics
 from stepstone.clock import Clock
 from stepstone.errors import LeaseLostError, StoreUnavailableError
-from stepstone.interpreter import CancelSignal, Effect, LeaseLostSignal
+from stepstone.services import Effect
+from stepstone.signals import CancelSignal, LeaseLostSignal
 from stepstone.store import faults
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import Fence, SpanRow, StepRow

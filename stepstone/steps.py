@@ -18,7 +18,8 @@ from stepstone.bridge import call_in
 from stepstone.durations import Duration, parse_duration
 from stepstone.errors import Interrupt, NonRetriableError
 from stepstone.events import Event
-from stepstone.interpreter import Interpreter, StepScope, as_timestamp, current_step
+from stepstone.interpreter import Interpreter
+from stepstone.signals import StepScope, as_timestamp, current_step
 
 T = TypeVar("T")
 FunctionRef = str | Callable[..., Any]

@@ -308,7 +308,7 @@ OTHER_SITES = {
     "Worker._lease.op",
     "Worker._duties.<lambda>",
     "timeouts_op.op",
-    "_cancel_op.op",
+    "cancel_op.op",
     "register_crons_op.op",
 }
 SITES = sorted(JOURNAL_SITES | OTHER_SITES)

@@ -16,9 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stepstone as ss
+from stepstone.actions import replay_op, rerun_op
 from stepstone.errors import ErrorInfo, InvalidStateError
 from stepstone.registry import Registry
-from stepstone.runs import _bulk, _replay_op, _rerun_op
+from stepstone.runs import _bulk
 from stepstone.runtime import cancel_run, end_run, ingest, prepare
 from stepstone.store import make_store
 from stepstone.store.base import Store, Tx
@@ -88,12 +89,12 @@ def _act(store: Store, registry: Registry, action: str, key: int, pick: int, now
         store.transact_sync(lambda tx: cancel_run(tx, chosen.id, now, registry))
     elif action == "replay" and chosen.status in ("failed", "cancelled"):
         try:
-            store.transact_sync(_replay_op(chosen.id, now))
+            store.transact_sync(replay_op(chosen.id, now))
         except InvalidStateError:
             pass
     elif action == "rerun" and chosen.status == RunStatus.COMPLETED:
         try:
-            store.transact_sync(_rerun_op(chosen.id, "s", now))
+            store.transact_sync(rerun_op(chosen.id, "s", now))
         except InvalidStateError:
             pass
     elif action == "replay_many":

@@ -1,0 +1,134 @@
+"""What an operator does to one run, as store operations: cancel it, replay
+it from its last good step, or re-run it from a step as a new run. Each is an
+``op(tx)`` built here; ``app.runs`` (runs.py) submits them, and its bulk actions
+apply them page by page."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from stepstone import serde
+from stepstone.errors import InvalidStateError, NotFoundError
+from stepstone.ids import new_id
+from stepstone.registry import Registry
+from stepstone.runtime import cancel_run, claim_singleton
+from stepstone.store.base import Tx
+from stepstone.store.rows import NewRun, RunRow, RunStatus, SpanRow, StepStatus
+
+
+def cancel_op(run_id: str, now: float, matcher: Registry) -> Callable[[Tx], str]:
+    def op(tx: Tx) -> str:
+        if tx.get_run(run_id) is None:
+            raise NotFoundError(f"no run {run_id!r}")
+        return cancel_run(tx, run_id, now, matcher)
+
+    return op
+
+
+def replay_op(run_id: str, now: float) -> Callable[[Tx], None]:
+    def op(tx: Tx) -> None:
+        run = tx.get_run(run_id)
+        if run is None:
+            raise NotFoundError(f"no run {run_id!r}")
+        if run.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
+            raise InvalidStateError(f"run {run_id} is {run.status}; only failed or cancelled runs replay")
+        _claim_singleton(tx, run, run_id, now, "replay")
+        unfinished = [s for s in tx.get_steps(run_id) if s.status != StepStatus.COMPLETED]
+        # The failed attempt's memo is about to go: keep it in the trace.
+        kept = [
+            SpanRow(
+                run_id=run_id,
+                kind="step",
+                name=s.step_id,
+                started_at=s.started_at,
+                ended_at=s.ended_at,
+                status=s.status,
+                attempt=max(0, s.attempts - 1),
+                error=s.error,
+            )
+            for s in unfinished
+            if s.status == StepStatus.FAILED and s.started_at is not None
+        ]
+        tx.requeue_run(run_id, now, [s.step_id for s in unfinished])
+        tx.save_steps(
+            [],
+            [
+                *kept,
+                SpanRow(
+                    run_id=run_id,
+                    kind="replay",
+                    name="replay",
+                    started_at=now,
+                    ended_at=now,
+                    status="ok",
+                    detail=f"replayed from {run.status}",
+                ),
+            ],
+        )
+
+    return op
+
+
+def _claim_singleton(tx: Tx, run: RunRow, claimant: str, now: float, action: str) -> None:
+    """A replay or re-run makes a run active: it claims the singleton key of the
+    run it starts from, and is refused while another active run holds it (whatever
+    the function's mode: an operator's action never skips or cancels silently)."""
+    if run.singleton_key is None:
+        return
+    holder = claim_singleton(tx, run.singleton_key, claimant, now)
+    if holder is not None:
+        raise InvalidStateError(
+            f"cannot {action} run {run.id}: run {holder} is active for its singleton key "
+            f"(cancel it or wait for it to end)"
+        )
+
+
+def rerun_op(run_id: str, step_id: str, now: float) -> Callable[[Tx], str]:
+    def op(tx: Tx) -> str:
+        run = tx.get_run(run_id)
+        if run is None:
+            raise NotFoundError(f"no run {run_id!r}")
+        steps = tx.get_steps(run_id)
+        by_id = {s.step_id: s for s in steps}
+        if step_id not in by_id:
+            raise NotFoundError(f"run {run_id} has no step {step_id!r}")
+        cut = by_id[step_id].position
+        new_run = new_id(now)
+        _claim_singleton(tx, run, new_run, now, "re-run")
+        events = tx.get_events(run_id)
+        tx.create_run(
+            NewRun(
+                id=new_run,
+                function_id=run.function_id,
+                event_seqs=[e.seq for e in events],
+                event_ids=[e.id for e in events],
+                available_at=now,
+                created_at=now,
+                meta=serde.dumps({"rerun_of": run_id, "from_step": step_id}, what="meta"),
+                singleton_key=run.singleton_key,
+                spec=tx.queue_spec(run_id),
+            )
+        )
+        kept = [
+            dataclasses.replace(s, run_id=new_run)
+            for s in steps
+            if s.position < cut and s.status == StepStatus.COMPLETED
+        ]
+        tx.save_steps(
+            kept,
+            [
+                SpanRow(
+                    run_id=new_run,
+                    kind="rerun",
+                    name=step_id,
+                    started_at=now,
+                    ended_at=now,
+                    status="ok",
+                    detail=f"forked from run {run_id} at step {step_id!r}",
+                )
+            ],
+        )
+        return new_run
+
+    return op

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import stepstone as ss
+from stepstone.store.base import Store
 
 FAST = ss.Backoff(initial="5ms", factor=1, max="5ms", jitter=0)
 BACKENDS = ("sqlite", "postgres")
@@ -58,7 +59,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def store(db_url: str) -> Iterator[Any]:
+def store(db_url: str) -> Iterator[Store]:
     """A migrated store on ``db_url`` (both backends), for tests that drive
     store operations directly."""
     from stepstone.store import make_store

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -202,7 +202,9 @@ def test_the_waterfall_shows_retries_with_their_errors_and_sleeps(make_app: obje
     assert page.count('data-span="queued:') == 1
 
 
-def test_the_functions_page_marks_retired_functions(make_app: Any, serve: Any) -> None:
+def test_the_functions_page_marks_retired_functions(
+    make_app: Callable[..., ss.App], serve: Callable[..., Live]
+) -> None:
     """A function the latest deploy of its app dropped is marked retired, beside
     the count of runs it still has queued."""
     for function_id in ("welcome-email", "welcome-email-v2"):  # two deploys of "mail"

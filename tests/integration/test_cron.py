@@ -25,6 +25,7 @@ from stepstone.scheduler.maintenance import (
 )
 from stepstone.store import make_store
 from stepstone.testing import VirtualClock
+from stepstone.triggers import Trigger
 from tests.conftest import run_of
 
 
@@ -175,7 +176,7 @@ def test_any_change_of_schedules_between_deploys_leaves_duties_not_due(history: 
         try:
             for schedules, keep_previous, pause in history:
                 deploy = ss.App("cron", database_url="sqlite:///never-opened.db")
-                triggers = [ss.on_cron(s) for s in sorted(schedules)]
+                triggers: list[Trigger] = [ss.on_cron(s) for s in sorted(schedules)]
                 deploy.function(id="f", trigger=triggers or None)(lambda ctx: None)
                 live = [*live[-1:], list(deploy.registry)] if keep_previous else [list(deploy.registry)]
                 for functions in live:

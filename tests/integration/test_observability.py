@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
+from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 import pytest
@@ -112,6 +114,10 @@ def test_logger_prints_each_line_once_across_replays(caplog: pytest.LogCaptureFi
     app = ss.App("log", database_url="sqlite:///unused.db")
     deployed = {"v2": False}
 
+    def final(ctx: ss.Context) -> int:
+        ctx.logger.info("inside final")
+        return 2
+
     @app.function(id="logs", trigger=ss.on_event("go"))
     def logs(ctx: ss.Context) -> None:
         ctx.logger.info("start")
@@ -120,7 +126,7 @@ def test_logger_prints_each_line_once_across_replays(caplog: pytest.LogCaptureFi
         ctx.logger.info("before nap")
         ctx.step.sleep("nap", "1h")
         ctx.logger.info("after nap")
-        ctx.step.run("final", lambda: ctx.logger.info("inside final") or 2)
+        ctx.step.run("final", final, ctx)
         ctx.logger.info("done")
 
     caplog.set_level(logging.INFO, logger="stepstone.run")
@@ -132,7 +138,7 @@ def test_logger_prints_each_line_once_across_replays(caplog: pytest.LogCaptureFi
     lines = [r.getMessage() for r in caplog.records if r.name == "stepstone.run"]
     assert lines == ["start", "before nap", "after nap", "inside final", "done"]
     record = next(r for r in caplog.records if r.getMessage() == "inside final")
-    assert (record.run_id, record.function_id, record.step_id, record.attempt) == (run.id, "logs", "final", 0)
+    assert attrgetter("run_id", "function_id", "step_id", "attempt")(record) == (run.id, "logs", "final", 0)
     [warning] = warnings  # the trace names both the new step and the one never reached
     assert warning.name == "nondeterminism" and "'final'" in warning.detail and "'old-step'" in warning.detail
 
@@ -261,7 +267,7 @@ def _raw_values(db_url: str) -> str:
     return "\n".join(rows)
 
 
-def test_encryption_keeps_plaintext_out_of_the_store(make_app: Any, db_url: str) -> None:
+def test_encryption_keeps_plaintext_out_of_the_store(make_app: Callable[..., ss.App], db_url: str) -> None:
     key = "a long random secret for tests"
     app = make_app(middleware=[ss.EncryptionMiddleware(key)])
     seen: list[Any] = []

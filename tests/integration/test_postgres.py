@@ -112,7 +112,7 @@ def test_concurrent_migrators_apply_each_migration_once(empty_url: str) -> None:
     applied = [name for names in results for name in names]
     assert sorted(applied) == sorted(set(applied)) and applied  # each applied by exactly one
     with psycopg.connect(empty_url) as conn:
-        assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(applied)
+        assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone() == (len(applied),)
 
 
 def test_cli_migrate_on_postgresql(empty_url: str) -> None:

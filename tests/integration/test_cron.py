@@ -26,6 +26,7 @@ from stepstone.scheduler.maintenance import (
 from stepstone.store import make_store
 from stepstone.testing import VirtualClock
 from stepstone.triggers import Trigger
+from stepstone.worker import Worker
 from tests.conftest import run_of
 
 
@@ -68,9 +69,9 @@ def test_two_workers_start_one_run_per_tick(tmp_path: Path) -> None:
         clock.advance(60)
         barrier = threading.Barrier(2)
 
-        def drain(worker: object, loop: asyncio.AbstractEventLoop) -> None:
+        def drain(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
             barrier.wait()
-            loop.run_until_complete(worker.drain())  # type: ignore[attr-defined]
+            loop.run_until_complete(worker.drain())
 
         threads = [threading.Thread(target=drain, args=pair) for pair in zip(workers, loops, strict=True)]
         for t in threads:

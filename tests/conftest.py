@@ -14,12 +14,15 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 import stepstone as ss
 from stepstone.store.base import Store
+
+if TYPE_CHECKING:
+    from tests.pgcluster import PgCluster
 
 FAST = ss.Backoff(initial="5ms", factor=1, max="5ms", jitter=0)
 BACKENDS = ("sqlite", "postgres")
@@ -28,7 +31,7 @@ _databases = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def pg_cluster() -> Iterator[Any]:
+def pg_cluster() -> Iterator[PgCluster]:
     """A private PostgreSQL cluster for the session, with a migrated template database."""
     from tests.pgcluster import pg_missing, running_cluster
 
@@ -44,10 +47,9 @@ def pg_cluster() -> Iterator[Any]:
 
 
 @pytest.fixture
-def pg_url(pg_cluster: Any) -> str:
+def pg_url(pg_cluster: PgCluster) -> str:
     """A fresh, migrated PostgreSQL database (a clone of the template)."""
-    url: str = pg_cluster.create_database(f"t_{next(_databases)}", template=TEMPLATE)
-    return url
+    return pg_cluster.create_database(f"t_{next(_databases)}", template=TEMPLATE)
 
 
 @pytest.fixture(params=BACKENDS)

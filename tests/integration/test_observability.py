@@ -7,6 +7,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from operator import attrgetter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ import stepstone as ss
 from stepstone.testing import TestEnv
 
 from ..conftest import FAST, send_and_wait, table_rows
+from ..polling import wait_for
 
 
 def test_trace_of_a_run_with_retries_a_sleep_and_a_wait() -> None:
@@ -297,7 +299,7 @@ def test_encryption_keeps_plaintext_out_of_the_store(make_app: Callable[..., ss.
     assert SECRET not in raw and "1111" not in raw
 
 
-def test_rotation_wrong_key_and_decrypt_only(tmp_path: Any) -> None:
+def test_rotation_wrong_key_and_decrypt_only(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/rot.db"
 
     def make(mw: ss.EncryptionMiddleware) -> ss.App:
@@ -306,7 +308,7 @@ def test_rotation_wrong_key_and_decrypt_only(tmp_path: Any) -> None:
         @app.function(id="r", trigger=ss.on_event("go"))
         async def r(ctx: ss.Context) -> str:
             value = await ctx.step.run("secret", lambda: "s3cr3t")
-            await ctx.step.sleep("nap", "50ms")
+            await ctx.step.wait_for_event("resume", event="resume", timeout="1h")
             return str(value)
 
         return app
@@ -315,12 +317,12 @@ def test_rotation_wrong_key_and_decrypt_only(tmp_path: Any) -> None:
     [eid] = old.send(ss.Event("go"))
     old.start()
     run_id = old.runs.list(event_id=eid)[0].id
-    while not old.runs.get(run_id).steps:
-        pass
-    old.stop()  # the step is stored under the old key; the run sleeps
+    wait_for(lambda: old.runs.get(run_id).status == "waiting", 10, "the run to wait")
+    old.stop()  # the step is stored under the old key; the run waits for "resume"
 
     rotated = make(ss.EncryptionMiddleware("new key", fallback_keys=["old key"]))
     rotated.start()
+    rotated.send(ss.Event("resume"))
     done = rotated.runs.wait(run_id)
     rotated.close()
     assert done.status == "completed" and ss.is_encrypted(done.output)
@@ -332,10 +334,10 @@ def test_rotation_wrong_key_and_decrypt_only(tmp_path: Any) -> None:
     [eid2] = old.send(ss.Event("go"))
     old.start()
     second = old.runs.list(event_id=eid2)[0].id
-    while not old.runs.get(second).steps:
-        pass
+    wait_for(lambda: old.runs.get(second).status == "waiting", 10, "the run to wait")
     old.stop()
     wrong.start()
+    wrong.send(ss.Event("resume"))
     failed = wrong.runs.wait(second)
     wrong.close()
     old.close()

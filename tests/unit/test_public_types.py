@@ -1,7 +1,8 @@
-"""The public API's types as a user's strict type checker sees them. mypy runs
-over ``tests/`` in the test command, so the ``assert_type`` lines and the
-``async`` middleware hooks below fail it if the annotations regress; pytest runs
-the same handlers for real, so the runtime agrees with the types."""
+"""The public API's types as a user's strict type checker sees them: ``ctx.step``,
+async middleware hooks, ``Runs.list``. mypy runs over ``tests/`` in the test
+command, so the ``assert_type`` lines and the ``async`` hooks below fail it if
+the annotations regress; pytest runs the same handlers for real, so the runtime
+agrees with the types."""
 
 from __future__ import annotations
 
@@ -43,6 +44,9 @@ def test_the_handlers_annotation_types_ctx_step_and_hooks_may_be_async() -> None
 
     with TestEnv(app) as env:
         runs = {r.function_id: env.wait(r.id) for r in env.send([ss.Event("a"), ss.Event("s")])}
+        listed = app.runs.list(function_id="a", status=["completed"], limit=10)  # keywords, as remotely
+        assert_type(listed, list[ss.Run])
+        assert [r.id for r in listed] == [runs["a"].id]
     assert {f: (r.status, r.error) for f, r in runs.items()} == {
         "a": ("completed", None),
         "s": ("completed", None),

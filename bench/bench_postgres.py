@@ -25,7 +25,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,7 @@ def checkpoint_breakdown(url: str, n: int = 2000) -> dict[str, list[float]]:
     from stepstone.store.pgerrors import translate
     from stepstone.store.pgpipeline import run_alone
     from stepstone.store.postgres import DIALECT, PgTx, PostgresStore, _notify_if_woken
-    from stepstone.store.rows import Fence, NewRun, StepRow
+    from stepstone.store.rows import Fence, NewRun, StepKind, StepRow, StepStatus
 
     store = PostgresStore.from_url(url)
     store.migrate()
@@ -114,8 +114,8 @@ def checkpoint_breakdown(url: str, n: int = 2000) -> dict[str, list[float]]:
                 run_id="r",
                 step_id=f"s{next(counter)}",
                 position=0,
-                kind="run",
-                status="completed",
+                kind=StepKind.RUN,
+                status=StepStatus.COMPLETED,
                 attempts=1,
                 output="1",
                 error=None,
@@ -124,6 +124,9 @@ def checkpoint_breakdown(url: str, n: int = 2000) -> dict[str, list[float]]:
                 ended_at=1.0,
             )
         ]
+
+    def checkpoint(rows: list[StepRow]) -> Callable[[Any], Any]:
+        return lambda tx: tx.checkpoint(fence, rows, [])
 
     sql_alone, pipelined, through_store = [], [], []
     with psycopg.connect(url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
@@ -139,7 +142,7 @@ def checkpoint_breakdown(url: str, n: int = 2000) -> dict[str, list[float]]:
             t = time.perf_counter()
             ok, _ = run_alone(
                 conn,
-                lambda tx, rows=rows: tx.checkpoint(fence, rows, []),
+                checkpoint(rows),
                 lambda c: PgTx(c, DIALECT),
                 _notify_if_woken,
                 translate,
@@ -149,7 +152,7 @@ def checkpoint_breakdown(url: str, n: int = 2000) -> dict[str, list[float]]:
     for _ in range(n):
         rows = memo()
         t = time.perf_counter()
-        store.transact_sync(lambda tx, rows=rows: tx.checkpoint(fence, rows, []))
+        store.transact_sync(checkpoint(rows))
         through_store.append(time.perf_counter() - t)
     store.close()
     return {"sql": sql_alone, "pipelined": pipelined, "store": through_store}

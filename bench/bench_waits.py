@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import stepstone as ss
@@ -35,9 +36,13 @@ def waiting(db: str) -> int:
         return int(conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'waiting'").fetchone()[0])
 
 
-def until(predicate: object, timeout: float, what: str) -> None:
+def parked(db: str, count: int) -> Callable[[], bool]:
+    return lambda: waiting(db) == count
+
+
+def until(predicate: Callable[[], object], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
+    while not predicate():
         if time.monotonic() > deadline:
             raise TimeoutError(what)
         time.sleep(0.5)
@@ -63,7 +68,7 @@ def scenario(folder: str, runs: int, deliveries: int, measure_rss: bool) -> dict
                 client.send(
                     [ss.Event("bench.start", {"k": i}) for i in range(start, min(mark, start + 1000))]
                 )
-            until(lambda mark=mark: waiting(db) == mark, 3600, "runs to wait")
+            until(parked(db, mark), 3600, "runs to wait")
             samples[mark] = rss_kb(worker.pid)
         park_seconds = time.perf_counter() - t
         rss_full = samples[runs]

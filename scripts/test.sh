@@ -6,7 +6,7 @@ source "$(dirname "$0")/_venv.sh"
 cd "$ROOT"
 source scripts/_services.sh
 echo "== ruff";  ruff check stepstone tests bench examples && ruff format --check stepstone tests bench examples
-echo "== mypy";  mypy
+echo "== mypy";  mypy  # strict over stepstone, tests, bench and examples ([tool.mypy] files)
 echo "== imports"; lint-imports --no-logo  # the layers of docs/architecture.md (pyproject.toml)
 # The PostgreSQL tests start a private cluster (tests/pgcluster.py); with CI set,
 # a missing PostgreSQL fails them instead of skipping them.

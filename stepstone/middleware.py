@@ -12,7 +12,7 @@ runs once, after the run's failure is committed.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from stepstone.errors import ErrorInfo
@@ -23,24 +23,28 @@ if TYPE_CHECKING:
 
 
 class Middleware:
-    """Override the hooks you need; the defaults do nothing."""
+    """Override the hooks you need, as plain or ``async`` methods; the defaults do nothing."""
 
-    def transform_input(self, ctx: Context, steps: dict[str, Any]) -> dict[str, Any] | None:
+    def transform_input(
+        self, ctx: Context, steps: dict[str, Any]
+    ) -> dict[str, Any] | Awaitable[dict[str, Any] | None] | None:
         """Every invocation, before the handler: may change ``ctx.events`` and the
         memoized step values (``steps``: step id -> value); return a new dict
         to replace them."""
         return None
 
-    def before_execution(self, ctx: Context) -> None:
+    def before_execution(self, ctx: Context) -> Awaitable[None] | None:
         """Once per invocation, when the replay of memoized steps has caught up."""
 
-    def after_execution(self, ctx: Context) -> None:
+    def after_execution(self, ctx: Context) -> Awaitable[None] | None:
         """When the handler returned, paused or raised (after ``before_execution``)."""
 
-    def before_step(self, ctx: Context, step_id: str) -> None:
+    def before_step(self, ctx: Context, step_id: str) -> Awaitable[None] | None:
         """Before a step's function runs (not for memoized steps)."""
 
-    def after_step(self, ctx: Context, step_id: str, output: Any, error: BaseException | None) -> None:
+    def after_step(
+        self, ctx: Context, step_id: str, output: Any, error: BaseException | None
+    ) -> Awaitable[None] | None:
         """After a step's function ran, with its result or exception."""
 
     def transform_output(self, ctx: Context, output: Any, step_id: str | None) -> Any:
@@ -48,14 +52,16 @@ class Middleware:
         function's (``None``). Return what to store; the handler keeps the original."""
         return output
 
-    def before_send_events(self, ctx: Context | None, events: list[Event]) -> list[Event]:
+    def before_send_events(
+        self, ctx: Context | None, events: list[Event]
+    ) -> list[Event] | Awaitable[list[Event]]:
         """Events about to be sent (``app.send`` or ``step.send_event``); return what to send."""
         return events
 
-    def after_send_events(self, ctx: Context | None, ids: list[str]) -> None:
+    def after_send_events(self, ctx: Context | None, ids: list[str]) -> Awaitable[None] | None:
         """Events were sent (committed)."""
 
-    def on_failure(self, ctx: Context, error: ErrorInfo) -> None:
+    def on_failure(self, ctx: Context, error: ErrorInfo) -> Awaitable[None] | None:
         """The run failed (called once, after the failure is committed)."""
 
 

@@ -14,11 +14,15 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 import stepstone as ss
+from stepstone.store.base import Store
+
+if TYPE_CHECKING:
+    from tests.pgcluster import PgCluster
 
 FAST = ss.Backoff(initial="5ms", factor=1, max="5ms", jitter=0)
 BACKENDS = ("sqlite", "postgres")
@@ -27,7 +31,7 @@ _databases = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def pg_cluster() -> Iterator[Any]:
+def pg_cluster() -> Iterator[PgCluster]:
     """A private PostgreSQL cluster for the session, with a migrated template database."""
     from tests.pgcluster import pg_missing, running_cluster
 
@@ -43,10 +47,9 @@ def pg_cluster() -> Iterator[Any]:
 
 
 @pytest.fixture
-def pg_url(pg_cluster: Any) -> str:
+def pg_url(pg_cluster: PgCluster) -> str:
     """A fresh, migrated PostgreSQL database (a clone of the template)."""
-    url: str = pg_cluster.create_database(f"t_{next(_databases)}", template=TEMPLATE)
-    return url
+    return pg_cluster.create_database(f"t_{next(_databases)}", template=TEMPLATE)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -58,7 +61,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def store(db_url: str) -> Iterator[Any]:
+def store(db_url: str) -> Iterator[Store]:
     """A migrated store on ``db_url`` (both backends), for tests that drive
     store operations directly."""
     from stepstone.store import make_store

@@ -117,4 +117,5 @@ def prelude(ctx: ss.Context) -> str:
     finally:
         conn.close()
     time.sleep(PRELUDE_SECONDS)
-    return ctx.step.run("charge", tagged_effect, ctx.run_id, "charge")
+    charged: str = ctx.step.run("charge", tagged_effect, ctx.run_id, "charge")
+    return charged

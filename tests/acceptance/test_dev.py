@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 
 import httpx
@@ -41,8 +42,8 @@ class Output:
         self.thread = threading.Thread(target=self._read, args=(process.stdout,), daemon=True)
         self.thread.start()
 
-    def _read(self, stream: object) -> None:
-        for line in stream:  # type: ignore[attr-defined]
+    def _read(self, stream: Iterable[str]) -> None:
+        for line in stream:
             self.lines.append(line)
 
     def find(self, pattern: str) -> str | None:

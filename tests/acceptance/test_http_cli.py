@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypedDict
 
 import httpx
 import pytest
@@ -23,6 +24,17 @@ pytestmark = pytest.mark.slow
 
 def env(**extra: str) -> dict[str, str]:
     return {"PATH": "/usr/bin:/bin", **extra}
+
+
+class Remote(TypedDict):
+    """The environment of a CLI talking to a server (``**remote``: no key can be ``ok``)."""
+
+    STEPSTONE_URL: str
+    STEPSTONE_API_KEY: str
+
+
+class Direct(TypedDict):
+    STEPSTONE_DATABASE_URL: str
 
 
 def cli(*args: str, ok: bool = True, **extra: str) -> subprocess.CompletedProcess[str]:
@@ -88,7 +100,7 @@ def test_server_refuses_to_start_without_keys(tmp_path: Path) -> None:
 
 
 def test_the_cli_drives_a_server(server: str, database: tuple[str, ss.App]) -> None:
-    remote = {"STEPSTONE_URL": server, "STEPSTONE_API_KEY": "cli-key"}
+    remote: Remote = {"STEPSTONE_URL": server, "STEPSTONE_API_KEY": "cli-key"}
     [event_id] = json.loads(cli("send", "hello", "--data", '{"name": "ada"}', **remote).stdout)
     [run] = json.loads(cli("runs", "list", "--json", "--function", "greet", **remote).stdout)
     assert run["event_ids"] == [event_id]
@@ -127,7 +139,7 @@ def test_the_cli_drives_a_server(server: str, database: tuple[str, ss.App]) -> N
 
 def test_the_new_commands_work_on_the_database_directly(database: tuple[str, ss.App]) -> None:
     url, app = database
-    direct = {"STEPSTONE_DATABASE_URL": url}
+    direct: Direct = {"STEPSTONE_DATABASE_URL": url}
     functions = json.loads(cli("functions", "--json", **direct).stdout)
     assert sorted(f["id"] for f in functions) == ["greet", "parked"]
     workers = json.loads(cli("workers", "--json", **direct).stdout)

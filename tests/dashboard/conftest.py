@@ -7,12 +7,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 
 from tests.server.conftest import API_KEY, Shop, serve, shop  # noqa: F401 - fixtures
+
+if TYPE_CHECKING:  # Playwright is imported only where a browser test runs
+    from playwright.sync_api import Browser, Page
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -49,7 +52,7 @@ def session(shop: Shop) -> Iterator[httpx.Client]:  # noqa: F811
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def browser() -> Iterator[Browser]:
     """One browser per module: Playwright's sync API holds an event loop on the main
     thread while it runs, which later tests that run their own loop must not meet."""
     if not os.path.exists(CHROMIUM):
@@ -65,7 +68,7 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
+def page(browser: Browser) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1366, "height": 900})
     context.set_default_timeout(10_000)
     tab = context.new_page()
@@ -76,7 +79,7 @@ def page(browser: Any) -> Iterator[Any]:
     assert not errors, f"JavaScript errors: {errors}"
 
 
-def screenshot(page: Any, name: str) -> None:
+def screenshot(page: Page, name: str) -> None:
     """Keep a picture of the page as a test artifact (artifacts/ is git-ignored)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)

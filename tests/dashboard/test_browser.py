@@ -7,15 +7,14 @@ artifacts/dashboard/."""
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from playwright.sync_api import expect
+from playwright.sync_api import Page, expect
 
 from tests.dashboard.conftest import screenshot
 from tests.server.conftest import API_KEY, Shop, poll
 
 
-def sign_in(page: Any, shop: Shop, path: str = "/") -> None:
+def sign_in(page: Page, shop: Shop, path: str = "/") -> None:
     page.goto(shop.live.url + path)
     expect(page).to_have_url(re.compile(r"/login\?next="))
     page.get_by_label("API key").fill(API_KEY)
@@ -24,7 +23,7 @@ def sign_in(page: Any, shop: Shop, path: str = "/") -> None:
     expect(page).to_have_url(shop.live.url + path)
 
 
-def assert_accessible_forms(page: Any) -> None:
+def assert_accessible_forms(page: Page) -> None:
     """Every visible form control has a label; every image-like chart has a name."""
     unlabelled = page.evaluate("""() => [...document.querySelectorAll(
         'input:not([type=hidden]), select, textarea')].filter(e => e.labels.length === 0).map(e => e.outerHTML)""")
@@ -34,13 +33,13 @@ def assert_accessible_forms(page: Any) -> None:
     assert nameless == 0
 
 
-def confirm(page: Any) -> None:
+def confirm(page: Page) -> None:
     dialog = page.locator("dialog#confirm")
     expect(dialog).to_be_visible()
     dialog.locator("#confirm-ok").click()
 
 
-def test_a_wrong_key_is_rejected(page: Any, shop: Shop) -> None:
+def test_a_wrong_key_is_rejected(page: Page, shop: Shop) -> None:
     page.goto(shop.live.url + "/functions")
     page.get_by_label("API key").fill("not-the-key")
     page.get_by_role("button", name="Sign in").click()
@@ -54,7 +53,7 @@ def test_a_wrong_key_is_rejected(page: Any, shop: Shop) -> None:
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and API_KEY not in cookie["value"]
 
 
-def test_find_a_failed_run_read_its_trace_fix_and_replay(page: Any, shop: Shop) -> None:
+def test_find_a_failed_run_read_its_trace_fix_and_replay(page: Page, shop: Shop) -> None:
     shop.wait(shop.run_of(shop.send("hello", {"name": "ada"}))["id"])
     failed = shop.wait(shop.run_of(shop.send("boom", {"order": "o-42"}, id="order-42"))["id"])
     sign_in(page, shop)
@@ -87,7 +86,7 @@ def test_find_a_failed_run_read_its_trace_fix_and_replay(page: Any, shop: Shop) 
     assert shop.http.get(f"/api/v1/runs/{failed['id']}").json()["output"] == "fixed"
 
 
-def test_bulk_replay_previews_then_follows_the_job(page: Any, shop: Shop) -> None:
+def test_bulk_replay_previews_then_follows_the_job(page: Page, shop: Shop) -> None:
     shop.http.post("/api/v1/events", json=[{"name": "boom", "data": {"n": i}} for i in range(4)])
     poll(
         lambda: (
@@ -120,7 +119,7 @@ def test_bulk_replay_previews_then_follows_the_job(page: Any, shop: Shop) -> Non
     assert counts["failed"] == 0
 
 
-def test_cancel_a_run_and_see_new_runs_appear_live(page: Any, shop: Shop) -> None:
+def test_cancel_a_run_and_see_new_runs_appear_live(page: Page, shop: Shop) -> None:
     parked = shop.run_of(shop.send("park"))["id"]
     sign_in(page, shop)
     expect(page.locator(f"tr[data-run='{parked}']")).to_be_visible()
@@ -137,7 +136,7 @@ def test_cancel_a_run_and_see_new_runs_appear_live(page: Any, shop: Shop) -> Non
     assert shop.http.get(f"/api/v1/runs/{parked}").json()["status"] == "cancelled"
 
 
-def test_rerun_from_a_step_opens_the_new_run(page: Any, shop: Shop) -> None:
+def test_rerun_from_a_step_opens_the_new_run(page: Page, shop: Shop) -> None:
     done = shop.wait(shop.run_of(shop.send("hello", {"name": "bo"}))["id"])
     sign_in(page, shop, f"/runs/{done['id']}")
     page.get_by_label("Rerun from step").select_option("second")
@@ -149,7 +148,7 @@ def test_rerun_from_a_step_opens_the_new_run(page: Any, shop: Shop) -> None:
     assert shop.wait(new_id)["output"] == "hi bo"
 
 
-def test_functions_events_and_workers_pages(page: Any, shop: Shop) -> None:
+def test_functions_events_and_workers_pages(page: Page, shop: Shop) -> None:
     shop.wait(shop.run_of(shop.send("boom"))["id"])
     shop.send("park")
     sign_in(page, shop, "/functions")

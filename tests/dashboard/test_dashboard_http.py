@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -124,8 +124,8 @@ def test_sessions_expire_follow_key_rotation_and_resist_tampering() -> None:
     assert keeper.read(token) is None
 
 
-def test_an_open_server_needs_no_login(make_app: object, serve: object) -> None:
-    live: Live = serve(make_app("open"), auth=AuthConfig.resolve(insecure=True, env={}))  # type: ignore[operator]
+def test_an_open_server_needs_no_login(make_app: Callable[..., ss.App], serve: Callable[..., Live]) -> None:
+    live = serve(make_app("open"), auth=AuthConfig.resolve(insecure=True, env={}))
     response = httpx.get(f"{live.url}/")
     assert response.status_code == 200 and "Sign out" not in response.text
     assert httpx.get(f"{live.url}/login").status_code == 303
@@ -172,8 +172,10 @@ def test_the_runs_list_pages_with_a_cursor(shop: Shop, session: httpx.Client) ->
     assert not set(re.findall(r'data-run="(\w+)"', first)) & set(re.findall(r'data-run="(\w+)"', second))
 
 
-def test_the_waterfall_shows_retries_with_their_errors_and_sleeps(make_app: object, serve: object) -> None:
-    app: ss.App = make_app("retrying")  # type: ignore[operator]
+def test_the_waterfall_shows_retries_with_their_errors_and_sleeps(
+    make_app: Callable[..., ss.App], serve: Callable[..., Live]
+) -> None:
+    app = make_app("retrying")
     attempts = {"n": 0}
 
     def shaky() -> str:
@@ -187,7 +189,7 @@ def test_the_waterfall_shows_retries_with_their_errors_and_sleeps(make_app: obje
         await ctx.step.sleep("nap", "10ms")
         return str(await ctx.step.run("wobble", shaky))
 
-    live: Live = serve(app, workers=True)  # type: ignore[operator]
+    live = serve(app, workers=True)
     [event_id] = app.send(ss.Event("shake", {}))
     run = app.runs.wait(app.runs.list(event_id=event_id)[0].id, timeout="10s")
     assert run.status == "completed"
@@ -202,7 +204,9 @@ def test_the_waterfall_shows_retries_with_their_errors_and_sleeps(make_app: obje
     assert page.count('data-span="queued:') == 1
 
 
-def test_the_functions_page_marks_retired_functions(make_app: Any, serve: Any) -> None:
+def test_the_functions_page_marks_retired_functions(
+    make_app: Callable[..., ss.App], serve: Callable[..., Live]
+) -> None:
     """A function the latest deploy of its app dropped is marked retired, beside
     the count of runs it still has queued."""
     for function_id in ("welcome-email", "welcome-email-v2"):  # two deploys of "mail"

@@ -16,7 +16,7 @@ import pytest
 import stepstone as ss
 from stepstone.store import faults
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import Fence, RunStatus, StepRow, StepStatus, WaitRow
+from stepstone.store.rows import Fence, RunStatus, StepKind, StepRow, StepStatus, WaitKind, WaitRow
 from tests.conftest import FAST, query
 from tests.faultrun import Driver, virtual_app
 from tests.integration.test_store_contract import NOW, add_runs, lease
@@ -115,7 +115,7 @@ def test_an_ambiguous_commit_of_send_event_ingests_each_event_once(db_url: str) 
         received.append(ctx.event.data)
 
     @app.function(id="sender", trigger=ss.on_event("go"), retries=0)
-    async def sender(ctx: ss.Context) -> list[str]:
+    async def sender(ctx: ss.Context[ss.AsyncStep]) -> list[str]:
         return await ctx.step.send_event("s", [ss.Event("ping", {"n": 1}), ss.Event("ping", {"n": 2})])
 
     async def main() -> None:
@@ -309,14 +309,14 @@ def test_a_repeated_wait_commit_changes_nothing_even_after_the_wait_was_resolved
         run_id="r",
         step_id="w",
         position=0,
-        kind="wait",
-        status="waiting",
+        kind=StepKind.WAIT,
+        status=StepStatus.WAITING,
         attempts=0,
         wake_at=NOW + 60,
         started_at=NOW,
     )
     wait = WaitRow(
-        run_id="r", step_id="w", kind="event", event_name="answer", created_at=NOW, expires_at=NOW + 60
+        run_id="r", step_id="w", kind=WaitKind.EVENT, event_name="answer", created_at=NOW, expires_at=NOW + 60
     )
 
     def commit(tx: Tx) -> Callable[[], bool]:  # what the journal commits for wait_for_event
@@ -343,7 +343,9 @@ def test_a_repeated_wait_commit_changes_nothing_even_after_the_wait_was_resolved
 
 def test_a_cancel_on_wait_is_inserted_once(store: Store, db_url: str) -> None:
     add_runs(store, ["r"])
-    wait = WaitRow(run_id="r", step_id="cancel_on[0]", kind="cancel", event_name="stop", created_at=NOW)
+    wait = WaitRow(
+        run_id="r", step_id="cancel_on[0]", kind=WaitKind.CANCEL, event_name="stop", created_at=NOW
+    )
     for _ in range(2):
         store.transact_sync(lambda tx: tx.insert_wait(wait))
     assert count(db_url, "SELECT COUNT(*) FROM waits WHERE run_id = 'r'") == 1

@@ -23,7 +23,7 @@ from stepstone.events import InvalidEventError
 from stepstone.runtime import ingest, prepare
 from stepstone.runtime.waits import build_wait
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import NewRun, RunFilter, StepRow, StepStatus, WaitRow
+from stepstone.store.rows import NewRun, RunFilter, StepKind, StepRow, StepStatus, WaitKind, WaitRow
 
 from ..conftest import query
 
@@ -139,7 +139,7 @@ def park(store: Store, run_id: str, condition: str) -> None:
                     run_id=run_id,
                     step_id="w",
                     position=0,
-                    kind="wait",
+                    kind=StepKind.WAIT,
                     status=StepStatus.WAITING,
                     started_at=NOW,
                 )
@@ -151,7 +151,7 @@ def park(store: Store, run_id: str, condition: str) -> None:
             build_wait(
                 run_id=run_id,
                 step_id="w",
-                kind="event",
+                kind=WaitKind.EVENT,
                 event_name="reply",
                 condition=condition,
                 run_event=run_event,
@@ -176,7 +176,7 @@ def test_a_failing_wait_condition_blocks_no_other_event_of_its_name(store: Store
     broken = WaitRow(
         run_id="bad-0",
         step_id="w",
-        kind="event",
+        kind=WaitKind.EVENT,
         event_name="reply",
         expression="async.data.n ==",
         event_json="{}",

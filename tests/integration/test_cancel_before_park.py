@@ -97,7 +97,7 @@ def test_a_finish_timeout_during_a_step_cancels_at_the_wait_with_its_reason(app:
     assert run.error is not None and run.error.type == "Timeout" and "timeouts.finish" in run.error.message
 
 
-def test_a_wake_while_the_loop_is_blocked_past_the_lease_is_not_lost(make_app: Any) -> None:
+def test_a_wake_while_the_loop_is_blocked_past_the_lease_is_not_lost(make_app: Callable[..., ss.App]) -> None:
     """Defect 3: an async step blocks the event loop past the lease (no
     heartbeat) while a parallel wait_for_event's event arrives; once the loop
     runs again the invocation parks the run, which must then resume."""

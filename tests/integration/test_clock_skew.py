@@ -62,7 +62,7 @@ def _register(app: ss.App, ledger: Ledger) -> None:
         id="work", trigger=ss.on_event("work"), concurrency=ss.Concurrency(limit=1, key="event.data.key")
     )
     def work(ctx: ss.Context) -> str:
-        key = ctx.event.data["key"]
+        key: str = ctx.event.data["key"]
         for step_id in ("a", "b", "c"):
             ctx.step.run(step_id, lambda s=step_id: ledger.step(ctx.run_id, s, key, 0.15))
         return key

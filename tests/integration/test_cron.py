@@ -25,6 +25,8 @@ from stepstone.scheduler.maintenance import (
 )
 from stepstone.store import make_store
 from stepstone.testing import VirtualClock
+from stepstone.triggers import Trigger
+from stepstone.worker import Worker
 from tests.conftest import run_of
 
 
@@ -67,9 +69,9 @@ def test_two_workers_start_one_run_per_tick(tmp_path: Path) -> None:
         clock.advance(60)
         barrier = threading.Barrier(2)
 
-        def drain(worker: object, loop: asyncio.AbstractEventLoop) -> None:
+        def drain(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
             barrier.wait()
-            loop.run_until_complete(worker.drain())  # type: ignore[attr-defined]
+            loop.run_until_complete(worker.drain())
 
         threads = [threading.Thread(target=drain, args=pair) for pair in zip(workers, loops, strict=True)]
         for t in threads:
@@ -175,7 +177,7 @@ def test_any_change_of_schedules_between_deploys_leaves_duties_not_due(history: 
         try:
             for schedules, keep_previous, pause in history:
                 deploy = ss.App("cron", database_url="sqlite:///never-opened.db")
-                triggers = [ss.on_cron(s) for s in sorted(schedules)]
+                triggers: list[Trigger] = [ss.on_cron(s) for s in sorted(schedules)]
                 deploy.function(id="f", trigger=triggers or None)(lambda ctx: None)
                 live = [*live[-1:], list(deploy.registry)] if keep_previous else [list(deploy.registry)]
                 for functions in live:

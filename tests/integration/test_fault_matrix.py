@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -127,7 +127,7 @@ def build(db_url: str, ledger: Counter[str]) -> ss.App:
     return app
 
 
-def _fail() -> None:
+def _fail() -> NoReturn:
     raise ss.NonRetriableError("doomed")
 
 

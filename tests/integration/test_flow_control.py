@@ -238,8 +238,11 @@ def test_noisy_tenant_does_not_block_another(app: ss.App) -> None:
         id="n", trigger=ss.on_event("n"), concurrency=ss.Concurrency(limit=2, key="event.data.tenant")
     )
     def n(ctx: ss.Context) -> None:
-        tenant = ctx.event.data["tenant"]
-        ctx.step.run("work", lambda: starts[tenant].append(time.monotonic()) or time.sleep(0.02))
+        ctx.step.run("work", work, ctx.event.data["tenant"])
+
+    def work(tenant: str) -> None:
+        starts[tenant].append(time.monotonic())
+        time.sleep(0.02)
 
     app.start(concurrency=4)
     app.send([ss.Event("n", {"tenant": "noisy"}) for _ in range(80)])

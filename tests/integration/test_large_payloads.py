@@ -32,7 +32,7 @@ from stepstone import limits, serde
 from stepstone.errors import ErrorInfo, LeaseLostError
 from stepstone.store import make_store
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import Fence, RunStatus, SpanRow, StepRow, StepStatus
+from stepstone.store.rows import Fence, RunStatus, SpanRow, StepKind, StepRow, StepStatus
 from tests.integration.test_store_contract import NOW, add_runs, lease
 
 DEADLINE = 30.0  # seconds for one commit (or one batch) of the largest payloads
@@ -62,7 +62,7 @@ def outputs(fence: Fence) -> Callable[[Tx], Any]:
             run_id=fence.run_id,
             step_id="last",
             position=0,
-            kind="run",
+            kind=StepKind.RUN,
             status=StepStatus.COMPLETED,
             attempts=1,
             output=payload,
@@ -103,7 +103,7 @@ def error(fence: Fence) -> Callable[[Tx], Any]:
             run_id=fence.run_id,
             step_id="last",
             position=0,
-            kind="run",
+            kind=StepKind.RUN,
             status=StepStatus.FAILED,
             attempts=2,
             output=None,
@@ -145,7 +145,7 @@ def failing(fence: Fence) -> Callable[[Tx], Any]:
             run_id=fence.run_id,
             step_id="doomed",
             position=0,
-            kind="run",
+            kind=StepKind.RUN,
             status=StepStatus.COMPLETED,
             attempts=1,
             output=payload,
@@ -236,7 +236,7 @@ async def commit_together(store: Store, ops: list[Callable[[Tx], Any]]) -> list[
     gate.set()
     if store.dialect == "postgres":
         await within(held)
-    results = await within(asyncio.gather(*futures, return_exceptions=True))
+    results: list[Any] = await within(asyncio.gather(*futures, return_exceptions=True))
     assert len(seen) == len(ops) and len({id(tx) for tx in seen}) == 1, "not one group commit"
     return results
 
@@ -275,7 +275,7 @@ def test_the_largest_payloads_commit_in_every_commit_mode(store: Store, payload:
         status, output, err = stored(store, fence.run_id)
         if payload == "outputs":
             assert (status, len(output or "")) == (RunStatus.COMPLETED, limits.MAX_STEP_OUTPUT_BYTES)
-            [memo] = store.read_sync(lambda tx, f=fence: tx.get_steps(f.run_id))
+            [memo] = store.read_sync(lambda tx: tx.get_steps(fence.run_id))
             assert len(memo.output or "") == limits.MAX_STEP_OUTPUT_BYTES
         elif payload == "error":
             assert (status, err) == (RunStatus.FAILED, largest_error())

@@ -23,7 +23,16 @@ from stepstone.registry import Registry
 from stepstone.runtime import cancel_run, end_run, park_run
 from stepstone.scheduler.maintenance import timeouts_op
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import ENDED_STATUSES, Fence, LeasedRun, NewRun, RunStatus, StepRow, StepStatus
+from stepstone.store.rows import (
+    ENDED_STATUSES,
+    Fence,
+    LeasedRun,
+    NewRun,
+    RunStatus,
+    StepKind,
+    StepRow,
+    StepStatus,
+)
 
 NOW = 1_000_000.0
 TTL = 10.0
@@ -93,7 +102,7 @@ def memo(run_id: str, step_id: str, output: str) -> StepRow:
         run_id=run_id,
         step_id=step_id,
         position=0,
-        kind="run",
+        kind=StepKind.RUN,
         status=StepStatus.COMPLETED,
         attempts=1,
         output=output,
@@ -104,7 +113,7 @@ def memo(run_id: str, step_id: str, output: str) -> StepRow:
     )
 
 
-def park(store: Store, fence: Fence, state: str, wake_at: float | None, now: float) -> str:
+def park(store: Store, fence: Fence, state: RunStatus, wake_at: float | None, now: float) -> str:
     """The invocation's park (sleep, wait, back-off), as the executor commits it."""
 
     def op(tx: Tx) -> str:
@@ -153,7 +162,7 @@ def test_an_epoch_never_repeats_across_cancel_and_replay(store: Store) -> None:
 
 @pytest.mark.parametrize("state, wake_at", [(RunStatus.WAITING, None), (RunStatus.SLEEPING, NOW + 3600)])
 def test_a_park_honours_a_cancel_requested_while_the_run_was_held(
-    store: Store, state: str, wake_at: float | None
+    store: Store, state: RunStatus, wake_at: float | None
 ) -> None:
     """Defect 2: the cancel arrives while the invocation is about to park (here
     without a checkpoint in between): the park ends the run cancelled."""
@@ -427,5 +436,5 @@ def test_interleavings_of_leases_flags_and_exits_keep_the_queue_row_honest(
         model.check()
     for fence in model.fences[:-1]:
         with pytest.raises(LeaseLostError):
-            store.transact_sync(lambda tx, fence=fence: tx.checkpoint(fence, [memo(run_id, "x", "0")], []))
+            store.transact_sync(lambda tx: tx.checkpoint(fence, [memo(run_id, "x", "0")], []))
     assert all(s.step_id != "x" for s in store.read_sync(lambda tx: tx.get_steps(run_id)))

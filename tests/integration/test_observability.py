@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
+from collections.abc import Callable
+from operator import attrgetter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +16,7 @@ import stepstone as ss
 from stepstone.testing import TestEnv
 
 from ..conftest import FAST, send_and_wait, table_rows
+from ..polling import wait_for
 
 
 def test_trace_of_a_run_with_retries_a_sleep_and_a_wait() -> None:
@@ -112,6 +116,10 @@ def test_logger_prints_each_line_once_across_replays(caplog: pytest.LogCaptureFi
     app = ss.App("log", database_url="sqlite:///unused.db")
     deployed = {"v2": False}
 
+    def final(ctx: ss.Context) -> int:
+        ctx.logger.info("inside final")
+        return 2
+
     @app.function(id="logs", trigger=ss.on_event("go"))
     def logs(ctx: ss.Context) -> None:
         ctx.logger.info("start")
@@ -120,7 +128,7 @@ def test_logger_prints_each_line_once_across_replays(caplog: pytest.LogCaptureFi
         ctx.logger.info("before nap")
         ctx.step.sleep("nap", "1h")
         ctx.logger.info("after nap")
-        ctx.step.run("final", lambda: ctx.logger.info("inside final") or 2)
+        ctx.step.run("final", final, ctx)
         ctx.logger.info("done")
 
     caplog.set_level(logging.INFO, logger="stepstone.run")
@@ -132,7 +140,7 @@ def test_logger_prints_each_line_once_across_replays(caplog: pytest.LogCaptureFi
     lines = [r.getMessage() for r in caplog.records if r.name == "stepstone.run"]
     assert lines == ["start", "before nap", "after nap", "inside final", "done"]
     record = next(r for r in caplog.records if r.getMessage() == "inside final")
-    assert (record.run_id, record.function_id, record.step_id, record.attempt) == (run.id, "logs", "final", 0)
+    assert attrgetter("run_id", "function_id", "step_id", "attempt")(record) == (run.id, "logs", "final", 0)
     [warning] = warnings  # the trace names both the new step and the one never reached
     assert warning.name == "nondeterminism" and "'final'" in warning.detail and "'old-step'" in warning.detail
 
@@ -261,7 +269,7 @@ def _raw_values(db_url: str) -> str:
     return "\n".join(rows)
 
 
-def test_encryption_keeps_plaintext_out_of_the_store(make_app: Any, db_url: str) -> None:
+def test_encryption_keeps_plaintext_out_of_the_store(make_app: Callable[..., ss.App], db_url: str) -> None:
     key = "a long random secret for tests"
     app = make_app(middleware=[ss.EncryptionMiddleware(key)])
     seen: list[Any] = []
@@ -291,7 +299,7 @@ def test_encryption_keeps_plaintext_out_of_the_store(make_app: Any, db_url: str)
     assert SECRET not in raw and "1111" not in raw
 
 
-def test_rotation_wrong_key_and_decrypt_only(tmp_path: Any) -> None:
+def test_rotation_wrong_key_and_decrypt_only(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/rot.db"
 
     def make(mw: ss.EncryptionMiddleware) -> ss.App:
@@ -300,7 +308,7 @@ def test_rotation_wrong_key_and_decrypt_only(tmp_path: Any) -> None:
         @app.function(id="r", trigger=ss.on_event("go"))
         async def r(ctx: ss.Context) -> str:
             value = await ctx.step.run("secret", lambda: "s3cr3t")
-            await ctx.step.sleep("nap", "50ms")
+            await ctx.step.wait_for_event("resume", event="resume", timeout="1h")
             return str(value)
 
         return app
@@ -309,12 +317,12 @@ def test_rotation_wrong_key_and_decrypt_only(tmp_path: Any) -> None:
     [eid] = old.send(ss.Event("go"))
     old.start()
     run_id = old.runs.list(event_id=eid)[0].id
-    while not old.runs.get(run_id).steps:
-        pass
-    old.stop()  # the step is stored under the old key; the run sleeps
+    wait_for(lambda: old.runs.get(run_id).status == "waiting", 10, "the run to wait")
+    old.stop()  # the step is stored under the old key; the run waits for "resume"
 
     rotated = make(ss.EncryptionMiddleware("new key", fallback_keys=["old key"]))
     rotated.start()
+    rotated.send(ss.Event("resume"))
     done = rotated.runs.wait(run_id)
     rotated.close()
     assert done.status == "completed" and ss.is_encrypted(done.output)
@@ -326,10 +334,10 @@ def test_rotation_wrong_key_and_decrypt_only(tmp_path: Any) -> None:
     [eid2] = old.send(ss.Event("go"))
     old.start()
     second = old.runs.list(event_id=eid2)[0].id
-    while not old.runs.get(second).steps:
-        pass
+    wait_for(lambda: old.runs.get(second).status == "waiting", 10, "the run to wait")
     old.stop()
     wrong.start()
+    wrong.send(ss.Event("resume"))
     failed = wrong.runs.wait(second)
     wrong.close()
     old.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -38,11 +39,15 @@ def start(app: ss.App, event: ss.Event, function_id: str | None = None) -> str:
 def test_sleep_pauses_without_a_slot_and_resumes_on_time(app: ss.App) -> None:
     woke: list[float] = []
 
+    def wake() -> str:
+        woke.append(time.monotonic())
+        return "up"
+
     @app.function(id="sleeper", trigger=ss.on_event("nap"))
     async def sleeper(ctx: ss.Context) -> str:
         await ctx.step.run("before", lambda: "x")
         await ctx.step.sleep("nap", "1500ms")
-        return str(await ctx.step.run("after", lambda: woke.append(time.monotonic()) or "up"))
+        return str(await ctx.step.run("after", wake))
 
     @app.function(id="quick", trigger=ss.on_event("quick"))
     def quick(ctx: ss.Context) -> str:
@@ -175,7 +180,7 @@ def test_timeout_racing_an_event_has_exactly_one_outcome(app: ss.App) -> None:
     runs = [start(app, ss.Event("race", {"k": i})) for i in range(20)]
     for run_id in runs:  # parked; under load an early one may already have timed out, which is fine
         wait_for(
-            lambda run_id=run_id: app.runs.get(run_id).status in ("waiting", "completed"),
+            lambda: app.runs.get(run_id).status in ("waiting", "completed"),
             timeout=10,
             what=f"run {run_id} to park",
         )
@@ -259,7 +264,7 @@ def test_send_event_is_exactly_once_across_retries(app: ss.App) -> None:
     attempts: Counter[str] = Counter()
 
     @app.function(id="fan-out", trigger=ss.on_event("order"), backoff=FAST)
-    async def fan_out(ctx: ss.Context) -> list[str]:
+    async def fan_out(ctx: ss.Context[ss.AsyncStep]) -> list[str]:
         ids = await ctx.step.send_event("notify", [ss.Event("order.item", {"i": i}) for i in range(3)])
         await ctx.step.run("flaky", _flaky(attempts))
         return ids
@@ -321,18 +326,8 @@ def test_cancel_during_a_long_step_finishes_it_and_runs_nothing_after(app: ss.Ap
 def _events(app: ss.App, name: str) -> list[dict[str, Any]]:
     import json
 
-    from stepstone.store.base import Tx
-
-    def op(tx: Tx) -> list[dict[str, Any]]:
-        mark = "%(name)s" if tx.dialect.pyformat else ":name"  # type: ignore[attr-defined]
-        return [
-            json.loads(r["data"])
-            for r in tx.conn.execute(
-                f"SELECT data FROM events WHERE name = {mark}", {"name": name}
-            ).fetchall()
-        ]  # type: ignore[attr-defined]
-
-    return app.store.read_sync(op)
+    rows = app.store.read_sync(lambda tx: tx.list_events(name, None, None, 100))
+    return [json.loads(r.data) for r in rows]
 
 
 def test_cancel_on_event(app: ss.App) -> None:
@@ -382,7 +377,7 @@ def test_finish_timeout_cancels_a_sleeping_run(app: ss.App) -> None:
     assert run.status == "cancelled" and run.error is not None and run.error.type == "Timeout"
 
 
-def test_start_timeout_cancels_a_queued_run(make_app: Any) -> None:
+def test_start_timeout_cancels_a_queued_run(make_app: Callable[..., ss.App]) -> None:
     app = make_app()
 
     @app.function(id="t", trigger=ss.on_event("t"), timeouts=ss.Timeouts(start="300ms"))

@@ -23,6 +23,7 @@ from stepstone.store.postgres import CHANNEL, PostgresStore, parse_url
 from stepstone.store.rows import NewRun, QueueSpec, WorkerRow
 from stepstone.worker import Worker
 
+from ..pgcluster import PgCluster
 from ..polling import wait_for
 
 SCHEMA_SNAPSHOT = Path(__file__).parent.parent / "schema" / "postgres.txt"
@@ -55,9 +56,9 @@ def dump_schema(url: str) -> str:
 
 
 @pytest.fixture
-def empty_url(pg_cluster: Any) -> str:
+def empty_url(pg_cluster: PgCluster) -> str:
     """A database with no schema at all."""
-    return str(pg_cluster.create_database(f"empty_{time.monotonic_ns()}"))
+    return pg_cluster.create_database(f"empty_{time.monotonic_ns()}")
 
 
 @pytest.fixture
@@ -112,7 +113,7 @@ def test_concurrent_migrators_apply_each_migration_once(empty_url: str) -> None:
     applied = [name for names in results for name in names]
     assert sorted(applied) == sorted(set(applied)) and applied  # each applied by exactly one
     with psycopg.connect(empty_url) as conn:
-        assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(applied)
+        assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone() == (len(applied),)
 
 
 def test_cli_migrate_on_postgresql(empty_url: str) -> None:
@@ -137,7 +138,7 @@ def test_url_options_are_validated_and_stripped() -> None:
         parse_url("postgresql://u@h/db?no_such_option=1")
 
 
-def test_an_unreachable_server_is_unavailable_not_a_bug(pg_cluster: Any) -> None:
+def test_an_unreachable_server_is_unavailable_not_a_bug(pg_cluster: PgCluster) -> None:
     from tests.pgcluster import free_port
 
     store = PostgresStore.from_url(f"postgresql://postgres@127.0.0.1:{free_port()}/x?connect_timeout=2")

@@ -20,9 +20,16 @@ step_item = st.tuples(st.just("step"), st.integers(0, 3))
 parallel_item = st.tuples(st.just("parallel"), st.lists(st.integers(0, 2), min_size=2, max_size=3))
 handler_error = st.tuples(st.just("handler-error"), st.integers(1, 2))
 sleep_item = st.tuples(st.just("sleep"), st.integers(1, 5))
-programs = st.lists(
+
+
+def few_handler_errors(program: list[Item]) -> bool:
+    raised: int = sum(i[1] for i in program if i[0] == "handler-error")
+    return raised <= 4
+
+
+programs: st.SearchStrategy[list[Item]] = st.lists(
     st.one_of(step_item, step_item, parallel_item, handler_error, sleep_item), min_size=1, max_size=7
-).filter(lambda p: sum(i[1] for i in p if i[0] == "handler-error") <= 4)
+).filter(few_handler_errors)
 
 
 def expected_output(program: list[Item]) -> list[Any]:
@@ -105,7 +112,7 @@ def test_random_programs_replay_exactly(program: list[Item], use_async: bool) ->
         else:
 
             @app.function(id="prog", trigger=ss.on_event("go"), retries=5, backoff=FAST)
-            def handler(ctx: ss.Context) -> list[Any]:
+            def sync_handler(ctx: ss.Context) -> list[Any]:
                 out: list[Any] = []
                 for kind, arg in plan(ctx):
                     if kind == "run":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tempfile
 from collections import Counter
-from typing import Any
+from typing import Any, Literal
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,7 +23,7 @@ from stepstone.runs import _bulk
 from stepstone.runtime import cancel_run, end_run, ingest, prepare
 from stepstone.store import make_store
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import ACTIVE_STATUSES, RunFilter, RunStatus, StepRow, StepStatus
+from stepstone.store.rows import ACTIVE_STATUSES, RunFilter, RunStatus, StepKind, StepRow, StepStatus
 
 NOW = 1_000_000.0
 
@@ -38,7 +38,7 @@ actions = st.lists(
 )
 
 
-def _registry(mode: str) -> Registry:
+def _registry(mode: Literal["skip", "cancel"]) -> Registry:
     app = ss.App("singles", database_url="sqlite:///never-opened.db")  # only its registry is used
     app.function(id="one", trigger=ss.on_event("go"), singleton=ss.Singleton(key="event.data.k", mode=mode))(
         lambda ctx: None
@@ -70,7 +70,7 @@ def _act(store: Store, registry: Registry, action: str, key: int, pick: int, now
                         run_id=chosen.id,
                         step_id="s",
                         position=0,
-                        kind="run",
+                        kind=StepKind.RUN,
                         status=StepStatus.COMPLETED,
                         attempts=1,
                         output="1",
@@ -148,7 +148,9 @@ def _read_rolled_back(store: Store, op: Any) -> Any:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mode=st.sampled_from(["skip", "cancel"]), history=actions)
-def test_a_singleton_key_never_has_two_active_runs(mode: str, history: list[tuple[str, int, int]]) -> None:
+def test_a_singleton_key_never_has_two_active_runs(
+    mode: Literal["skip", "cancel"], history: list[tuple[str, int, int]]
+) -> None:
     registry = _registry(mode)
     with tempfile.TemporaryDirectory() as folder:
         store = make_store(f"sqlite:///{folder}/s.db")

@@ -77,5 +77,5 @@ def test_any_failed_transaction_leaves_the_writer_able_to_commit(store: Store, k
     for n in range(7):  # every statement crosses the prepare threshold at some point
         with pytest.raises(error):
             store.transact_sync(failing)
-        store.transact_sync(lambda tx, n=n: tx.checkpoint(fence, [step("r", f"s{n}", position=n)], []))
+        store.transact_sync(lambda tx: tx.checkpoint(fence, [step("r", f"s{n}", position=n)], []))
     assert [s.step_id for s in store.read_sync(lambda tx: tx.get_steps("r"))] == [f"s{n}" for n in range(7)]

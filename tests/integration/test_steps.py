@@ -128,8 +128,8 @@ def test_sync_parallel(app: ss.App) -> None:
         return name
 
     @app.function(id="f", trigger=ss.on_event("go"))
-    def f(ctx: ss.Context) -> list[Any]:
-        return ctx.step.parallel(*(lambda n=n: ctx.step.run(f"p{n}", meet, n) for n in "abc"))  # type: ignore[no-any-return]
+    def f(ctx: ss.Context[ss.SyncStep]) -> list[Any]:
+        return ctx.step.parallel(*(lambda n=n: ctx.step.run(f"p{n}", meet, n) for n in "abc"))
 
     app.start()
     run = send_and_wait(app, ss.Event("go"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,7 +16,18 @@ from stepstone.registry import Registry
 from stepstone.scheduler.leasing import lease as lease_pass
 from stepstone.store import make_store
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import Fence, LeasedRun, NewRun, RunStatus, SpanRow, StepRow, StepStatus, WorkerRow
+from stepstone.store.rows import (
+    CancelFlag,
+    Fence,
+    LeasedRun,
+    NewRun,
+    RunStatus,
+    SpanRow,
+    StepKind,
+    StepRow,
+    StepStatus,
+    WorkerRow,
+)
 
 NOW = 1_000_000.0
 
@@ -44,7 +56,7 @@ def add_run(
     function_id: str = "f",
     at: float = NOW,
     sort_at: float | None = None,
-    status: str = RunStatus.QUEUED,
+    status: RunStatus = RunStatus.QUEUED,
 ) -> None:
     seq = tx.insert_event(f"ev-{run_id}", "go", '{"n": 1}', 7, at)
     tx.create_run(
@@ -74,7 +86,7 @@ def step(run_id: str, step_id: str, output: str = "1", position: int = 0) -> Ste
         run_id=run_id,
         step_id=step_id,
         position=position,
-        kind="run",
+        kind=StepKind.RUN,
         status=StepStatus.COMPLETED,
         attempts=1,
         output=output,
@@ -255,7 +267,7 @@ def test_worker_registry(store: Store) -> None:
             heartbeat_at=beat,
             functions=["f", "g"],
         )
-        store.transact_sync(lambda tx, row=row: tx.upsert_worker(row))
+        store.transact_sync(lambda tx: tx.upsert_worker(row))
     [alive] = store.read_sync(lambda tx: tx.list_workers(NOW - 60))
     assert (alive.id, alive.app_version, alive.concurrency, alive.functions) == ("a", "v1", 4, ["f", "g"])
     store.transact_sync(lambda tx: tx.remove_worker("a"))
@@ -284,7 +296,7 @@ def test_group_commit_rolls_back_a_failing_operation_alone(store: Store) -> None
     assert first is None and last is None
     assert isinstance(failed, ValueError)  # not translated: it is not a driver error
     assert store.read_sync(lambda tx: tx.get_run("doomed")) is None
-    assert {r for r in ("one", "two") if store.read_sync(lambda tx, r=r: tx.get_run(r))} == {"one", "two"}
+    assert {r for r in ("one", "two") if store.read_sync(lambda tx: tx.get_run(r))} == {"one", "two"}
 
 
 def test_a_stale_checkpoint_fails_alone_among_others(store: Store) -> None:
@@ -303,14 +315,17 @@ def test_a_stale_checkpoint_fails_alone_among_others(store: Store) -> None:
         }
     )
 
+    def checkpoint(r: str) -> Callable[[Tx], CancelFlag]:
+        return lambda tx: tx.checkpoint(fences[r], [step(r, "s")], [])
+
     async def together() -> list[Any]:
-        futures = [store.submit(lambda tx, r=r: tx.checkpoint(fences[r], [step(r, "s")], [])) for r in ids]
+        futures = [store.submit(checkpoint(r)) for r in ids]
         return await asyncio.gather(*futures, return_exceptions=True)
 
     outcomes = dict(zip(ids, asyncio.run(together()), strict=True))
     assert outcomes.pop("c")() is False  # ...and only c's checkpoint comes from its new owner
     assert all(isinstance(o, LeaseLostError) for o in outcomes.values()), outcomes
-    landed = {r for r in ids if store.read_sync(lambda tx, r=r: tx.get_steps(r))}
+    landed = {r for r in ids if store.read_sync(lambda tx: tx.get_steps(r))}
     assert landed == {"c"}
 
 
@@ -394,4 +409,4 @@ def test_a_rejected_write_fails_its_own_operation_only(store: Store) -> None:
     with pytest.raises(StoreError):
         store.transact_sync(bad)  # alone in its transaction, too
     assert store.read_sync(lambda tx: tx.get_run("doomed")) is None
-    assert all(store.read_sync(lambda tx, r=r: tx.get_run(r)) for r in ("one", "two"))
+    assert all(store.read_sync(lambda tx: tx.get_run(r)) for r in ("one", "two"))

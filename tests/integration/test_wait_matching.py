@@ -28,7 +28,7 @@ from stepstone.runtime import ingest, prepare
 from stepstone.runtime.waits import build_wait
 from stepstone.store import make_store
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import NewRun, RunStatus, StepRow, StepStatus, WaitRow
+from stepstone.store.rows import NewRun, RunStatus, StepKind, StepRow, StepStatus, WaitKind, WaitRow
 
 NOW = 1_000_000.0
 MISSING: Any = object()  # the field is absent from the event's data
@@ -76,7 +76,7 @@ def park(store: Store, kind: str, reply: str, condition: str, data: dict[str, An
                         run_id=run_id,
                         step_id="w",
                         position=0,
-                        kind="wait",
+                        kind=StepKind.WAIT,
                         status=StepStatus.WAITING,
                         started_at=NOW,
                     )
@@ -87,7 +87,7 @@ def park(store: Store, kind: str, reply: str, condition: str, data: dict[str, An
             build_wait(
                 run_id=run_id,
                 step_id="w",
-                kind=kind,
+                kind=WaitKind(kind),
                 event_name=reply,
                 condition=condition,
                 run_event=run_event(run_id, data),
@@ -267,7 +267,7 @@ def park_legacy(store: Store, reply: str, match_value: str) -> str:
     legacy = WaitRow(
         run_id=run_id,
         step_id="w",
-        kind="event",
+        kind=WaitKind.EVENT,
         event_name=reply,
         match_key="x",
         match_value=match_value,

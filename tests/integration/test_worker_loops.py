@@ -103,7 +103,7 @@ def _worker(app: ss.App, store: FaultyStore) -> Worker:
     return Worker(
         store=store,
         registry=app.registry,
-        clock=app.clock,  # type: ignore[arg-type]
+        clock=app.clock,
         app_name=app.name,
         lease_ttl=0.6,
         instance_id="faulty",

@@ -19,7 +19,8 @@ def test_runs_record_the_app_version_that_ran_them(make_app: Callable[..., ss.Ap
 
     @app.function(id="f", trigger=ss.on_event("go"))
     def f(ctx: ss.Context) -> int:
-        return ctx.step.run("one", lambda: 1)
+        one: int = ctx.step.run("one", lambda: 1)
+        return one
 
     app.start(instance_id="box-1", concurrency=3)
     run = send_and_wait(app, ss.Event("go"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -87,7 +88,7 @@ def test_healthz_is_open(shop: Shop, db_url: str) -> None:
     }
 
 
-def test_rotated_keys_are_all_accepted(serve: Any, make_app: Any) -> None:
+def test_rotated_keys_are_all_accepted(serve: Callable[..., Live], make_app: Callable[..., ss.App]) -> None:
     auth = AuthConfig.resolve(env={"STEPSTONE_API_KEY": "old-key, new-key"})
     live: Live = serve(make_app("rotate"), auth=auth)
     for key, status in [("old-key", 200), ("new-key", 200), ("old-key,new-key", 401)]:
@@ -95,7 +96,9 @@ def test_rotated_keys_are_all_accepted(serve: Any, make_app: Any) -> None:
         assert response.status_code == status, key
 
 
-def test_keys_are_required_unless_explicitly_insecure(serve: Any, make_app: Any) -> None:
+def test_keys_are_required_unless_explicitly_insecure(
+    serve: Callable[..., Live], make_app: Callable[..., ss.App]
+) -> None:
     with pytest.raises(ss.ConfigError, match="no API key"):
         AuthConfig.resolve(env={})
     with pytest.raises(ss.ConfigError, match="no API key"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -92,7 +93,9 @@ def test_malformed_json_non_json_and_oversized_bodies(shop: Shop, db_url: str) -
     assert event_count(db_url) == before
 
 
-def test_a_server_without_user_code_matches_functions_through_the_catalog(serve: Any, db_url: str) -> None:
+def test_a_server_without_user_code_matches_functions_through_the_catalog(
+    serve: Callable[..., Live], db_url: str
+) -> None:
     registering = ss.App("billing", database_url=db_url)
     registering.function(id="invoice", trigger=ss.on_event("order.paid", if_="event.data.total > 100"))(
         lambda ctx: None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 import stepstone as ss
 from stepstone.server.jobs import CANCEL_MANY, BulkRequest, JobRunner
 from stepstone.store.base import Tx
-from stepstone.store.rows import JobRow
+from stepstone.store.rows import JobRow, JobStatus
 from tests.server.conftest import Live, Shop, poll
 
 
@@ -92,13 +93,13 @@ def test_unknown_job_is_404(shop: Shop) -> None:
     assert response.status_code == 404 and response.json()["error"]["type"] == "NotFoundError"
 
 
-def test_a_job_whose_server_died_shows_as_interrupted(serve: Any, db_url: str) -> None:
+def test_a_job_whose_server_died_shows_as_interrupted(serve: Callable[..., Live], db_url: str) -> None:
     app = ss.App("jobs", database_url=db_url)
     long_ago = app.clock.now() - 3600
     orphan = JobRow(
         id="01ORPHAN",
         kind="cancel_many",
-        status="running",
+        status=JobStatus.RUNNING,
         params=json.dumps({}),
         created_at=long_ago,
         updated_at=long_ago,
@@ -118,7 +119,7 @@ def test_a_job_whose_server_died_shows_as_interrupted(serve: Any, db_url: str) -
     app.close()
 
 
-def test_a_server_shutting_down_marks_its_jobs_interrupted(make_app: Any) -> None:
+def test_a_server_shutting_down_marks_its_jobs_interrupted(make_app: Callable[..., ss.App]) -> None:
     app: ss.App = make_app("shutdown")
     app.function(id="f", trigger=ss.on_event("go"))(lambda ctx: None)
     app.send([ss.Event("go") for _ in range(5)])

@@ -4,7 +4,7 @@ inside another application."""
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Callable
 
 import httpx
 import uvicorn
@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 
 import stepstone as ss
-from tests.server.conftest import API_KEY, Shop, free_port, poll
+from tests.server.conftest import API_KEY, Live, Shop, free_port, poll
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -57,7 +57,7 @@ def test_functions_and_workers_listings(shop: Shop) -> None:
     assert worker["concurrency"] == 4
 
 
-def test_asgi_mounts_in_an_existing_application(make_app: Any) -> None:
+def test_asgi_mounts_in_an_existing_application(make_app: Callable[..., ss.App]) -> None:
     app: ss.App = make_app("mounted")
     app.function(id="noop", trigger=ss.on_event("tick"))(lambda ctx: "ok")
     host = FastAPI()
@@ -106,7 +106,9 @@ def test_asgi_mounts_in_an_existing_application(make_app: Any) -> None:
     assert not thread.is_alive()
 
 
-def test_retired_functions_are_listed_as_retired(make_app: Any, serve: Any) -> None:
+def test_retired_functions_are_listed_as_retired(
+    make_app: Callable[..., ss.App], serve: Callable[..., Live]
+) -> None:
     """Issue 12 defect 8: operators see which functions a deploy dropped, over
     HTTP and through ``ss.Client`` (the CLI's ``stepstone functions --url``)."""
     for function_id in ("welcome-email", "welcome-email-v2"):  # two deploys of "mail"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import httpx
 import pytest
 
 from tests.server.conftest import Shop
@@ -14,7 +15,10 @@ def test_list_filters_by_function_status_and_time(shop: Shop) -> None:
     failed = shop.wait(shop.run_of(shop.send("boom"))["id"])
     parked = shop.run_of(shop.send("park"))
     get = shop.http.get
-    ids = lambda response: [r["id"] for r in response.json()["runs"]]  # noqa: E731
+
+    def ids(response: httpx.Response) -> list[str]:
+        return [r["id"] for r in response.json()["runs"]]
+
     assert ids(get("/api/v1/runs", params={"function_id": "greet"})) == [greet["id"]]
     assert ids(get("/api/v1/runs", params={"status": "failed"})) == [failed["id"]]
     both = get("/api/v1/runs", params=[("status", "failed"), ("status", "queued")])
@@ -36,10 +40,14 @@ def test_list_filters_by_function_status_and_time(shop: Shop) -> None:
 def test_cursor_pagination_walks_every_run_once(shop: Shop) -> None:
     shop.http.post("/api/v1/events", json=[{"name": "park", "data": {"i": i}} for i in range(7)])
     seen: list[str] = []
-    cursor = None
+    cursor: str | None = None
     pages = 0
     while True:
-        params = {"limit": 3, "function_id": "parked", **({"cursor": cursor} if cursor else {})}
+        params: dict[str, str | int] = {
+            "limit": 3,
+            "function_id": "parked",
+            **({"cursor": cursor} if cursor else {}),
+        }
         page = shop.http.get("/api/v1/runs", params=params).json()
         seen += [r["id"] for r in page["runs"]]
         pages += 1
@@ -64,7 +72,7 @@ def test_cursor_pagination_walks_every_run_once(shop: Shop) -> None:
     ],
 )
 def test_bad_filters_get_422_naming_the_parameter(
-    shop: Shop, params: dict[str, object], field: str, needle: str
+    shop: Shop, params: dict[str, str | int], field: str, needle: str
 ) -> None:
     response = shop.http.get("/api/v1/runs", params=params)
     assert response.status_code == 422, response.text

@@ -4,6 +4,10 @@ event log."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import httpx
+
 import stepstone as ss
 from stepstone.expressions import compile_expression
 from stepstone.server.search import EventQuery, search_op
@@ -11,8 +15,8 @@ from stepstone.store.rows import RunFilter
 from tests.server.conftest import Live, Shop, poll
 
 
-def ids(response: object) -> list[str]:
-    return [r["id"] for r in response.json()["runs"]]  # type: ignore[attr-defined]
+def ids(response: httpx.Response) -> list[str]:
+    return [r["id"] for r in response.json()["runs"]]
 
 
 def test_runs_are_found_by_event_text_and_cel(shop: Shop) -> None:
@@ -139,10 +143,12 @@ def test_the_event_log_lists_events_with_the_runs_they_started(shop: Shop) -> No
     assert shop.http.get("/api/v1/events", params={"cursor": "bad"}).status_code == 422
 
 
-def test_encrypted_event_data_shows_as_encrypted(make_app: object, serve: object) -> None:
-    app: ss.App = make_app("vault", middleware=[ss.EncryptionMiddleware("k" * 32)])  # type: ignore[operator]
+def test_encrypted_event_data_shows_as_encrypted(
+    make_app: Callable[..., ss.App], serve: Callable[..., Live]
+) -> None:
+    app = make_app("vault", middleware=[ss.EncryptionMiddleware("k" * 32)])
     app.function(id="noop", trigger=ss.on_event("secret"))(lambda ctx: None)
-    live: Live = serve(app)  # type: ignore[operator]
+    live = serve(app)
     [event_id] = app.send(ss.Event("secret", {"encrypted": {"card": "4242"}, "plain": 1}))
     [event] = live.http.get("/api/v1/events").json()["events"]
     assert event["id"] == event_id and event["data"] == {"encrypted": "encrypted", "plain": 1}

@@ -79,7 +79,7 @@ SIZES = [0, 1000, limits.MAX_EVENT_BYTES - 200, limits.MAX_EVENT_BYTES]
     message_bytes=st.sampled_from([0, limits.MAX_ERROR_TEXT_BYTES, 2**20]),
 )
 def test_system_events_fit_within_the_event_limit(
-    status: str, event_bytes: int, event_id_chars: int, output_bytes: int, message_bytes: int
+    status: RunStatus, event_bytes: int, event_id_chars: int, output_bytes: int, message_bytes: int
 ) -> None:
     first = Event("go", {"blob": "b" * max(0, event_bytes - 11)}, "i" * event_id_chars, 1)
     output = (

@@ -502,3 +502,21 @@ SELECT re.event_seq, r.id, r.function_id, r.status FROM run_events re
 JOIN runs r ON r.id = re.run_id
 WHERE re.event_seq IN ({seqs})
 ORDER BY r.id;
+
+-- Transactional steps (store/usertx.py): the user's function runs in a
+-- savepoint of the step's checkpoint transaction; on PostgreSQL under a
+-- transaction-local statement timeout, restored before the savepoint is released.
+-- name: user_savepoint
+SAVEPOINT stepstone_user;
+
+-- name: user_release
+RELEASE SAVEPOINT stepstone_user;
+
+-- name: user_rollback
+ROLLBACK TO SAVEPOINT stepstone_user;
+
+-- name: user_limit
+SELECT current_setting(:setting) AS previous, set_config(:setting, :ms, true) AS now_set;
+
+-- name: user_unlimit
+SELECT set_config(:setting, :previous, true) AS restored;

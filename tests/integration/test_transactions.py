@@ -1,0 +1,386 @@
+"""Transactional steps (issue 15): ``step.transaction`` commits the user's
+writes to the Stepstone database exactly once, together with the step's memo.
+
+Every test runs on SQLite and PostgreSQL. The user's table lives in the
+Stepstone database (on PostgreSQL in its own schema, as the README advises).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import stepstone as ss
+from stepstone import limits
+from stepstone.store import faults
+from stepstone.store.base import Store, Tx
+
+from ..conftest import FAST, query, run_of, send_and_wait
+from ..polling import wait_for
+
+TABLE = "shop.subscriptions"
+
+
+def create_table(db_url: str) -> str:
+    """The user's own table; returns its name."""
+    if db_url.startswith("sqlite:"):
+        import sqlite3
+
+        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
+            conn.execute("CREATE TABLE subscriptions (user_id TEXT NOT NULL, attempt INT)")
+        return "subscriptions"
+    import psycopg
+
+    with psycopg.connect(db_url, autocommit=True) as pg:
+        pg.execute("CREATE SCHEMA shop")
+        pg.execute(f"CREATE TABLE {TABLE} (user_id TEXT NOT NULL, attempt INT)")
+    return TABLE
+
+
+def inserter(db_url: str, table: str) -> Callable[..., str]:
+    """A transaction step's function: insert one row, return the user id."""
+    mark = "?" if db_url.startswith("sqlite:") else "%s"
+
+    def insert(conn: Any, user_id: str, attempt: int = 0) -> str:
+        conn.execute(f"INSERT INTO {table} (user_id, attempt) VALUES ({mark}, {mark})", (user_id, attempt))
+        return user_id
+
+    return insert
+
+
+def rows(db_url: str, table: str) -> list[tuple[Any, ...]]:
+    return query(db_url, f"SELECT user_id, attempt FROM {table} ORDER BY attempt")
+
+
+@pytest.fixture
+def table(db_url: str) -> str:
+    return create_table(db_url)
+
+
+def test_a_transaction_step_writes_one_row_and_returns_what_fn_returned(
+    app: ss.App, db_url: str, table: str
+) -> None:
+    insert = inserter(db_url, table)
+    calls: Counter[str] = Counter()
+
+    def record(conn: Any, user_id: str) -> dict[str, Any]:
+        calls["fn"] += 1
+        return {"user": insert(conn, user_id)}
+
+    @app.function(id="sub", trigger=ss.on_event("go"), backoff=FAST)
+    def sub(ctx: ss.Context) -> Any:
+        created = ctx.step.transaction("create-record", record, ctx.event.data["user"])
+        ctx.step.sleep("nap", "10ms")  # a replay: the memo is returned, fn is not called again
+        return created
+
+    app.start()
+    run = send_and_wait(app, ss.Event("go", {"user": "u1"}))
+    assert run.status == "completed", run.error
+    assert run.output == {"user": "u1"}
+    assert rows(db_url, table) == [("u1", 0)]
+    assert calls["fn"] == 1
+    step = run.steps[0]
+    assert (step.id, step.kind, step.status, step.attempts, step.output) == (
+        "create-record",
+        "transaction",
+        "completed",
+        1,
+        {"user": "u1"},
+    )
+
+
+def test_a_failing_fn_leaves_no_row_and_is_retried_until_it_succeeds(
+    make_app: Callable[..., ss.App], db_url: str, table: str
+) -> None:
+    app = make_app(middleware=[ss.EncryptionMiddleware("a long random secret for tests")])
+    insert = inserter(db_url, table)
+    attempts: list[int] = []
+
+    def flaky(conn: Any, user_id: str) -> str:
+        attempts.append(len(attempts))
+        insert(conn, user_id, len(attempts) - 1)  # written, then rolled back on failure
+        if len(attempts) < 3:
+            raise RuntimeError(f"attempt {len(attempts)} broke")
+        return user_id
+
+    seen: list[Any] = []
+
+    @app.function(id="sub", trigger=ss.on_event("go"), backoff=FAST)
+    def sub(ctx: ss.Context) -> None:
+        seen.append(ctx.step.transaction("create-record", flaky, "u1"))
+
+    app.start()
+    run = send_and_wait(app, ss.Event("go"))
+    assert run.status == "completed", run.error
+    assert attempts == [0, 1, 2]
+    assert rows(db_url, table) == [("u1", 2)]  # only the attempt that succeeded left its row
+    assert run.steps[0].attempts == 3 and seen == ["u1"]
+    assert ss.is_encrypted(run.steps[0].output)  # middleware applies as to any output
+    assert "u1" not in str(query(db_url, "SELECT output FROM steps"))
+    failed = [s for s in app.runs.trace(run.id) if s.kind == "step" and s.status == "retrying"]
+    assert [(s.attempt, s.error and s.error.message) for s in failed] == [
+        (0, "attempt 1 broke"),
+        (1, "attempt 2 broke"),
+    ]
+
+
+def test_a_fn_that_always_fails_fails_the_step_and_leaves_no_row(
+    app: ss.App, db_url: str, table: str
+) -> None:
+    insert = inserter(db_url, table)
+
+    def broken(conn: Any) -> None:
+        insert(conn, "u1")
+        raise ValueError("constraint the user's code enforces")
+
+    @app.function(id="sub", trigger=ss.on_event("go"), retries=2, backoff=FAST)
+    def sub(ctx: ss.Context) -> None:
+        ctx.step.transaction("create-record", broken)
+
+    app.start()
+    run = send_and_wait(app, ss.Event("go"))
+    assert run.status == "failed"
+    assert run.steps[0].attempts == 3 and run.steps[0].status == "failed"
+    assert run.error is not None and run.error.type == "ValueError"
+    assert rows(db_url, table) == []
+
+
+def test_a_fn_running_past_its_bound_is_rolled_back_and_retried(
+    app: ss.App, db_url: str, table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first attempt's SQL runs past the bound: the database interrupts it
+    (SQLite's progress handler, PostgreSQL's statement_timeout); the second is quick."""
+    monkeypatch.setattr(limits, "MAX_TRANSACTION_SECONDS", 0.3)
+    insert = inserter(db_url, table)
+    slow = (
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT COUNT(*) FROM c"
+        if db_url.startswith("sqlite:")
+        else "SELECT pg_sleep(30)"
+    )
+    attempts: list[int] = []
+
+    def once_slow(conn: Any) -> str:
+        attempts.append(len(attempts))
+        insert(conn, "u1", len(attempts) - 1)
+        if len(attempts) == 1:
+            conn.execute(slow)  # never finishes on its own
+        return "done"
+
+    @app.function(id="sub", trigger=ss.on_event("go"), backoff=FAST)
+    def sub(ctx: ss.Context) -> str:
+        return str(ctx.step.transaction("create-record", once_slow))
+
+    app.start()
+    run = send_and_wait(app, ss.Event("go"), timeout="20s")
+    assert run.status == "completed", run.error
+    assert attempts == [0, 1] and rows(db_url, table) == [("u1", 1)]
+
+
+def test_a_fn_may_not_end_the_engines_transaction(app: ss.App, db_url: str, table: str) -> None:
+    insert = inserter(db_url, table)
+
+    def commits(conn: Any) -> None:
+        insert(conn, "u1")
+        conn.commit()
+
+    @app.function(id="sub", trigger=ss.on_event("go"), backoff=FAST)
+    def sub(ctx: ss.Context) -> None:
+        ctx.step.transaction("create-record", commits)
+
+    app.start()
+    run = send_and_wait(app, ss.Event("go"))
+    assert run.status == "failed" and run.error is not None
+    assert "must not call commit()" in run.error.message
+    assert run.steps[0].attempts == 1  # refused for good: NonRetriableError
+    assert rows(db_url, table) == []
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_commit_whose_answer_was_lost_writes_the_row_once(
+    app: ss.App, db_url: str, table: str, when: faults.When
+) -> None:
+    """``after``: the transaction committed but the worker saw the connection
+    die; the journal retries the commit, which finds its memo and runs nothing."""
+    insert = inserter(db_url, table)
+    calls: Counter[str] = Counter()
+
+    def record(conn: Any) -> str:
+        calls["fn"] += 1
+        return insert(conn, "u1")
+
+    @app.function(id="sub", trigger=ss.on_event("go"), backoff=FAST)
+    def sub(ctx: ss.Context) -> str:
+        return str(ctx.step.transaction("create-record", record))
+
+    with faults.inject("journal(checkpoint+transaction)", when) as plan:
+        app.start()
+        run = send_and_wait(app, ss.Event("go"))
+    assert plan.fired
+    assert run.status == "completed", run.error
+    assert rows(db_url, table) == [("u1", 0)]
+    assert calls["fn"] == 1  # "before": failed before fn ran; "after": the retry found the memo
+
+
+def test_cancelling_a_run_whose_transaction_step_is_retrying(app: ss.App, db_url: str, table: str) -> None:
+    insert = inserter(db_url, table)
+    calls: Counter[str] = Counter()
+
+    def broken(conn: Any) -> None:
+        calls["fn"] += 1
+        insert(conn, "u1")
+        raise RuntimeError("not yet")
+
+    @app.function(id="sub", trigger=ss.on_event("go"), backoff=ss.Backoff(initial="1h", jitter=0))
+    def sub(ctx: ss.Context) -> None:
+        ctx.step.transaction("create-record", broken)
+
+    app.start()
+    [event_id] = app.send(ss.Event("go"))
+    run = run_of(app, event_id)
+    wait_for(lambda: [s.status for s in app.runs.get(run.id).steps] == ["retrying"], 10, "a failed attempt")
+    app.runs.cancel(run.id)
+    ended = app.runs.wait(run.id, timeout="10s")
+    assert ended.status == "cancelled"
+    assert calls["fn"] == 1 and rows(db_url, table) == []
+
+
+def test_rerun_from_the_transaction_step_writes_once_more_and_replay_after_it_never(
+    app: ss.App, db_url: str, table: str
+) -> None:
+    """Re-running from the step (a new run) executes fn once more: one more row,
+    as the operator asked. Replaying a failed run whose transaction step
+    completed returns its memo: no new row."""
+    insert = inserter(db_url, table)
+    calls: Counter[str] = Counter()
+    broken = threading.Event()
+    broken.set()
+
+    def record(conn: Any, user_id: str) -> str:
+        calls["fn"] += 1
+        return insert(conn, user_id, calls["fn"])
+
+    def notify() -> str:
+        if broken.is_set():
+            raise ss.NonRetriableError("mail server down")
+        return "sent"
+
+    @app.function(id="sub", trigger=ss.on_event("go"), backoff=FAST)
+    def sub(ctx: ss.Context) -> str:
+        ctx.step.transaction("create-record", record, "u1")
+        return str(ctx.step.run("notify", notify))
+
+    app.start()
+    run = send_and_wait(app, ss.Event("go"))
+    assert run.status == "failed"
+    broken.clear()
+    app.runs.replay(run.id)
+    assert app.runs.wait(run.id, timeout="10s").status == "completed"
+    assert calls["fn"] == 1 and rows(db_url, table) == [("u1", 1)]
+
+    forked = app.runs.rerun_from(run.id, "create-record")
+    assert app.runs.wait(forked, timeout="10s").status == "completed"
+    assert calls["fn"] == 2 and rows(db_url, table) == [("u1", 1), ("u1", 2)]
+
+
+def test_a_memo_recorded_by_run_is_not_returned_to_a_transaction(
+    app: ss.App, db_url: str, table: str
+) -> None:
+    """A deploy that turns ``step.run`` into ``step.transaction`` under the same
+    id meets a memo of another kind: the run fails with NondeterminismError."""
+    insert = inserter(db_url, table)
+    deployed = {"transaction": False}
+
+    def record(conn: Any = None) -> str:
+        return "x" if conn is None else insert(conn, "u1")
+
+    @app.function(id="sub", trigger=ss.on_event("go"), backoff=FAST)
+    def sub(ctx: ss.Context) -> None:
+        if deployed["transaction"]:
+            ctx.step.transaction("create-record", record)
+        else:
+            ctx.step.run("create-record", record)
+        ctx.step.sleep("nap", "200ms")
+
+    app.start()
+    [event_id] = app.send(ss.Event("go"))
+    run = run_of(app, event_id)
+    wait_for(lambda: app.runs.get(run.id).status == "sleeping", 10, "the first deploy's step")
+    deployed["transaction"] = True
+    ended = app.runs.wait(run.id, timeout="10s")
+    assert ended.status == "failed" and ended.error is not None
+    assert ended.error.type == "NondeterminismError"
+    assert rows(db_url, table) == []
+
+
+# -- the store side: group commit and the fence ----------------------------------------------
+
+
+def _insert_op(insert: Callable[..., str], user_id: str, fail: bool) -> Callable[[Tx], Any]:
+    def fn(conn: Any) -> Any:
+        insert(conn, user_id)
+        if fail:
+            raise RuntimeError(f"{user_id} broke")
+        if isinstance(conn.driver_connection, sqlite3.Connection):
+            return user_id, None
+        return user_id, conn.execute("SELECT txid_current()").fetchone()["txid_current"]
+
+    def op(tx: Tx) -> Any:
+        try:
+            return tx.user_sql(fn, 5.0)
+        except RuntimeError as exc:
+            return exc
+
+    return op
+
+
+async def _one_batch(store: Store, ops: list[Callable[[Tx], Any]]) -> list[Any]:
+    """``ops`` committed in one group-commit transaction. SQLite batches what is
+    submitted in one loop turn; on PostgreSQL the single writer is held busy
+    until all of them are queued, then takes them together."""
+    started, release = threading.Event(), threading.Event()
+
+    def hold(tx: Tx) -> None:
+        started.set()
+        release.wait(10)
+
+    held = store.submit(hold) if store.dialect == "postgres" else None
+    if held is not None:
+        await asyncio.to_thread(started.wait, 10)
+    futures = [store.submit(op) for op in ops]
+    release.set()
+    if held is not None:
+        await held
+    return list(await asyncio.gather(*futures))
+
+
+@pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
+def test_a_failing_fn_rolls_back_only_its_own_writes_in_a_group_commit(db_url: str, table: str) -> None:
+    from stepstone.store import make_store
+
+    url = db_url if db_url.startswith("sqlite:") else f"{db_url}?writers=1"
+    store = make_store(url)
+    insert = inserter(db_url, table)
+    before = store.commits
+    results = asyncio.run(
+        _one_batch(
+            store,
+            [
+                _insert_op(insert, "a", fail=False),
+                _insert_op(insert, "b", fail=True),
+                _insert_op(insert, "c", fail=False),
+            ],
+        )
+    )
+    store.close()
+    (a, a_tx), failed, (c, c_tx) = results
+    assert (a, c) == ("a", "c") and isinstance(failed, RuntimeError)
+    assert sorted(r[0] for r in rows(db_url, table)) == ["a", "c"]
+    assert a_tx == c_tx  # one transaction for the three (PostgreSQL's transaction id)
+    if db_url.startswith("sqlite:"):
+        assert store.commits - before == 1

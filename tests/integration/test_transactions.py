@@ -23,39 +23,7 @@ from stepstone.store.base import Store, Tx
 
 from ..conftest import FAST, query, run_of, send_and_wait
 from ..polling import wait_for
-
-TABLE = "shop.subscriptions"
-
-
-def create_table(db_url: str) -> str:
-    """The user's own table; returns its name."""
-    if db_url.startswith("sqlite:"):
-        import sqlite3
-
-        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
-            conn.execute("CREATE TABLE subscriptions (user_id TEXT NOT NULL, attempt INT)")
-        return "subscriptions"
-    import psycopg
-
-    with psycopg.connect(db_url, autocommit=True) as pg:
-        pg.execute("CREATE SCHEMA shop")
-        pg.execute(f"CREATE TABLE {TABLE} (user_id TEXT NOT NULL, attempt INT)")
-    return TABLE
-
-
-def inserter(db_url: str, table: str) -> Callable[..., str]:
-    """A transaction step's function: insert one row, return the user id."""
-    mark = "?" if db_url.startswith("sqlite:") else "%s"
-
-    def insert(conn: Any, user_id: str, attempt: int = 0) -> str:
-        conn.execute(f"INSERT INTO {table} (user_id, attempt) VALUES ({mark}, {mark})", (user_id, attempt))
-        return user_id
-
-    return insert
-
-
-def rows(db_url: str, table: str) -> list[tuple[Any, ...]]:
-    return query(db_url, f"SELECT user_id, attempt FROM {table} ORDER BY attempt")
+from ..usertables import create_table, inserter, rows
 
 
 @pytest.fixture
@@ -66,7 +34,7 @@ def table(db_url: str) -> str:
 def test_a_transaction_step_writes_one_row_and_returns_what_fn_returned(
     app: ss.App, db_url: str, table: str
 ) -> None:
-    insert = inserter(db_url, table)
+    insert = inserter(db_url)
     calls: Counter[str] = Counter()
 
     def record(conn: Any, user_id: str) -> dict[str, Any]:
@@ -83,7 +51,7 @@ def test_a_transaction_step_writes_one_row_and_returns_what_fn_returned(
     run = send_and_wait(app, ss.Event("go", {"user": "u1"}))
     assert run.status == "completed", run.error
     assert run.output == {"user": "u1"}
-    assert rows(db_url, table) == [("u1", 0)]
+    assert rows(db_url) == [("u1", 0)]
     assert calls["fn"] == 1
     step = run.steps[0]
     assert (step.id, step.kind, step.status, step.attempts, step.output) == (
@@ -99,7 +67,7 @@ def test_a_failing_fn_leaves_no_row_and_is_retried_until_it_succeeds(
     make_app: Callable[..., ss.App], db_url: str, table: str
 ) -> None:
     app = make_app(middleware=[ss.EncryptionMiddleware("a long random secret for tests")])
-    insert = inserter(db_url, table)
+    insert = inserter(db_url)
     attempts: list[int] = []
 
     def flaky(conn: Any, user_id: str) -> str:
@@ -119,7 +87,7 @@ def test_a_failing_fn_leaves_no_row_and_is_retried_until_it_succeeds(
     run = send_and_wait(app, ss.Event("go"))
     assert run.status == "completed", run.error
     assert attempts == [0, 1, 2]
-    assert rows(db_url, table) == [("u1", 2)]  # only the attempt that succeeded left its row
+    assert rows(db_url) == [("u1", 2)]  # only the attempt that succeeded left its row
     assert run.steps[0].attempts == 3 and seen == ["u1"]
     assert ss.is_encrypted(run.steps[0].output)  # middleware applies as to any output
     assert "u1" not in str(query(db_url, "SELECT output FROM steps"))
@@ -133,7 +101,7 @@ def test_a_failing_fn_leaves_no_row_and_is_retried_until_it_succeeds(
 def test_a_fn_that_always_fails_fails_the_step_and_leaves_no_row(
     app: ss.App, db_url: str, table: str
 ) -> None:
-    insert = inserter(db_url, table)
+    insert = inserter(db_url)
 
     def broken(conn: Any) -> None:
         insert(conn, "u1")
@@ -148,7 +116,7 @@ def test_a_fn_that_always_fails_fails_the_step_and_leaves_no_row(
     assert run.status == "failed"
     assert run.steps[0].attempts == 3 and run.steps[0].status == "failed"
     assert run.error is not None and run.error.type == "ValueError"
-    assert rows(db_url, table) == []
+    assert rows(db_url) == []
 
 
 def test_a_fn_running_past_its_bound_is_rolled_back_and_retried(
@@ -157,7 +125,7 @@ def test_a_fn_running_past_its_bound_is_rolled_back_and_retried(
     """The first attempt's SQL runs past the bound: the database interrupts it
     (SQLite's progress handler, PostgreSQL's statement_timeout); the second is quick."""
     monkeypatch.setattr(limits, "MAX_TRANSACTION_SECONDS", 0.3)
-    insert = inserter(db_url, table)
+    insert = inserter(db_url)
     slow = (
         "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT COUNT(*) FROM c"
         if db_url.startswith("sqlite:")
@@ -179,11 +147,11 @@ def test_a_fn_running_past_its_bound_is_rolled_back_and_retried(
     app.start()
     run = send_and_wait(app, ss.Event("go"), timeout="20s")
     assert run.status == "completed", run.error
-    assert attempts == [0, 1] and rows(db_url, table) == [("u1", 1)]
+    assert attempts == [0, 1] and rows(db_url) == [("u1", 1)]
 
 
 def test_a_fn_may_not_end_the_engines_transaction(app: ss.App, db_url: str, table: str) -> None:
-    insert = inserter(db_url, table)
+    insert = inserter(db_url)
 
     def commits(conn: Any) -> None:
         insert(conn, "u1")
@@ -198,7 +166,7 @@ def test_a_fn_may_not_end_the_engines_transaction(app: ss.App, db_url: str, tabl
     assert run.status == "failed" and run.error is not None
     assert "must not call commit()" in run.error.message
     assert run.steps[0].attempts == 1  # refused for good: NonRetriableError
-    assert rows(db_url, table) == []
+    assert rows(db_url) == []
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
@@ -207,7 +175,7 @@ def test_a_commit_whose_answer_was_lost_writes_the_row_once(
 ) -> None:
     """``after``: the transaction committed but the worker saw the connection
     die; the journal retries the commit, which finds its memo and runs nothing."""
-    insert = inserter(db_url, table)
+    insert = inserter(db_url)
     calls: Counter[str] = Counter()
 
     def record(conn: Any) -> str:
@@ -223,12 +191,12 @@ def test_a_commit_whose_answer_was_lost_writes_the_row_once(
         run = send_and_wait(app, ss.Event("go"))
     assert plan.fired
     assert run.status == "completed", run.error
-    assert rows(db_url, table) == [("u1", 0)]
+    assert rows(db_url) == [("u1", 0)]
     assert calls["fn"] == 1  # "before": failed before fn ran; "after": the retry found the memo
 
 
 def test_cancelling_a_run_whose_transaction_step_is_retrying(app: ss.App, db_url: str, table: str) -> None:
-    insert = inserter(db_url, table)
+    insert = inserter(db_url)
     calls: Counter[str] = Counter()
 
     def broken(conn: Any) -> None:
@@ -247,7 +215,7 @@ def test_cancelling_a_run_whose_transaction_step_is_retrying(app: ss.App, db_url
     app.runs.cancel(run.id)
     ended = app.runs.wait(run.id, timeout="10s")
     assert ended.status == "cancelled"
-    assert calls["fn"] == 1 and rows(db_url, table) == []
+    assert calls["fn"] == 1 and rows(db_url) == []
 
 
 def test_rerun_from_the_transaction_step_writes_once_more_and_replay_after_it_never(
@@ -256,7 +224,7 @@ def test_rerun_from_the_transaction_step_writes_once_more_and_replay_after_it_ne
     """Re-running from the step (a new run) executes fn once more: one more row,
     as the operator asked. Replaying a failed run whose transaction step
     completed returns its memo: no new row."""
-    insert = inserter(db_url, table)
+    insert = inserter(db_url)
     calls: Counter[str] = Counter()
     broken = threading.Event()
     broken.set()
@@ -281,11 +249,11 @@ def test_rerun_from_the_transaction_step_writes_once_more_and_replay_after_it_ne
     broken.clear()
     app.runs.replay(run.id)
     assert app.runs.wait(run.id, timeout="10s").status == "completed"
-    assert calls["fn"] == 1 and rows(db_url, table) == [("u1", 1)]
+    assert calls["fn"] == 1 and rows(db_url) == [("u1", 1)]
 
     forked = app.runs.rerun_from(run.id, "create-record")
     assert app.runs.wait(forked, timeout="10s").status == "completed"
-    assert calls["fn"] == 2 and rows(db_url, table) == [("u1", 1), ("u1", 2)]
+    assert calls["fn"] == 2 and rows(db_url) == [("u1", 1), ("u1", 2)]
 
 
 def test_a_memo_recorded_by_run_is_not_returned_to_a_transaction(
@@ -293,7 +261,7 @@ def test_a_memo_recorded_by_run_is_not_returned_to_a_transaction(
 ) -> None:
     """A deploy that turns ``step.run`` into ``step.transaction`` under the same
     id meets a memo of another kind: the run fails with NondeterminismError."""
-    insert = inserter(db_url, table)
+    insert = inserter(db_url)
     deployed = {"transaction": False}
 
     def record(conn: Any = None) -> str:
@@ -315,7 +283,7 @@ def test_a_memo_recorded_by_run_is_not_returned_to_a_transaction(
     ended = app.runs.wait(run.id, timeout="10s")
     assert ended.status == "failed" and ended.error is not None
     assert ended.error.type == "NondeterminismError"
-    assert rows(db_url, table) == []
+    assert rows(db_url) == []
 
 
 # -- the store side: group commit and the fence ----------------------------------------------
@@ -365,7 +333,7 @@ def test_a_failing_fn_rolls_back_only_its_own_writes_in_a_group_commit(db_url: s
 
     url = db_url if db_url.startswith("sqlite:") else f"{db_url}?writers=1"
     store = make_store(url)
-    insert = inserter(db_url, table)
+    insert = inserter(db_url)
     before = store.commits
     results = asyncio.run(
         _one_batch(
@@ -380,7 +348,7 @@ def test_a_failing_fn_rolls_back_only_its_own_writes_in_a_group_commit(db_url: s
     store.close()
     (a, a_tx), failed, (c, c_tx) = results
     assert (a, c) == ("a", "c") and isinstance(failed, RuntimeError)
-    assert sorted(r[0] for r in rows(db_url, table)) == ["a", "c"]
+    assert sorted(r[0] for r in rows(db_url)) == ["a", "c"]
     assert a_tx == c_tx  # one transaction for the three (PostgreSQL's transaction id)
     if db_url.startswith("sqlite:"):
         assert store.commits - before == 1

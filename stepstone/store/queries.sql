@@ -504,8 +504,10 @@ WHERE re.event_seq IN ({seqs})
 ORDER BY r.id;
 
 -- Transactional steps (store/usertx.py): the user's function runs in a
--- savepoint of the step's checkpoint transaction; on PostgreSQL under a
--- transaction-local statement timeout, restored before the savepoint is released.
+-- savepoint of the step's checkpoint transaction. On PostgreSQL it runs under a
+-- transaction-local statement timeout ({ms}: milliseconds, set by the code),
+-- taken back before the savepoint is released (RESET: Stepstone never sets it
+-- otherwise); each pair is sent as one round trip (no parameters).
 -- name: user_savepoint
 SAVEPOINT stepstone_user;
 
@@ -515,8 +517,8 @@ RELEASE SAVEPOINT stepstone_user;
 -- name: user_rollback
 ROLLBACK TO SAVEPOINT stepstone_user;
 
--- name: user_limit
-SELECT current_setting(:setting) AS previous, set_config(:setting, :ms, true) AS now_set;
+-- name: user_savepoint_bounded
+SAVEPOINT stepstone_user; SET LOCAL statement_timeout = {ms};
 
--- name: user_unlimit
-SELECT set_config(:setting, :previous, true) AS restored;
+-- name: user_release_bounded
+RESET statement_timeout; RELEASE SAVEPOINT stepstone_user;

@@ -33,7 +33,6 @@ from stepstone.errors import NonRetriableError, TransactionTooLongError
 from stepstone.store.sqlbase import SqlPlumbing
 
 T = TypeVar("T")
-_TIMEOUT = "statement_timeout"  # PostgreSQL's setting, local to the transaction
 _PROGRESS_OPS = 1000  # SQLite virtual machine instructions between deadline checks
 
 
@@ -65,38 +64,52 @@ class UserConnection:
     def close(self) -> None:
         self._refuse("close")
 
+    def __enter__(self) -> None:  # sqlite3's `with conn:` commits
+        self._refuse("__enter__")
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
 
 def run_in_savepoint(tx: SqlPlumbing, fn: Callable[[UserConnection], T], seconds: float) -> T:
     """``fn(connection)`` in a savepoint of ``tx``'s open transaction, bounded
     to ``seconds``. If it raises or runs too long its writes are rolled back
     and the error is raised; what it wrote stays in the transaction otherwise."""
-    tx._exec("user_savepoint")
+    bounded = tx.dialect.statement_timeout
+    if bounded:
+        _script(tx, "user_savepoint_bounded", ms=max(1, int(seconds * 1000)))
+    else:
+        tx._exec("user_savepoint")
     deadline = time.monotonic() + seconds
     try:
-        with _bounded(tx, deadline, seconds):
+        with _interrupted_after(tx.conn, deadline):
             value = fn(UserConnection(tx.conn))
         if time.monotonic() > deadline:
             raise TransactionTooLongError(f"the transaction's function ran for more than {seconds:g}s")
     except BaseException:
-        tx._exec("user_rollback")
+        tx._exec("user_rollback")  # also takes back the statement timeout
         tx._exec("user_release")
         raise
-    tx._exec("user_release")
+    if bounded:
+        _script(tx, "user_release_bounded")
+    else:
+        tx._exec("user_release")
     return value
 
 
+def _script(tx: SqlPlumbing, name: str, ms: int = 0) -> None:
+    """Statements without parameters, sent together (one round trip)."""
+    tx.conn.execute(tx.dialect.sql(name).replace("{ms}", str(ms)).encode())
+
+
 @contextmanager
-def _bounded(tx: SqlPlumbing, deadline: float, seconds: float) -> Iterator[None]:
-    if tx.dialect.statement_timeout:
-        ms = str(max(1, int(seconds * 1000)))
-        previous = tx._one("user_limit", {"setting": _TIMEOUT, "ms": ms})["previous"]
-        yield  # on failure the savepoint's rollback restores the setting
-        tx._exec("user_unlimit", {"setting": _TIMEOUT, "previous": previous})
-    elif isinstance(tx.conn, sqlite3.Connection):
-        tx.conn.set_progress_handler(lambda: time.monotonic() > deadline, _PROGRESS_OPS)
-        try:
-            yield
-        finally:
-            tx.conn.set_progress_handler(None, 0)
-    else:
+def _interrupted_after(conn: Any, deadline: float) -> Iterator[None]:
+    """SQLite: a statement still running at ``deadline`` is interrupted."""
+    if not isinstance(conn, sqlite3.Connection):
         yield
+        return
+    conn.set_progress_handler(lambda: time.monotonic() > deadline, _PROGRESS_OPS)
+    try:
+        yield
+    finally:
+        conn.set_progress_handler(None, 0)

@@ -307,6 +307,13 @@ def _insert_op(insert: Callable[..., str], user_id: str, fail: bool) -> Callable
     return op
 
 
+def _setting(tx: Tx) -> str | None:
+    """An operation after the others in the batch: PostgreSQL's statement timeout."""
+    if not hasattr(tx, "conn") or isinstance(tx.conn, sqlite3.Connection):
+        return None
+    return str(tx.conn.execute("SHOW statement_timeout").fetchone()["statement_timeout"])
+
+
 async def _one_batch(store: Store, ops: list[Callable[[Tx], Any]]) -> list[Any]:
     """``ops`` committed in one group-commit transaction. SQLite batches what is
     submitted in one loop turn; on PostgreSQL the single writer is held busy
@@ -342,13 +349,16 @@ def test_a_failing_fn_rolls_back_only_its_own_writes_in_a_group_commit(db_url: s
                 _insert_op(insert, "a", fail=False),
                 _insert_op(insert, "b", fail=True),
                 _insert_op(insert, "c", fail=False),
+                _setting,
             ],
         )
     )
     store.close()
-    (a, a_tx), failed, (c, c_tx) = results
+    (a, a_tx), failed, (c, c_tx), timeout_after = results
     assert (a, c) == ("a", "c") and isinstance(failed, RuntimeError)
     assert sorted(r[0] for r in rows(db_url)) == ["a", "c"]
     assert a_tx == c_tx  # one transaction for the three (PostgreSQL's transaction id)
     if db_url.startswith("sqlite:"):
         assert store.commits - before == 1
+    else:  # the bound on user SQL does not outlive its savepoint
+        assert timeout_after == "0"

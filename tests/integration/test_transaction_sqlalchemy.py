@@ -46,6 +46,7 @@ def test_a_session_writes_with_the_step_and_rolls_back_with_a_failed_attempt(
             session.add(subscription(user_id=user_id, attempt=len(attempts) - 1))
             session.flush()
             found = session.get(subscription, user_id)  # read back through the ORM
+            assert found is not None
             if len(attempts) == 1:
                 raise RuntimeError("first attempt broke after its flush")
             return {"user": found.user_id, "attempt": found.attempt}

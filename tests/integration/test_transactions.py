@@ -11,19 +11,25 @@ import asyncio
 import sqlite3
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 import stepstone as ss
 from stepstone import limits
-from stepstone.store import faults
+from stepstone.errors import LeaseLostError
+from stepstone.middleware import NO_HOOKS
+from stepstone.store import faults, make_store
 from stepstone.store.base import Store, Tx
+from stepstone.store.rows import Fence, StepKind, StepRow, StepStatus
+from stepstone.testing import VirtualClock
+from stepstone.txstep import TransactionCommit
 
 from ..conftest import FAST, query, run_of, send_and_wait
 from ..polling import wait_for
 from ..usertables import create_table, inserter, rows
+from .test_store_contract import NOW, add_runs, lease, step
 
 
 @pytest.fixture
@@ -61,6 +67,30 @@ def test_a_transaction_step_writes_one_row_and_returns_what_fn_returned(
         1,
         {"user": "u1"},
     )
+
+
+def test_an_async_handler_awaits_a_transaction_and_a_coroutine_fn_is_refused(
+    app: ss.App, db_url: str, table: str
+) -> None:
+    insert = inserter(db_url)
+
+    async def not_plain(conn: Any) -> None:
+        return None
+
+    @app.function(id="sub", trigger=ss.on_event("go"), backoff=FAST)
+    async def sub(ctx: ss.Context) -> Any:
+        user = await ctx.step.transaction("create-record", insert, "u1")
+        try:
+            await ctx.step.transaction("async-fn", not_plain)
+        except ss.NonRetriableError as exc:
+            return [user, str(exc)]
+        return [user, None]
+
+    app.start()
+    run = send_and_wait(app, ss.Event("go"))
+    assert run.status == "completed", run.error
+    assert run.output == ["u1", "step.transaction needs a plain function, not a coroutine function"]
+    assert rows(db_url) == [("u1", 0)]
 
 
 def test_a_failing_fn_leaves_no_row_and_is_retried_until_it_succeeds(
@@ -289,29 +319,49 @@ def test_a_memo_recorded_by_run_is_not_returned_to_a_transaction(
 # -- the store side: group commit and the fence ----------------------------------------------
 
 
-def _insert_op(insert: Callable[..., str], user_id: str, fail: bool) -> Callable[[Tx], Any]:
+def _attempt(db_url: str, run_id: str, fail: bool) -> TransactionCommit:
+    """One ``step.transaction`` attempt of ``run_id``, as its journal commits it."""
+    insert = inserter(db_url)
+
     def fn(conn: Any) -> Any:
-        insert(conn, user_id)
+        insert(conn, run_id)
         if fail:
-            raise RuntimeError(f"{user_id} broke")
+            raise RuntimeError(f"{run_id} broke")
         if isinstance(conn.driver_connection, sqlite3.Connection):
-            return user_id, None
-        return user_id, conn.execute("SELECT txid_current()").fetchone()["txid_current"]
+            return None
+        return conn.execute("SELECT txid_current()").fetchone()["txid_current"]
+
+    row = StepRow(
+        run_id=run_id,
+        step_id="t",
+        position=0,
+        kind=StepKind.TRANSACTION,
+        status=StepStatus.COMPLETED,
+        attempts=1,
+        started_at=NOW,
+    )
+    return TransactionCommit(fn=fn, args=(), row=row, clock=VirtualClock(NOW), hooks=NO_HOOKS, ctx=None)
+
+
+def _fenced(fence: Fence, then: Callable[[Tx], Any]) -> Callable[[Tx], Any]:
+    """The journal's commit: the fence (and checkpoint), then the step's own write."""
 
     def op(tx: Tx) -> Any:
-        try:
-            return tx.user_sql(fn, 5.0)
-        except RuntimeError as exc:
-            return exc
+        tx.checkpoint(fence, [], [])
+        return then(tx)
 
+    op.user_sql = True  # type: ignore[attr-defined]
     return op
 
 
-def _setting(tx: Tx) -> str | None:
-    """An operation after the others in the batch: PostgreSQL's statement timeout."""
-    if not hasattr(tx, "conn") or isinstance(tx.conn, sqlite3.Connection):
-        return None
-    return str(tx.conn.execute("SHOW statement_timeout").fetchone()["statement_timeout"])
+def _after(tx: Tx) -> Any:
+    """A last operation in the batch: the transaction id and statement timeout it sees."""
+    if isinstance(getattr(tx, "conn", None), sqlite3.Connection):
+        return None, None
+    row = tx.conn.execute(  # type: ignore[attr-defined]
+        "SELECT txid_current() AS tx, current_setting('statement_timeout') AS timeout"
+    ).fetchone()
+    return row["tx"], row["timeout"]
 
 
 async def _one_batch(store: Store, ops: list[Callable[[Tx], Any]]) -> list[Any]:
@@ -331,34 +381,65 @@ async def _one_batch(store: Store, ops: list[Callable[[Tx], Any]]) -> list[Any]:
     release.set()
     if held is not None:
         await held
-    return list(await asyncio.gather(*futures))
+    return list(await asyncio.gather(*futures, return_exceptions=True))
 
 
-@pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
-def test_a_failing_fn_rolls_back_only_its_own_writes_in_a_group_commit(db_url: str, table: str) -> None:
-    from stepstone.store import make_store
+@pytest.fixture
+def one_writer(db_url: str) -> Iterator[Store]:
+    """The store, with one writer on PostgreSQL so that the test decides the batch."""
+    store = make_store(db_url if db_url.startswith("sqlite:") else f"{db_url}?writers=1")
+    store.migrate()
+    yield store
+    store.close()
 
-    url = db_url if db_url.startswith("sqlite:") else f"{db_url}?writers=1"
-    store = make_store(url)
-    insert = inserter(db_url)
-    before = store.commits
-    results = asyncio.run(
+
+def test_in_a_group_commit_a_failing_fn_rolls_back_only_its_own_writes(
+    one_writer: Store, db_url: str, table: str
+) -> None:
+    """Three runs' commits share one transaction: r0's transaction step fails,
+    r1's plain checkpoint and r2's transaction step commit."""
+    store = one_writer
+    add_runs(store, ["r0", "r1", "r2"])
+    fences = {
+        lr.run.id: Fence(run_id=lr.run.id, owner="w", epoch=lr.epoch)
+        for lr in store.transact_sync(lambda tx: lease(tx, "w", 3, NOW, NOW + 3600))
+    }
+    before = store.commits  # type: ignore[attr-defined]
+    failed, checkpointed, committed, (after_tx, timeout) = asyncio.run(
         _one_batch(
             store,
             [
-                _insert_op(insert, "a", fail=False),
-                _insert_op(insert, "b", fail=True),
-                _insert_op(insert, "c", fail=False),
-                _setting,
+                _fenced(fences["r0"], _attempt(db_url, "r0", fail=True)),
+                lambda tx: tx.checkpoint(fences["r1"], [step("r1", "charge")], []),
+                _fenced(fences["r2"], _attempt(db_url, "r2", fail=False)),
+                _after,
             ],
         )
     )
-    store.close()
-    (a, a_tx), failed, (c, c_tx), timeout_after = results
-    assert (a, c) == ("a", "c") and isinstance(failed, RuntimeError)
-    assert sorted(r[0] for r in rows(db_url)) == ["a", "c"]
-    assert a_tx == c_tx  # one transaction for the three (PostgreSQL's transaction id)
+    assert isinstance(failed, RuntimeError) and str(failed) == "r0 broke"
+    assert callable(checkpointed)
+    assert isinstance(committed, StepRow) and committed.run_id == "r2"
+    assert [r[0] for r in rows(db_url)] == ["r2"]
+    memos = store.read_sync(lambda tx: {r: [s.step_id for s in tx.get_steps(r)] for r in fences})
+    assert memos == {"r0": [], "r1": ["charge"], "r2": ["t"]}
     if db_url.startswith("sqlite:"):
-        assert store.commits - before == 1
-    else:  # the bound on user SQL does not outlive its savepoint
-        assert timeout_after == "0"
+        assert store.commits - before == 1  # type: ignore[attr-defined]  # one transaction for the four
+    else:
+        assert int(committed.output or "0") == int(after_tx)  # r2's fn ran in the batch's transaction
+        assert timeout == "0"  # the bound on user SQL did not outlive its savepoint
+
+
+def test_a_fenced_out_transaction_step_runs_nothing_and_writes_nothing(
+    one_writer: Store, db_url: str, table: str
+) -> None:
+    """A worker whose lease moved on: the fence refuses the commit before fn runs."""
+    store = one_writer
+    add_runs(store, ["r0"])
+    [old] = store.transact_sync(lambda tx: lease(tx, "w1", 1, NOW, NOW + 1))
+    store.transact_sync(lambda tx: lease(tx, "w2", 1, NOW + 2, NOW + 3600))  # the lease lapsed: w2 took it
+    attempt = _attempt(db_url, "r0", fail=False)
+    stale = Fence(run_id="r0", owner="w1", epoch=old.epoch)
+    with pytest.raises(LeaseLostError):
+        store.transact_sync(_fenced(stale, attempt))
+    assert rows(db_url) == []
+    assert store.read_sync(lambda tx: tx.get_steps("r0")) == []

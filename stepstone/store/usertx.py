@@ -86,14 +86,16 @@ def run_in_savepoint(tx: SqlPlumbing, fn: Callable[[UserConnection], T], seconds
             value = fn(UserConnection(tx.conn))
         if time.monotonic() > deadline:
             raise TransactionTooLongError(f"the transaction's function ran for more than {seconds:g}s")
+        # Inside the try: on PostgreSQL a function that swallowed a failed
+        # statement left the transaction aborted, and this is where it shows.
+        if bounded:
+            _script(tx, "user_release_bounded")
+        else:
+            tx._exec("user_release")
     except BaseException:
         tx._exec("user_rollback")  # also takes back the statement timeout
         tx._exec("user_release")
         raise
-    if bounded:
-        _script(tx, "user_release_bounded")
-    else:
-        tx._exec("user_release")
     return value
 
 

@@ -181,6 +181,39 @@ def test_a_fn_running_past_its_bound_is_rolled_back_and_retried(
     assert attempts == [0, 1] and rows(db_url) == [("u1", 1)]
 
 
+def test_a_fn_that_swallows_a_failed_statement_never_spoils_the_commit(
+    app: ss.App, db_url: str, table: str
+) -> None:
+    """On PostgreSQL a failed statement aborts the transaction even if ``fn``
+    catches the error: that attempt fails and is rolled back alone (SQLite goes on)."""
+    insert = inserter(db_url)
+    attempts: list[int] = []
+
+    def swallows(conn: Any) -> str:
+        attempts.append(len(attempts))
+        insert(conn, "u1", len(attempts) - 1)
+        if len(attempts) == 1:
+            try:
+                conn.execute("SELECT * FROM no_such_table")
+            except Exception:  # noqa: BLE001 - what the test is about
+                pass
+        return "done"
+
+    @app.function(id="sub", trigger=ss.on_event("go"), backoff=FAST)
+    def sub(ctx: ss.Context) -> str:
+        return str(ctx.step.transaction("create-record", swallows))
+
+    app.start()
+    run = send_and_wait(app, ss.Event("go"))
+    assert run.status == "completed", run.error
+    if db_url.startswith("sqlite:"):
+        assert attempts == [0] and rows(db_url) == [("u1", 0)]
+    else:
+        assert attempts == [0, 1] and rows(db_url) == [("u1", 1)]
+        [failed] = [s for s in app.runs.trace(run.id) if s.status == "retrying"]
+        assert failed.error is not None and failed.error.type == "InFailedSqlTransaction"
+
+
 def test_a_fn_may_not_end_the_engines_transaction(app: ss.App, db_url: str, table: str) -> None:
     insert = inserter(db_url)
 
@@ -320,14 +353,21 @@ def test_a_memo_recorded_by_run_is_not_returned_to_a_transaction(
 # -- the store side: group commit and the fence ----------------------------------------------
 
 
-def _attempt(db_url: str, run_id: str, fail: bool) -> TransactionCommit:
-    """One ``step.transaction`` attempt of ``run_id``, as its journal commits it."""
+def _attempt(db_url: str, run_id: str, fail: bool, swallow: bool = False) -> TransactionCommit:
+    """One ``step.transaction`` attempt of ``run_id``, as its journal commits it
+    (``swallow``: its function catches the error of a failed statement)."""
     insert = inserter(db_url)
 
     def fn(conn: Any) -> Any:
         insert(conn, run_id)
         if fail:
             raise RuntimeError(f"{run_id} broke")
+        if swallow:
+            try:
+                conn.execute("SELECT * FROM no_such_table")
+            except Exception:  # noqa: BLE001 - what the test is about
+                pass
+            return None
         if isinstance(conn.driver_connection, sqlite3.Connection):
             return None
         return conn.execute("SELECT txid_current()").fetchone()["txid_current"]
@@ -397,22 +437,25 @@ def one_writer(db_url: str) -> Iterator[Store]:
 def test_in_a_group_commit_a_failing_fn_rolls_back_only_its_own_writes(
     one_writer: Store, db_url: str, table: str
 ) -> None:
-    """Three runs' commits share one transaction: r0's transaction step fails,
-    r1's plain checkpoint and r2's transaction step commit."""
+    """Four runs' commits share one transaction: r0's transaction step fails,
+    r1's plain checkpoint and r2's transaction step commit; r3's function
+    swallows a failed statement (on PostgreSQL that aborts the transaction: its
+    savepoint is rolled back and the attempt fails, alone)."""
     store = one_writer
-    add_runs(store, ["r0", "r1", "r2"])
+    add_runs(store, ["r0", "r1", "r2", "r3"])
     fences = {
         lr.run.id: Fence(run_id=lr.run.id, owner="w", epoch=lr.epoch)
-        for lr in store.transact_sync(lambda tx: lease(tx, "w", 3, NOW, NOW + 3600))
+        for lr in store.transact_sync(lambda tx: lease(tx, "w", 4, NOW, NOW + 3600))
     }
     before = store.commits  # type: ignore[attr-defined]
-    failed, checkpointed, committed, (after_tx, timeout) = asyncio.run(
+    failed, checkpointed, committed, swallowed, (after_tx, timeout) = asyncio.run(
         _one_batch(
             store,
             [
                 _fenced(fences["r0"], _attempt(db_url, "r0", fail=True)),
                 lambda tx: tx.checkpoint(fences["r1"], [step("r1", "charge")], []),
                 _fenced(fences["r2"], _attempt(db_url, "r2", fail=False)),
+                _fenced(fences["r3"], _attempt(db_url, "r3", fail=False, swallow=True)),
                 _after,
             ],
         )
@@ -420,9 +463,15 @@ def test_in_a_group_commit_a_failing_fn_rolls_back_only_its_own_writes(
     assert isinstance(failed, RuntimeError) and str(failed) == "r0 broke"
     assert callable(checkpointed)
     assert isinstance(committed, StepRow) and committed.run_id == "r2"
-    assert [r[0] for r in rows(db_url)] == ["r2"]
     memos = store.read_sync(lambda tx: {r: [s.step_id for s in tx.get_steps(r)] for r in fences})
-    assert memos == {"r0": [], "r1": ["charge"], "r2": ["t"]}
+    if db_url.startswith("sqlite:"):  # a failed statement does not abort SQLite's transaction
+        assert isinstance(swallowed, StepRow)
+        assert sorted(r[0] for r in rows(db_url)) == ["r2", "r3"]
+        assert memos == {"r0": [], "r1": ["charge"], "r2": ["t"], "r3": ["t"]}
+    else:
+        assert type(swallowed).__name__ == "InFailedSqlTransaction"
+        assert [r[0] for r in rows(db_url)] == ["r2"]
+        assert memos == {"r0": [], "r1": ["charge"], "r2": ["t"], "r3": []}
     if db_url.startswith("sqlite:"):
         assert store.commits - before == 1  # type: ignore[attr-defined]  # one transaction for the four
     else:
@@ -444,3 +493,29 @@ def test_a_fenced_out_transaction_step_runs_nothing_and_writes_nothing(
         store.transact_sync(_fenced(stale, attempt))
     assert rows(db_url) == []
     assert store.read_sync(lambda tx: tx.get_steps("r0")) == []
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_an_operation_that_leaves_the_transaction_aborted_fails_alone(one_writer: Store) -> None:
+    """An operation that returns normally although a statement of its failed
+    (PostgreSQL aborts the transaction): its savepoint's release fails, so it
+    gets that error, once; the others keep their own outcomes, and the writer
+    goes on (found while testing user SQL that swallows an error)."""
+
+    def spoils(tx: Tx) -> str:
+        try:
+            tx.conn.execute("SELECT * FROM no_such_table")  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - what the test is about
+            pass
+        return "returned"
+
+    def fine(tx: Tx) -> int:
+        return int(tx.conn.execute("SELECT 1 AS x").fetchone()["x"])  # type: ignore[attr-defined]
+
+    async def batch() -> list[Any]:
+        return await asyncio.wait_for(_one_batch(one_writer, [fine, spoils, fine]), 10)
+
+    first, spoiled, last = asyncio.run(batch())
+    assert (first, last) == (1, 1)
+    assert isinstance(spoiled, ss.StoreError) and "aborted" in str(spoiled)
+    assert one_writer.transact_sync(fine) == 1  # the writer is still there

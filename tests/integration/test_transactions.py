@@ -214,6 +214,31 @@ def test_a_fn_that_swallows_a_failed_statement_never_spoils_the_commit(
         assert failed.error is not None and failed.error.type == "InFailedSqlTransaction"
 
 
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_a_fn_may_nest_savepoints_of_its_own(app: ss.App, db_url: str, table: str) -> None:
+    insert = inserter(db_url)
+
+    def nested(conn: Any) -> str:
+        with conn.transaction():
+            insert(conn, "kept")
+        try:
+            with conn.transaction():
+                insert(conn, "dropped", 1)
+                raise ValueError("undo this part only")
+        except ValueError:
+            pass
+        return "ok"
+
+    @app.function(id="sub", trigger=ss.on_event("go"), backoff=FAST)
+    def sub(ctx: ss.Context) -> str:
+        return str(ctx.step.transaction("create-record", nested))
+
+    app.start()
+    run = send_and_wait(app, ss.Event("go"))
+    assert run.status == "completed" and run.steps[0].attempts == 1, run.error
+    assert rows(db_url) == [("kept", 0)]
+
+
 def test_a_fn_may_not_end_the_engines_transaction(app: ss.App, db_url: str, table: str) -> None:
     insert = inserter(db_url)
 

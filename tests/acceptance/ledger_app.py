@@ -11,7 +11,6 @@ import uuid
 
 import stepstone as ss
 from stepstone.store import faults
-from tests import usertables
 
 DATABASE_URL = os.environ["STEPSTONE_DATABASE_URL"]
 app = ss.App("ledger", database_url=DATABASE_URL)
@@ -137,6 +136,8 @@ if os.environ.get("KILL_INSIDE"):
 @app.function(id="txn-record", trigger=ss.on_event("txn-record"))
 def txn_record(ctx: ss.Context) -> str:
     """The row is written by the step's own transaction."""
+    from tests import usertables  # here: only these tests put the repository on the path
+
     user = ctx.step.transaction("create-record", usertables.inserter(DATABASE_URL), ctx.event.data["user"])
     return str(ctx.step.run("after", lambda: user))
 
@@ -144,5 +145,7 @@ def txn_record(ctx: ss.Context) -> str:
 @app.function(id="run-record", trigger=ss.on_event("run-record"))
 def run_record(ctx: ss.Context) -> str:
     """The same with a plain step.run: its own connection commits the row."""
+    from tests import usertables
+
     user = ctx.step.run("create-record", usertables.insert_and_commit, DATABASE_URL, ctx.event.data["user"])
     return str(ctx.step.run("after", lambda: user))

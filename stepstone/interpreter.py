@@ -324,6 +324,7 @@ class Interpreter:
         if done:
             return value
         attempt, started = int(value), self.clock.now()
+        token = current_step.set(StepScope(step_id, attempt))  # for fn: ctx.logger, idempotency_key()
         commit = TransactionCommit(
             fn=fn,
             args=args,
@@ -341,6 +342,7 @@ class Interpreter:
             hooks=self.hooks,
             ctx=self.ctx,
         )
+        current_step.reset(token)
         outcome = await self.journal.apply_step(commit)
         if isinstance(outcome, BaseException):
             return await self.finish_step(

@@ -22,6 +22,7 @@ function never runs again once its transaction committed.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -51,6 +52,7 @@ class TransactionCommit:
         ctx: Any,
     ) -> None:
         self.fn, self.args, self.row = fn, args, row
+        self.context = contextvars.copy_context()  # the step's scope, for the writer's thread
         self.clock, self.hooks, self.ctx = clock, hooks, ctx
         self.encoded = "null"  # the result as JSON, before transform_output
         self._attempted = False
@@ -76,7 +78,8 @@ class TransactionCommit:
         """The function's result, as stored (inside the savepoint: a result
         that cannot be stored rolls the writes back)."""
         what = f"step {self.row.step_id!r} output"
-        self.encoded = serde.dumps(self.fn(conn, *self.args), what=what, limit=limits.MAX_STEP_OUTPUT_BYTES)
+        result = self.context.run(self.fn, conn, *self.args)
+        self.encoded = serde.dumps(result, what=what, limit=limits.MAX_STEP_OUTPUT_BYTES)
         if not self.hooks.has("transform_output"):
             return self.encoded
         kept = self.hooks.transform_output_now(self.ctx, serde.loads(self.encoded), self.row.step_id)

@@ -43,14 +43,18 @@ def test_a_transaction_step_writes_one_row_and_returns_what_fn_returned(
     insert = inserter(db_url)
     calls: Counter[str] = Counter()
 
-    def record(conn: Any, user_id: str) -> dict[str, Any]:
-        calls["fn"] += 1
-        return {"user": insert(conn, user_id)}
+    keys: list[str] = []
 
     @app.function(id="sub", trigger=ss.on_event("go"), backoff=FAST)
     def sub(ctx: ss.Context) -> Any:
+        def record(conn: Any, user_id: str) -> dict[str, Any]:
+            calls["fn"] += 1
+            keys.append(ctx.step.idempotency_key())  # fn runs in its step's scope
+            return {"user": insert(conn, user_id)}
+
         created = ctx.step.transaction("create-record", record, ctx.event.data["user"])
         ctx.step.sleep("nap", "10ms")  # a replay: the memo is returned, fn is not called again
+        keys.append(ctx.step.idempotency_key("create-record"))
         return created
 
     app.start()
@@ -59,6 +63,7 @@ def test_a_transaction_step_writes_one_row_and_returns_what_fn_returned(
     assert run.output == {"user": "u1"}
     assert rows(db_url) == [("u1", 0)]
     assert calls["fn"] == 1
+    assert len(keys) == 2 and keys[0] == keys[1]
     step = run.steps[0]
     assert (step.id, step.kind, step.status, step.attempts, step.output) == (
         "create-record",

@@ -312,6 +312,35 @@ def test_cancelling_a_run_whose_transaction_step_is_retrying(app: ss.App, db_url
     assert calls["fn"] == 1 and rows(db_url) == []
 
 
+def test_a_cancel_the_transaction_commit_reports_stops_the_run_before_its_next_step(
+    make_app: Callable[..., ss.App], db_url: str, table: str
+) -> None:
+    """The cancel arrives after the step's work began (a middleware hook asks
+    for it) and before its commit: the commit's fence reports it, as any
+    checkpoint's does, and no further step runs."""
+    insert = inserter(db_url)
+    after: list[str] = []
+
+    class CancelBeforeTheCommit(ss.Middleware):
+        async def before_step(self, ctx: ss.Context, step_id: str) -> None:
+            if step_id == "create-record":
+                await app.runs.cancel_async(ctx.run_id)
+
+    app = make_app(middleware=[CancelBeforeTheCommit()])
+
+    @app.function(id="sub", trigger=ss.on_event("go"), backoff=FAST)
+    def sub(ctx: ss.Context) -> None:
+        ctx.step.transaction("create-record", insert, "u1")
+        ctx.step.run("next", after.append, "ran")
+
+    app.start()
+    run = send_and_wait(app, ss.Event("go"))
+    assert run.status == "cancelled"
+    assert after == []
+    assert rows(db_url) == [("u1", 0)]  # its commit was the step's: the row came with it
+    assert [(s.id, s.status) for s in run.steps] == [("create-record", "completed")]
+
+
 def test_rerun_from_the_transaction_step_writes_once_more_and_replay_after_it_never(
     app: ss.App, db_url: str, table: str
 ) -> None:

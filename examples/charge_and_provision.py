@@ -4,6 +4,12 @@ Provisioning is flaky (it fails twice, then works) and, in the second act, has
 a bug that fails every attempt until it is fixed and the run is replayed. The
 ledger shows that the card was charged once per order either way.
 
+The charge goes to an external API: ``step.run`` with an idempotency key (the
+provider deduplicates a retried call). The subscription row goes to our own
+database: ``step.transaction`` writes it in the very transaction that commits
+the step's checkpoint, so it exists exactly once, even if the process dies
+between the insert and the checkpoint.
+
 Run it with ``./scripts/demo.sh`` (or ``python examples/charge_and_provision.py``).
 """
 
@@ -18,6 +24,11 @@ import stepstone as ss
 
 WORKDIR = os.environ.get("DEMO_DIR") or tempfile.mkdtemp(prefix="stepstone-demo-")
 app = ss.App("shop", database_url=f"sqlite:///{WORKDIR}/stepstone.db")
+# The shop's own table lives in the Stepstone database: step.transaction writes it.
+with sqlite3.connect(f"{WORKDIR}/stepstone.db") as shop:
+    shop.execute(
+        "CREATE TABLE IF NOT EXISTS subscriptions (id TEXT PRIMARY KEY, order_id TEXT, payment_id TEXT)"
+    )
 ledger = sqlite3.connect(f"{WORKDIR}/ledger.db", isolation_level=None, check_same_thread=False)
 ledger.execute("CREATE TABLE IF NOT EXISTS effects (order_id TEXT, action TEXT, detail TEXT)")
 provisioning = {"failures_left": 2, "bug": False}
@@ -32,8 +43,12 @@ def charge(order_id: str, amount: int, idempotency_key: str) -> dict[str, object
     return {"id": f"ch_{order_id}", "amount": amount}
 
 
-def insert_subscription(order_id: str, payment_id: str) -> dict[str, object]:
-    record(order_id, "insert-subscription", payment_id)
+def insert_subscription(conn: sqlite3.Connection, order_id: str, payment_id: str) -> dict[str, object]:
+    """Runs inside the step's checkpoint transaction: keep it short."""
+    conn.execute(
+        "INSERT INTO subscriptions (id, order_id, payment_id) VALUES (?, ?, ?)",
+        (f"sub_{order_id}", order_id, payment_id),
+    )
     return {"id": f"sub_{order_id}"}
 
 
@@ -58,7 +73,9 @@ def charge_and_provision(ctx: ss.Context) -> dict[str, object]:
     data = ctx.event.data
     key = ctx.step.idempotency_key("charge-user")
     payment = ctx.step.run("charge-user", charge, data["order_id"], data["amount"], key)
-    row = ctx.step.run("create-subscription-record", insert_subscription, data["order_id"], payment["id"])
+    row = ctx.step.transaction(
+        "create-subscription-record", insert_subscription, data["order_id"], payment["id"]
+    )
     ctx.step.run("provision-access", grant_access, data["order_id"], data["user_id"])
     return {"subscription_id": row["id"]}
 
@@ -73,6 +90,7 @@ def show(run: ss.Run, order_id: str) -> None:
         (order_id,),
     ).fetchall()
     print("  ledger: " + ", ".join(f"{action} x{count}" for action, count in rows))
+    print(f"  subscriptions rows: {subscriptions(order_id)}")
 
 
 def order(order_id: str) -> ss.Run:
@@ -99,6 +117,12 @@ def count(order_id: str, action: str) -> int:
     return int(row[0])
 
 
+def subscriptions(order_id: str) -> int:
+    with sqlite3.connect(f"{WORKDIR}/stepstone.db") as conn:
+        row = conn.execute("SELECT COUNT(*) FROM subscriptions WHERE order_id = ?", (order_id,)).fetchone()
+    return int(row[0])
+
+
 def main() -> int:
     print(f"Stepstone demo on SQLite ({WORKDIR}/stepstone.db)\n")
     app.start(concurrency=4)
@@ -107,6 +131,7 @@ def main() -> int:
         run = order("order-1")
         show(run, "order-1")
         assert run.status == "completed" and count("order-1", "charge") == 1
+        assert subscriptions("order-1") == 1
 
         print("\n2. A bug fails provisioning on every attempt: the run fails after its retries.")
         provisioning["bug"] = True
@@ -120,6 +145,7 @@ def main() -> int:
         run = app.runs.wait(run.id, timeout="30s")
         show(run, "order-2")
         assert run.status == "completed" and count("order-2", "charge") == 1
+        assert subscriptions("order-2") == 1
 
         print("\n3. The same order sent again (same event id) starts no second run.")
         app.send(
@@ -135,7 +161,7 @@ def main() -> int:
         )
     finally:
         app.stop()
-    print("\nEvery card was charged exactly once.")
+    print("\nEvery card was charged exactly once; every subscription row exists once.")
     return 0
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set everything up and run the whole test suite: lint, types, tests.
 set -euo pipefail
-EXTRAS="dev,server,postgres,crypto,otel"
+EXTRAS="dev,server,postgres,crypto,otel,sqlalchemy"
 source "$(dirname "$0")/_venv.sh"
 cd "$ROOT"
 source scripts/_services.sh

@@ -45,6 +45,12 @@ class RetryAfterError(StepstoneError):
         self.retry_after = retry_after
 
 
+class TransactionTooLongError(StepstoneError):
+    """A ``step.transaction`` function ran past its bound
+    (``limits.MAX_TRANSACTION_SECONDS``): its writes were rolled back and the
+    step is retried like any failed attempt."""
+
+
 class StepError(StepstoneError):
     """Raised inside the handler when a step has failed for good.
 

@@ -48,6 +48,7 @@ from stepstone.signals import (
 )
 from stepstone.store.base import Tx
 from stepstone.store.rows import RunStatus, SpanRow, StepKind, StepRow, StepStatus, WaitKind, WaitRow
+from stepstone.txstep import TransactionCommit
 
 T = TypeVar("T")
 
@@ -164,10 +165,12 @@ class Interpreter:
         self.journal.stage(row, span, effect)
 
     # -- step.run ----------------------------------------------------------------------
-    async def begin_step(self, step_id: str, fn: Callable[..., Any]) -> tuple[bool, Any]:
-        """Decide a ``step.run`` of ``fn``: ``(True, value)`` from memo, or
+    async def begin_step(
+        self, step_id: str, fn: Callable[..., Any], kind: StepKind = StepKind.RUN
+    ) -> tuple[bool, Any]:
+        """Decide a ``step.run`` (or ``kind``) of ``fn``: ``(True, value)`` from memo, or
         ``(False, attempt)`` meaning execute now (earlier writes are committed first)."""
-        memo = self._reach(step_id, StepKind.RUN, callable_fingerprint(fn))
+        memo = self._reach(step_id, kind, callable_fingerprint(fn))
         if memo is not None:
             if memo.status == StepStatus.COMPLETED:
                 return True, self.memo_value(memo)
@@ -195,8 +198,10 @@ class Interpreter:
         result: Any,
         failure: BaseException | None,
         retries: int | None,
+        kind: StepKind = StepKind.RUN,
     ) -> Any:
-        """Record the outcome of an executed ``step.run``; return its value or raise."""
+        """Record the outcome of an executed ``step.run`` (or a failed attempt of
+        another ``kind``); return its value or raise."""
         if self.hooks.active:
             await self.hooks.after_step(self.ctx, step_id, result, failure)
         now = self.clock.now()
@@ -219,7 +224,7 @@ class Interpreter:
                 run_id=self.run_id,
                 step_id=step_id,
                 position=position,
-                kind=StepKind.RUN,
+                kind=kind,
                 status=StepStatus.COMPLETED,
                 attempts=attempt + 1,
                 output=stored,
@@ -237,7 +242,7 @@ class Interpreter:
                 run_id=self.run_id,
                 step_id=step_id,
                 position=position,
-                kind=StepKind.RUN,
+                kind=kind,
                 status=StepStatus.FAILED,
                 attempts=attempt + 1,
                 error=error_json,
@@ -256,7 +261,7 @@ class Interpreter:
             run_id=self.run_id,
             step_id=step_id,
             position=position,
-            kind=StepKind.RUN,
+            kind=kind,
             status=StepStatus.RETRYING,
             attempts=attempt + 1,
             error=error_json,
@@ -307,6 +312,47 @@ class Interpreter:
         finally:
             current_step.reset(token)
         return await self.finish_step(step_id, attempt, started, result, failure, retries)
+
+    # -- step.transaction --------------------------------------------------------------
+    async def transaction(
+        self, step_id: str, fn: Callable[..., Any], args: tuple[Any, ...], retries: int | None
+    ) -> Any:
+        """``step.transaction``: ``fn(conn, *args)`` runs inside the fenced commit
+        that writes its memo (``txstep.py``); a failed attempt is recorded and
+        retried as for ``step.run``."""
+        done, value = await self.begin_step(step_id, fn, StepKind.TRANSACTION)
+        if done:
+            return value
+        attempt, started = int(value), self.clock.now()
+        token = current_step.set(StepScope(step_id, attempt))  # for fn: ctx.logger, idempotency_key()
+        commit = TransactionCommit(
+            fn=fn,
+            args=args,
+            row=StepRow(
+                run_id=self.run_id,
+                step_id=step_id,
+                position=self._position(step_id),
+                kind=StepKind.TRANSACTION,
+                status=StepStatus.COMPLETED,
+                attempts=attempt + 1,
+                started_at=started,
+                fingerprint=self._fingerprint(step_id),
+            ),
+            clock=self.clock,
+            hooks=self.hooks,
+            ctx=self.ctx,
+        )
+        current_step.reset(token)
+        outcome = await self.journal.apply_step(commit)
+        if isinstance(outcome, BaseException):
+            return await self.finish_step(
+                step_id, attempt, started, None, outcome, retries, StepKind.TRANSACTION
+            )
+        self.memo[step_id] = outcome
+        result = serde.loads(commit.encoded)
+        if self.hooks.active:
+            await self.hooks.after_step(self.ctx, step_id, result, None)
+        return result
 
     # -- step.sleep --------------------------------------------------------------------
     def sleep_until(self, step_id: str, wake_at: float) -> None:

@@ -94,6 +94,20 @@ class RunJournal:
             raise LeaseLostSignal()
         return await self.commit(self._staged_op(op))
 
+    async def apply_step(self, op: Callable[[Tx], Any]) -> Any:
+        """``apply`` for an ``op`` that writes a step's memo itself
+        (``step.transaction``): as after any checkpoint, a cancel the fence
+        reports stops the invocation before the next step."""
+        await self._settle_commits()
+        if self.lease_lost:
+            raise LeaseLostSignal()
+        staged = self._staged_op(op)
+        staged.keep_flag = True
+        cancel, value = await self.commit(staged)
+        if cancel():
+            self.cancel_requested = True
+        return value
+
     async def finish(self, final: Callable[[Tx], Any]) -> Any:
         """Commit staged writes and the invocation's final write in one transaction."""
         await self._settle_commits()
@@ -102,7 +116,7 @@ class RunJournal:
         return await self.commit(self._staged_op(final))
 
     # -- internals ------------------------------------------------------------------
-    def _staged_op(self, then: Callable[[Tx], Any] | None) -> Callable[[Tx], Any]:
+    def _staged_op(self, then: Callable[[Tx], Any] | None) -> _Staged:
         staged = _Staged(self.fence, self.steps, self.spans, self.effects, then)
         self.steps, self.spans, self.effects = [], [], []
         return staged
@@ -175,7 +189,7 @@ class _Staged:
     """One fenced commit: the checkpoint of the staged memos and spans, their
     effects, then the invocation's final write (if any)."""
 
-    __slots__ = ("effects", "fence", "spans", "steps", "then")
+    __slots__ = ("effects", "fence", "keep_flag", "spans", "steps", "then")
 
     def __init__(
         self,
@@ -186,12 +200,21 @@ class _Staged:
         then: Callable[[Tx], Any] | None,
     ) -> None:
         self.fence, self.steps, self.spans, self.effects, self.then = fence, steps, spans, effects, then
+        self.keep_flag = False  # return (cancel flag, the final write's value)
 
     def __call__(self, tx: Tx) -> Any:
         cancel = tx.checkpoint(self.fence, self.steps, self.spans)
         for effect in self.effects:
             effect(tx)
-        return cancel if self.then is None else self.then(tx)
+        if self.then is None:
+            return cancel
+        value = self.then(tx)
+        return (cancel, value) if self.keep_flag else value
+
+    @property
+    def user_sql(self) -> bool:
+        """Whether the commit runs a user's SQL (never pipelined on PostgreSQL)."""
+        return bool(getattr(self.then, "user_sql", False))
 
     @property
     def site(self) -> str:

@@ -11,3 +11,4 @@ DEDUPE_WINDOW_SECONDS = 24 * 3600
 MAX_REQUEST_BYTES = 4 * 1024 * 1024  # HTTP request bodies (a list of events, a bulk job)
 MAX_ERROR_TEXT_BYTES = 64 * 1024  # a stored error's message, and its traceback, each (cut, not refused)
 MAX_ERROR_TYPE_BYTES = 1024  # a stored error's type name (cut, not refused)
+MAX_TRANSACTION_SECONDS = 5.0  # a step.transaction's function, run while the commit's transaction is open

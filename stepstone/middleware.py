@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from stepstone.errors import ErrorInfo
+from stepstone.errors import ErrorInfo, NonRetriableError
 from stepstone.events import Event
 
 if TYPE_CHECKING:
@@ -134,6 +134,20 @@ class Hooks:
     async def transform_output(self, ctx: Context | None, output: Any, step_id: str | None) -> Any:
         for method in self._by_hook["transform_output"]:
             output = await _call(method, ctx, output, step_id)
+        return output
+
+    def transform_output_now(self, ctx: Context | None, output: Any, step_id: str | None) -> Any:
+        """``transform_output`` where nothing can be awaited (a ``step.transaction``'s
+        result, inside its commit): every such hook must be synchronous."""
+        for method in self._by_hook["transform_output"]:
+            output = method(ctx, output, step_id)
+            if inspect.isawaitable(output):
+                if inspect.iscoroutine(output):
+                    output.close()
+                raise NonRetriableError(
+                    f"{type(method.__self__).__name__}.transform_output is async; "
+                    "step.transaction needs a synchronous one"
+                )
         return output
 
     async def before_send_events(self, ctx: Context | None, events: list[Event]) -> list[Event]:

@@ -223,7 +223,7 @@ def _trace_op(run_id: str) -> Callable[[Tx], list[Span]]:
     return op
 
 
-_STEP_SPAN_KIND = {StepKind.RUN: "step"}
+_STEP_SPAN_KIND = {StepKind.RUN: "step", StepKind.TRANSACTION: "step"}  # steps with attempts
 _SPAN_ORDER = {"run": 0, "queued": 1}
 
 
@@ -233,7 +233,7 @@ def _step_span(row: StepRow) -> Span:
         kind=_STEP_SPAN_KIND.get(row.kind, row.kind),
         name=row.step_id,
         status=row.status,
-        attempt=max(0, row.attempts - 1) if row.kind == StepKind.RUN else 0,
+        attempt=max(0, row.attempts - 1) if row.kind in _STEP_SPAN_KIND else 0,
         started_at=started,
         ended_at=_dt(row.ended_at),
         error=ErrorInfo.from_json(serde.loads(row.error)) if row.status == StepStatus.FAILED else None,

@@ -33,6 +33,11 @@ class Journal(Protocol):
         """Commit staged writes and then ``op`` in one fenced transaction, now."""
         ...
 
+    async def apply_step(self, op: Callable[[Tx], Any]) -> Any:
+        """``apply`` for an ``op`` that writes a step's memo itself; may flag a
+        cancel for the next ``flush``."""
+        ...
+
     def warn(self, name: str, message: str) -> None:
         """Record a warning in the run's trace."""
         ...

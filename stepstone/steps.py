@@ -45,6 +45,13 @@ def _check_retries(retries: int | None) -> int | None:
     return retries
 
 
+def _plain(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A transaction's function runs on the store's writer, where nothing is awaited."""
+    if inspect.iscoroutinefunction(fn):
+        raise NonRetriableError("step.transaction needs a plain function, not a coroutine function")
+    return fn
+
+
 class AsyncStep:
     """``ctx.step`` for ``async def`` handlers."""
 
@@ -57,6 +64,14 @@ class AsyncStep:
         """Run ``fn(*args)`` once, durably; its JSON result is memoized."""
         step_id = self._i.claim_id(id)
         return self._i.run(step_id, fn, args, _check_retries(retries))
+
+    def transaction(
+        self, id: str, fn: Callable[..., Any], *args: Any, retries: int | None = None
+    ) -> Coroutine[Any, Any, Any]:
+        """Run ``fn(conn, *args)`` inside the transaction that commits its memo:
+        its writes to the Stepstone database commit exactly once, with the step."""
+        step_id = self._i.claim_id(id)
+        return self._i.transaction(step_id, _plain(fn), args, _check_retries(retries))
 
     async def sleep(self, id: str, duration: Duration) -> None:
         step_id = self._i.claim_id(id)
@@ -141,6 +156,10 @@ class SyncStep:
         finally:
             current_step.reset(token)
         return self._on_loop(self._i.finish_step(step_id, attempt, started, result, failure, retries))
+
+    def transaction(self, id: str, fn: Callable[..., Any], *args: Any, retries: int | None = None) -> Any:
+        step_id = self._i.claim_id(id)
+        return self._on_loop(self._i.transaction(step_id, _plain(fn), args, _check_retries(retries)))
 
     def sleep(self, id: str, duration: Duration) -> None:
         step_id = self._i.claim_id(id)

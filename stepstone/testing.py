@@ -75,7 +75,7 @@ class TestEnv:
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> TestEnv:
-        self._saved = self.app._rebind(f"sqlite:///{self._folder}/test.db", self.clock)
+        self._saved = self.app._rebind(self.database_url, self.clock)
         self._portal = Portal("stepstone-testenv")
         self._worker = self.app.worker(concurrency=self._concurrency, instance_id="testenv")
         return self
@@ -88,6 +88,12 @@ class TestEnv:
         if self._saved is not None:
             self.app._rebind(*self._saved)
         shutil.rmtree(self._folder, ignore_errors=True)
+
+    @property
+    def database_url(self) -> str:
+        """The temporary database: create the tables your ``step.transaction``
+        functions write in it (``sqlite3.connect(url.removeprefix("sqlite:///"))``)."""
+        return f"sqlite:///{self._folder}/test.db"
 
     # -- time --------------------------------------------------------------------------------
     @property

@@ -436,6 +436,14 @@ class Tx(Protocol):
         """Mark active jobs not refreshed since ``stale_before`` as ``interrupted``."""
         ...
 
+    # --- transactional steps (issue 15) --------------------------------------------------
+    def user_sql(self, fn: Callable[[Any], T], seconds: float) -> T:
+        """``fn(connection)`` in a savepoint of this transaction, bounded to
+        ``seconds`` (``store/usertx.py``): if it raises or runs too long, its
+        writes are rolled back and the error is raised; else they commit with
+        the transaction."""
+        ...
+
 
 class Store(Protocol):
     """A database: runs operations in transactions."""

@@ -42,8 +42,11 @@ def run_batch(
             for op in ops:
                 conn.execute("SAVEPOINT op")
                 try:
-                    outcomes.append((True, op(tx)))
+                    value = op(tx)
+                    # An op may return although a statement of its failed (PostgreSQL
+                    # then refuses the release): it failed, and it gets one outcome.
                     conn.execute("RELEASE SAVEPOINT op")
+                    outcomes.append((True, value))
                 except Exception as exc:  # noqa: BLE001 - the op's own failure
                     conn.execute("ROLLBACK TO SAVEPOINT op")
                     conn.execute("RELEASE SAVEPOINT op")

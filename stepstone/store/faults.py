@@ -39,7 +39,7 @@ from typing import Any, Literal
 from stepstone.errors import StoreUnavailableError
 from stepstone.store.batching import OpResult
 
-When = Literal["before", "after"]
+When = Literal["before", "inside", "after"]
 Op = Callable[[Any], Any]
 
 active: Plan | None = None  # read by the stores on every write transaction
@@ -57,9 +57,12 @@ def site(op: Op) -> str:
 @dataclass(frozen=True)
 class Fault:
     """Fail the ``nth`` write named ``site`` ``when`` (``before``: the operation
-    raises and is rolled back alone; ``after``: its batch commits and every
-    operation in it then gets ``StoreUnavailableError``, as if the connection
-    died at ``COMMIT``)."""
+    raises and is rolled back alone; ``inside``: the operation runs, then the
+    plan's ``during()`` runs in its still open transaction, before its
+    ``COMMIT`` (where a test kills the process: after a step's work, before
+    its checkpoint commits); ``after``: its batch commits and every operation
+    in it then gets ``StoreUnavailableError``, as if the connection died at
+    ``COMMIT``)."""
 
     site: str
     when: When
@@ -93,7 +96,7 @@ class Plan:
         hits = self._hits(ops)
         if not hits:
             return write(list(ops))
-        wrapped = [_failing(op) if hits.get(i) == "before" else op for i, op in enumerate(ops)]
+        wrapped = [_wrapped(op, hits.get(i), self.during) for i, op in enumerate(ops)]
         outcomes = write(wrapped)
         after = [i for i, when in hits.items() if when == "after"]
         if not after:
@@ -116,6 +119,30 @@ class Plan:
             return hits
 
 
+def _wrapped(op: Op, when: When | None, during: Callable[[], Any] | None) -> Op:
+    if when == "before":
+        return _failing(op)
+    if when == "inside" and during is not None:
+        return _Inside(op, during)
+    return op
+
+
+class _Inside:
+    """The operation, then ``during()`` inside its open transaction; otherwise
+    the operation itself (its ``site``, whether it runs user SQL)."""
+
+    def __init__(self, op: Op, during: Callable[[], Any]) -> None:
+        self.op, self.during = op, during
+
+    def __call__(self, tx: Any) -> Any:
+        value = self.op(tx)
+        self.during()
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.op, name)
+
+
 def _failing(op: Op) -> Op:
     def before(tx: Any) -> Any:
         raise StoreUnavailableError(f"injected fault before the commit of {site(op)}")
@@ -130,7 +157,8 @@ def _lost(op: Op) -> StoreUnavailableError:
 @contextmanager
 def inject(target: str, when: When, nth: int = 1, during: Callable[[], Any] | None = None) -> Iterator[Plan]:
     """Install a plan failing the ``nth`` write named ``target``, for the block.
-    ``during()``, if given, runs after an "after" fault's commit and before its
+    ``during()``, if given, runs inside an "inside" fault's transaction before
+    its ``COMMIT``, or after an "after" fault's commit and before its
     caller hears of the failure: what other clients do while this one cannot
     know whether its write committed (it runs on the writing thread; it may
     write through ``Store.transact_sync``)."""

@@ -49,6 +49,7 @@ DIALECT = Dialect(
     lock="FOR UPDATE SKIP LOCKED",
     lock_wait="FOR UPDATE",
     fence_raises=True,
+    statement_timeout=True,
     pyformat=True,
     key_lock="SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))",
     key_try_lock="SELECT pg_try_advisory_xact_lock(hashtextextended(%(key)s, 0)) AS ok",
@@ -195,7 +196,10 @@ class PostgresStore:
     # -- writes ----------------------------------------------------------------------
     def _write_batch(self, conn: Any, ops: list[Callable[[Any], Any]]) -> list[OpResult]:
         """One transaction for ``ops``: pipelined when alone (``pgpipeline``), else
-        with a savepoint per operation."""
+        with a savepoint per operation. An operation that runs a user's SQL
+        (``user_sql``: ``step.transaction``) is never pipelined: the user's
+        code reads results and may fail mid-way, and its savepoint must roll
+        back at once."""
         if faults.active is not None:  # tests only (store/faults.py)
             return faults.active.run(ops, lambda batch: self._write(conn, batch))
         return self._write(conn, ops)
@@ -207,7 +211,7 @@ class PostgresStore:
             txs.append(PgTx(c, DIALECT))
             return txs[-1]
 
-        if len(ops) == 1:
+        if len(ops) == 1 and not getattr(ops[0], "user_sql", False):
             outcomes = [run_alone(conn, ops[0], make_tx, _notify_if_woken, translate)]
         else:
             outcomes = run_batch(conn, ops, make_tx, "BEGIN", translate, _notify_if_woken)

@@ -502,3 +502,23 @@ SELECT re.event_seq, r.id, r.function_id, r.status FROM run_events re
 JOIN runs r ON r.id = re.run_id
 WHERE re.event_seq IN ({seqs})
 ORDER BY r.id;
+
+-- Transactional steps (store/usertx.py): the user's function runs in a
+-- savepoint of the step's checkpoint transaction. On PostgreSQL it runs under a
+-- transaction-local statement timeout ({ms}: milliseconds, set by the code),
+-- taken back before the savepoint is released (RESET: Stepstone never sets it
+-- otherwise); each pair is sent as one round trip (no parameters).
+-- name: user_savepoint
+SAVEPOINT stepstone_user;
+
+-- name: user_release
+RELEASE SAVEPOINT stepstone_user;
+
+-- name: user_rollback
+ROLLBACK TO SAVEPOINT stepstone_user;
+
+-- name: user_savepoint_bounded
+SAVEPOINT stepstone_user; SET LOCAL statement_timeout = {ms};
+
+-- name: user_release_bounded
+RESET statement_timeout; RELEASE SAVEPOINT stepstone_user;

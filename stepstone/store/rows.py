@@ -54,6 +54,7 @@ class StepKind(StrEnum):
     WAIT = "wait"  #: step.wait_for_event
     INVOKE = "invoke"  #: step.invoke
     SEND = "send"  #: step.send_event
+    TRANSACTION = "transaction"  #: step.transaction
 
 
 class WaitKind(StrEnum):

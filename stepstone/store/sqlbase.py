@@ -34,6 +34,7 @@ class Dialect:
     key_try_lock: str | None = None  # the same without waiting; returns one row, column "ok"
     server_clock: str | None = None  # SQL reading the server's clock (epoch seconds, column "now")
     fence_raises: bool = False  # fence checks fail on the server (no need to read them back)
+    statement_timeout: bool = False  # a transaction-local statement_timeout bounds user SQL (usertx.py)
     _cache: dict[str | tuple[str, tuple[tuple[str, int], ...]], str] = field(
         default_factory=dict, compare=False, repr=False
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from stepstone.errors import LeaseLostError
 from stepstone.store.rows import (
@@ -32,6 +32,9 @@ from stepstone.store.rows import (
     WaitRow,
 )
 from stepstone.store.sqlviews import SqlViews
+from stepstone.store.usertx import run_in_savepoint
+
+T = TypeVar("T")
 
 
 class SqlTx(SqlViews):
@@ -568,3 +571,7 @@ class SqlTx(SqlViews):
 
     def clear_deadlines(self, run_id: str) -> None:
         self._exec("clear_deadlines", {"run_id": run_id})
+
+    # -- transactional steps ---------------------------------------------------------------------
+    def user_sql(self, fn: Callable[[Any], T], seconds: float) -> T:
+        return run_in_savepoint(self, fn, seconds)

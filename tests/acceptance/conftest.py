@@ -25,7 +25,7 @@ def env(db_url: str, tmp_path: Path) -> dict[str, str]:
         **os.environ,
         "STEPSTONE_DATABASE_URL": db_url,
         "LEDGER_PATH": str(ledger),
-        "PYTHONPATH": str(HERE),
+        "PYTHONPATH": os.pathsep.join((str(HERE), str(HERE.parents[1]))),  # ledger_app, tests.*
     }
 
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import sqlite3
 import time
 import uuid
 
 import stepstone as ss
+from stepstone.store import faults
 
-app = ss.App("ledger", database_url=os.environ["STEPSTONE_DATABASE_URL"])
+DATABASE_URL = os.environ["STEPSTONE_DATABASE_URL"]
+app = ss.App("ledger", database_url=DATABASE_URL)
 LEDGER = os.environ["LEDGER_PATH"]
 STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.2"))
 # GATE_STEP's first execution in a run waits for the file GATE_PATH to exist;
@@ -119,3 +122,31 @@ def prelude(ctx: ss.Context) -> str:
     time.sleep(PRELUDE_SECONDS)
     charged: str = ctx.step.run("charge", tagged_effect, ctx.run_id, "charge")
     return charged
+
+
+# -- transactional steps (issue 15) -------------------------------------------------------------
+# KILL_INSIDE names a commit site: this process SIGKILLs itself inside that
+# commit's transaction, after its work and before its COMMIT (store/faults.py).
+if os.environ.get("KILL_INSIDE"):
+    _kill = faults.inject(
+        os.environ["KILL_INSIDE"], "inside", during=lambda: os.kill(os.getpid(), signal.SIGKILL)
+    )
+    _kill.__enter__()
+
+
+@app.function(id="txn-record", trigger=ss.on_event("txn-record"))
+def txn_record(ctx: ss.Context) -> str:
+    """The row is written by the step's own transaction."""
+    from tests import usertables  # here: only these tests put the repository on the path
+
+    user = ctx.step.transaction("create-record", usertables.inserter(DATABASE_URL), ctx.event.data["user"])
+    return str(ctx.step.run("after", lambda: user))
+
+
+@app.function(id="run-record", trigger=ss.on_event("run-record"))
+def run_record(ctx: ss.Context) -> str:
+    """The same with a plain step.run: its own connection commits the row."""
+    from tests import usertables
+
+    user = ctx.step.run("create-record", usertables.insert_and_commit, DATABASE_URL, ctx.event.data["user"])
+    return str(ctx.step.run("after", lambda: user))

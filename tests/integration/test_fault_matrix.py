@@ -1,7 +1,7 @@
 """Every commit site, failed before and after its commit (issue 12).
 
-A workload exercising every kind of step (runs, a sleep, a wait answered by an
-event, a wait that times out, invokes, one of them in parallel with a step so that its effect commits
+A workload exercising every kind of step (runs, a transaction step writing a
+row of the user's own, a sleep, a wait answered by an event, a wait that times out, invokes, one of them in parallel with a step so that its effect commits
 in a plain checkpoint, a send_event, a retried step, a failing run with an
 on_failure handler, a run cancelled while it sleeps) runs once without faults,
 recording the name of every write operation (``stepstone.store.faults``). It
@@ -13,6 +13,7 @@ end exactly as the fault-free one did:
 - every run ends, with the same function, status and output;
 - every side effect recorded in a ledger happens as often as without faults
   (at most one step, the one in flight at the failure, may run once more);
+  the transaction step's row exists exactly once, whatever failed;
 - no event is ingested twice, no child started twice, no wait row left over;
 - after each pass, status and queue agree and every unended run is due or
   parked on something that can wake it;
@@ -92,9 +93,16 @@ def build(db_url: str, ledger: Counter[str]) -> ss.App:
             raise RuntimeError("first attempt fails")
         return "steady"
 
+    mark = "?" if db_url.startswith("sqlite:") else "%s"
+
+    def insert_row(conn: Any, run_id: str) -> str:
+        conn.execute(f"INSERT INTO user_rows (run_id) VALUES ({mark})", (run_id,))
+        return "row"
+
     @app.function(id="main", trigger=ss.on_event("start"), retries=2, backoff=FAST)
     async def main(ctx: ss.Context) -> Any:
         a = await ctx.step.run("a", record("main:a"))
+        await ctx.step.transaction("t", insert_row, ctx.run_id)
         await ctx.step.sleep("nap", "1m")
         answer = await ctx.step.wait_for_event(
             "w", event="answer", timeout="1h", if_="async.data.k == event.data.k"
@@ -125,6 +133,21 @@ def build(db_url: str, ledger: Counter[str]) -> ss.App:
         await ctx.step.run("s2", record("sleeper:s2"))
 
     return app
+
+
+def create_user_table(db_url: str) -> None:
+    """The transaction step's table, in the Stepstone database (emptied with it)."""
+    ddl = "CREATE TABLE IF NOT EXISTS user_rows (run_id TEXT NOT NULL)"
+    if db_url.startswith("sqlite:"):
+        import sqlite3
+
+        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
+            conn.execute(ddl)
+        return
+    import psycopg
+
+    with psycopg.connect(db_url, autocommit=True) as pg:
+        pg.execute(ddl)
 
 
 def _fail() -> NoReturn:
@@ -175,6 +198,7 @@ def _driver(app: ss.App) -> Driver:
 async def drive(db_url: str) -> Outcome:
     out = Outcome()
     app = build(db_url, out.ledger)
+    create_user_table(db_url)
     try:
         driver = _driver(app)
         await driver.send([ss.Event("start", {"k": "x"}, id="start-1")])
@@ -200,6 +224,8 @@ async def drive(db_url: str) -> Outcome:
     finally:
         app.close()
     out.events.update(name for (name,) in query(db_url, "SELECT name FROM events"))
+    [(rows,)] = query(db_url, "SELECT COUNT(*) FROM user_rows")
+    out.ledger["main:t rows"] = rows
     if query(db_url, "SELECT run_id, step_id FROM waits"):
         out.problems.append("wait rows left over")
     return out
@@ -224,6 +250,8 @@ def differences(base: Outcome, got: Outcome, repeats: int = 1) -> list[str]:
         found.append(f"effects repeated: {dict(extra)}")
     if got.ledger["sleeper:s2"]:
         found.append("the cancelled run executed a step")
+    if got.ledger["main:t rows"] != 1:  # exactly once, even where a step in flight may repeat
+        found.append(f"the transaction step left {got.ledger['main:t rows']} rows")
     return found
 
 
@@ -263,6 +291,7 @@ JOURNAL_SITES = {
     "journal(checkpoint+Interpreter.invoke.start_child)",
     "journal(checkpoint+Interpreter.send_event.ingest_sent)",
     "journal(checkpoint+Interpreter._resolved.timeout)",
+    "journal(checkpoint+transaction)",
 }
 
 

@@ -104,3 +104,31 @@ def test_the_app_is_left_untouched() -> None:
     with TestEnv(app):
         assert app.database_url != before[0]
     assert (app.database_url, app.clock) == before
+
+
+def create_with_retries(conn: Any, user: str) -> str:
+    attempts["txn"] += 1
+    conn.execute("INSERT INTO accounts (user_id) VALUES (?)", (user,))
+    if attempts["txn"] < 3:
+        raise ConnectionError("lock contention, say")  # rolled back, retried after a 1h back-off
+    return user
+
+
+@app.function(id="account", trigger=ss.on_event("account"), backoff=ss.Backoff(initial="1h", factor=1))
+def account(ctx: ss.Context) -> str:
+    return str(ctx.step.transaction("create-account", create_with_retries, ctx.event.data["user"]))
+
+
+def test_a_transaction_step_on_the_virtual_clock_writes_one_row() -> None:
+    import sqlite3
+
+    attempts["txn"] = 0
+    with TestEnv(app) as env:
+        with sqlite3.connect(env.database_url.removeprefix("sqlite:///")) as conn:
+            conn.execute("CREATE TABLE accounts (user_id TEXT)")
+        [run] = env.send(ss.Event("account", {"user": "u1"}))
+        run = env.wait(run.id)  # two back-offs of an hour, at once
+        assert run.status == "completed" and run.output == "u1"
+        with sqlite3.connect(env.database_url.removeprefix("sqlite:///")) as conn:
+            assert conn.execute("SELECT user_id FROM accounts").fetchall() == [("u1",)]
+    assert attempts["txn"] == 3

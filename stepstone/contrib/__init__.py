@@ -1,0 +1,2 @@
+"""Optional integrations, each behind an extra (``pip install 'stepstone[...]'``);
+importing ``stepstone`` imports none of them."""

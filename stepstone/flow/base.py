@@ -8,7 +8,8 @@ function's stored description. A rule's hooks are called by
 unless the rule overrides it:
 
 - ``admit``: may end the admission (the event joined a pending run, or is a
-  duplicate) or record the new run ``skipped``; the first verdict wins;
+  duplicate) or record the new run ``skipped``; the first verdict wins (a
+  rule may also note a claim it made on the placement);
 - ``priority``: seconds that move the run ahead in its queue;
 - ``place``: the new run's due time, queue placement and deadlines;
 - ``opened``: rows written once a run that is not skipped exists.
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from stepstone.errors import ConfigError
@@ -83,11 +84,26 @@ class Placement:
     """The new run as the rules shape it before it is written."""
 
     due: float
-    spec: QueueSpec
     skipped: str | None = None  # why the run is recorded skipped (None: it is queued)
+    slots: list[tuple[str, int]] = field(default_factory=list)  # concurrency keys, limits
+    throttle_key: str | None = None
     start_deadline: float | None = None
     finish_timeout: float | None = None
     singleton_key: str | None = None
+
+    def queue_spec(self, function_id: str) -> QueueSpec:
+        """The run's partition is its function and first concurrency key (so a
+        full key parks only its own partition)."""
+        padded: list[tuple[str | None, int | None]] = [*self.slots, (None, None), (None, None)]
+        (ckey1, limit1), (ckey2, limit2) = padded[:2]
+        return QueueSpec(
+            partition_key=function_id if ckey1 is None else f"{function_id}|{ckey1}",
+            ckey1=ckey1,
+            limit1=limit1,
+            ckey2=ckey2,
+            limit2=limit2,
+            throttle_key=self.throttle_key,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,7 +132,7 @@ class Rule:
     """A resolved flow-control setting; subclasses are frozen keyword-only
     dataclasses and override the hooks they need."""
 
-    def admit(self, adm: Admission) -> Verdict | None:
+    def admit(self, adm: Admission, placement: Placement) -> Verdict | None:
         return None
 
     def priority(self, adm: Admission) -> float:

@@ -45,7 +45,7 @@ class ResolvedBatch(Rule):
     timeout: float  # seconds
     key: Expression | None
 
-    def admit(self, adm: Admission) -> Verdict | None:
+    def admit(self, adm: Admission, placement: Placement) -> Verdict | None:
         """Add the event to the key's open batch; a full batch is due at once."""
         key = accumulator_key(adm, "batch", self.key)
         found = pending(adm, "batch", key)

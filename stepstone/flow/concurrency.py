@@ -6,7 +6,6 @@ Admission writes the run's concurrency keys and limits into its queue spec
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -57,17 +56,7 @@ class ConcurrencyRule(Rule):
     limits: tuple[ResolvedConcurrency, ...]
 
     def place(self, adm: Admission, placement: Placement) -> None:
-        keys = [(limit.slot_key(adm), limit.limit) for limit in self.limits]
-        padded: list[tuple[str | None, int | None]] = [*keys, (None, None), (None, None)]
-        (ckey1, limit1), (ckey2, limit2) = padded[:2]
-        placement.spec = dataclasses.replace(
-            placement.spec,
-            partition_key=adm.function_id if ckey1 is None else f"{adm.function_id}|{ckey1}",
-            ckey1=ckey1,
-            limit1=limit1,
-            ckey2=ckey2,
-            limit2=limit2,
-        )
+        placement.slots.extend((limit.slot_key(adm), limit.limit) for limit in self.limits)
 
 
 def _combine(limits: tuple[ResolvedConcurrency, ...]) -> ConcurrencyRule:

@@ -42,7 +42,7 @@ class ResolvedDebounce(Rule):
     timeout: float | None
     key: Expression | None
 
-    def admit(self, adm: Admission) -> Verdict | None:
+    def admit(self, adm: Admission, placement: Placement) -> Verdict | None:
         """Replace the pending run's event with this one and push its start back."""
         found = pending(adm, "debounce", accumulator_key(adm, "debounce", self.key))
         if found is None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from stepstone import limits
 from stepstone.expressions import Expression, compile_expression
-from stepstone.flow.base import NULL_KEY, Admission, Dropped, Option, Rule, Verdict
+from stepstone.flow.base import NULL_KEY, Admission, Dropped, Option, Placement, Rule, Verdict
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Idempotency:
 class ResolvedIdempotency(Rule):
     key: Expression
 
-    def admit(self, adm: Admission) -> Verdict | None:
+    def admit(self, adm: Admission, placement: Placement) -> Verdict | None:
         value = adm.key(self.key)
         if value == NULL_KEY:
             return None

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from stepstone.durations import Duration
 from stepstone.expressions import Expression
-from stepstone.flow.base import Admission, Option, Rule, Skipped, Verdict
+from stepstone.flow.base import Admission, Option, Placement, Rule, Skipped, Verdict
 from stepstone.flow.checks import key_expression, positive_duration, positive_int
 from stepstone.scheduler import gcra
 
@@ -34,7 +34,7 @@ class ResolvedRateLimit(Rule):
     period: float  # seconds
     key: Expression | None
 
-    def admit(self, adm: Admission) -> Verdict | None:
+    def admit(self, adm: Admission, placement: Placement) -> Verdict | None:
         key = f"rate:{adm.function_id}:{adm.key(self.key)}"
         interval = self.period / self.limit
         if gcra.try_consume(adm.tx, key, interval, self.period - interval, adm.now):

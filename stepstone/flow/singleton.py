@@ -41,24 +41,17 @@ class ResolvedSingleton(Rule):
     key: Expression | None
     mode: Mode
 
-    def claim_key(self, adm: Admission) -> str:
-        return f"singleton:{adm.function_id}:{adm.key(self.key)}"
-
-    def admit(self, adm: Admission) -> Verdict | None:
-        key = self.claim_key(adm)
+    def admit(self, adm: Admission, placement: Placement) -> Verdict | None:
+        key = f"singleton:{adm.function_id}:{adm.key(self.key)}"
         holder = claim_singleton(adm.tx, key, adm.run_id, adm.now)
-        if holder is None:
-            return None
-        if self.mode == "skip":
+        if holder is not None and self.mode == "skip":
             return Skipped(reason=f"singleton: run {holder} is active for this key")
-        adm.cancel(holder, f"replaced by run {adm.run_id} (singleton)")
-        adm.tx.release_key(key, holder)
-        adm.tx.claim_key(key, adm.run_id, adm.now + FOREVER, adm.now)
+        if holder is not None:
+            adm.cancel(holder, f"replaced by run {adm.run_id} (singleton)")
+            adm.tx.release_key(key, holder)
+            adm.tx.claim_key(key, adm.run_id, adm.now + FOREVER, adm.now)
+        placement.singleton_key = key  # the run holds the key until it ends
         return None
-
-    def place(self, adm: Admission, placement: Placement) -> None:
-        if placement.skipped is None:  # admit claimed the key for this run
-            placement.singleton_key = self.claim_key(adm)
 
 
 def claim_singleton(tx: Tx, key: str, run_id: str, now: float) -> str | None:

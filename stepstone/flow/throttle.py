@@ -7,7 +7,6 @@ start.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from stepstone.durations import Duration
@@ -44,8 +43,7 @@ class ResolvedThrottle(Rule):
     key: Expression | None
 
     def place(self, adm: Admission, placement: Placement) -> None:
-        key = f"throttle:{adm.function_id}:{adm.key(self.key)}"
-        placement.spec = dataclasses.replace(placement.spec, throttle_key=key)
+        placement.throttle_key = f"throttle:{adm.function_id}:{adm.key(self.key)}"
 
     def start_at(self, tx: Tx, throttle_key: str, now: float) -> float | None:
         """When a never-started run under ``throttle_key`` may start (``None``:

@@ -26,7 +26,7 @@ from stepstone.runtime.incoming import PreparedEvent
 from stepstone.runtime.lifecycle import Publish, cancel_run
 from stepstone.runtime.waits import build_wait, canonical
 from stepstone.store.base import Tx
-from stepstone.store.rows import NewRun, QueueSpec, RunStatus, WaitKind
+from stepstone.store.rows import NewRun, RunStatus, WaitKind
 
 
 @dataclass(kw_only=True)
@@ -40,14 +40,11 @@ class _Admission:
     run_id: str
     registry: Registry
     publish: Publish
+    variables: dict[str, Any]  # what CEL keys see: the first event, built once
 
     @property
     def function_id(self) -> str:
         return self.fn.id
-
-    @property
-    def variables(self) -> dict[str, Any]:
-        return self.events[0][1].variables
 
     @property
     def last_event(self) -> tuple[int, str]:
@@ -99,18 +96,23 @@ def start_run(
     before its transaction, so that a repeated commit names the same run).
     ``publish`` ingests the system events of a singleton holder it cancels."""
     adm = _Admission(
-        tx=tx, fn=fn, events=events, now=now, run_id=run_id or new_id(now), registry=registry, publish=publish
+        tx=tx,
+        fn=fn,
+        events=events,
+        now=now,
+        run_id=run_id or new_id(now),
+        registry=registry,
+        publish=publish,
+        variables=events[0][1].variables,
     )
-    verdict = _verdict(adm)
+    placement = Placement(due=now if available_at is None else available_at)
+    verdict = _verdict(adm, placement)
     if isinstance(verdict, Joined):
         return verdict.run_id
     if isinstance(verdict, Dropped):
         return None
-    placement = Placement(
-        due=now if available_at is None else available_at,
-        spec=QueueSpec(partition_key=fn.id),
-        skipped=verdict.reason if isinstance(verdict, Skipped) else None,
-    )
+    if isinstance(verdict, Skipped):
+        placement.skipped = verdict.reason
     for rule in fn.flow.rules:
         rule.place(adm, placement)
     tx.create_run(_new_run(adm, placement, parent))
@@ -120,10 +122,10 @@ def start_run(
     return adm.run_id
 
 
-def _verdict(adm: _Admission) -> Verdict | None:
+def _verdict(adm: _Admission, placement: Placement) -> Verdict | None:
     """The first rule's verdict on the event (``None``: a queued run)."""
     for rule in adm.fn.flow.rules:
-        verdict = rule.admit(adm)
+        verdict = rule.admit(adm, placement)
         if verdict is not None:
             return verdict
     return None
@@ -146,5 +148,5 @@ def _new_run(adm: _Admission, placement: Placement, parent: tuple[str, str] | No
         start_deadline=placement.start_deadline,
         finish_timeout=placement.finish_timeout,
         singleton_key=placement.singleton_key,
-        spec=placement.spec,
+        spec=placement.queue_spec(adm.fn.id),
     )

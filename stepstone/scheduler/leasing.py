@@ -56,11 +56,11 @@ class _Pass:
 
     def throttled_until(self, item: QueueItem) -> float | None:
         """When a never-started item's throttle lets it start (``None``: now)."""
+        if not item.fresh or item.throttle_key is None:
+            return None
         fn = self.functions.get(item.function_id)
         throttle = None if fn is None else fn.flow.get(ResolvedThrottle)
-        if not item.fresh or item.throttle_key is None or throttle is None:
-            return None
-        return throttle.start_at(self.tx, item.throttle_key, self.now)
+        return None if throttle is None else throttle.start_at(self.tx, item.throttle_key, self.now)
 
     def serve(self, key: str) -> float | None:
         """Take what this partition may give; returns its next due time

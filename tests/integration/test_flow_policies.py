@@ -5,10 +5,13 @@ rebuilt from the stored description (the catalog). Both stores."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
+
+import pytest
 
 import stepstone as ss
 
-from ..conftest import run_of
+from ..conftest import query, run_of
 
 
 def _statuses(app: ss.App, event_ids: list[str], function_id: str) -> list[str | None]:
@@ -18,6 +21,46 @@ def _statuses(app: ss.App, event_ids: list[str], function_id: str) -> list[str |
         runs = app.runs.list(event_id=event_id, function_id=function_id)
         found.append(runs[0].status if runs else None)
     return found
+
+
+def _queued(db_url: str, run_id: str) -> dict[str, Any]:
+    columns = "partition_key, ckey1, limit1, ckey2, limit2, throttle_key, available_at, sort_at"
+    [row] = query(db_url, f"SELECT {columns} FROM queue WHERE run_id = '{run_id}'")
+    return dict(zip(columns.split(", "), row, strict=True))
+
+
+def test_the_queue_placement_keeps_its_stored_form(app: ss.App, db_url: str) -> None:
+    """Keys are stored in queued rows that other workers (and older code) read:
+    their form is part of the contract. A debounce join re-sorts the pending run
+    by the joining event's priority."""
+    app.function(
+        id="f",
+        trigger=ss.on_event("e"),
+        concurrency=[
+            ss.Concurrency(limit=2, key="event.data.tenant"),
+            ss.Concurrency(5, "event.data.region", "env"),
+        ],
+        throttle=ss.Throttle(limit=10, period="1m", key="event.data.tenant"),
+        priority=ss.Priority(run="event.data.p"),
+        debounce=ss.Debounce(period="1h", key="event.data.tenant"),
+    )(lambda ctx: None)
+    [first] = app.send(ss.Event("e", {"tenant": "t1", "region": "eu", "p": 60}))
+    run_id = run_of(app, first, "f").id
+    placed = _queued(db_url, run_id)
+    assert {k: v for k, v in placed.items() if k not in ("available_at", "sort_at")} == {
+        "partition_key": 'f|fn:f:"t1"',
+        "ckey1": 'fn:f:"t1"',
+        "limit1": 2,
+        "ckey2": 'env:"eu"',
+        "limit2": 5,
+        "throttle_key": 'throttle:f:"t1"',
+    }
+    assert placed["available_at"] - placed["sort_at"] == pytest.approx(60)
+    [second] = app.send(ss.Event("e", {"tenant": "t1", "region": "eu", "p": -30}))
+    assert run_of(app, second, "f").id == run_id  # joined the pending run
+    moved = _queued(db_url, run_id)
+    assert moved["available_at"] >= placed["available_at"]
+    assert moved["available_at"] - moved["sort_at"] == pytest.approx(-30)
 
 
 def test_a_duplicate_spends_no_rate(app: ss.App) -> None:

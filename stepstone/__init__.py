@@ -29,8 +29,7 @@ from stepstone.errors import (
     StoreUnavailableError,
 )
 from stepstone.events import Event, InvalidEventError
-from stepstone.function import (
-    Backoff,
+from stepstone.flow import (
     Batch,
     CancelOn,
     Concurrency,
@@ -41,6 +40,7 @@ from stepstone.function import (
     Throttle,
     Timeouts,
 )
+from stepstone.function import Backoff
 from stepstone.inventory import FunctionInfo
 from stepstone.middleware import Middleware
 from stepstone.runs import Run, Span, StepRecord

@@ -19,21 +19,19 @@ from stepstone.clock import SYSTEM_CLOCK, Clock, DatabaseClock, SystemClock
 from stepstone.clocksync import sync_at_start
 from stepstone.errors import ConfigError
 from stepstone.events import Event
-from stepstone.function import (
-    Backoff,
+from stepstone.flow import (
     Batch,
     CancelOn,
     Concurrency,
     Debounce,
-    FunctionDef,
     Priority,
     RateLimit,
     Singleton,
     Throttle,
     Timeouts,
     build_flow,
-    build_function,
 )
+from stepstone.function import Backoff, FunctionDef, build_function
 from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
 from stepstone.runs import Runs, write_call
@@ -137,34 +135,22 @@ class App:
         middleware: Sequence[Any] = (),
     ) -> Callable[[F], F]:
         """Register a durable function; invalid options raise ``ConfigError`` here."""
-        flow = build_flow(
-            concurrency=concurrency,
-            throttle=throttle,
-            rate_limit=rate_limit,
-            debounce=debounce,
-            priority=priority,
-            batch=batch,
-            idempotency=idempotency,
-            singleton=singleton,
-            cancel_on=cancel_on,
-            timeouts=timeouts,
-        )
+        flow_options = {
+            "concurrency": concurrency,
+            "throttle": throttle,
+            "rate_limit": rate_limit,
+            "debounce": debounce,
+            "priority": priority,
+            "batch": batch,
+            "idempotency": idempotency,
+            "singleton": singleton,
+            "cancel_on": cancel_on,
+            "timeouts": timeouts,
+        }
+        flow = build_flow(flow_options)
         options = {
             k: _jsonable(v)
-            for k, v in {
-                "backoff": backoff,
-                "concurrency": concurrency,
-                "throttle": throttle,
-                "rate_limit": rate_limit,
-                "debounce": debounce,
-                "priority": priority,
-                "batch": batch,
-                "idempotency": idempotency,
-                "singleton": singleton,
-                "cancel_on": cancel_on,
-                "timeouts": timeouts,
-                "on_failure": on_failure,
-            }.items()
+            for k, v in {"backoff": backoff, **flow_options, "on_failure": on_failure}.items()
             if v is not None
         }
 

@@ -21,47 +21,17 @@ from collections.abc import Callable
 from typing import Any
 
 from stepstone.errors import StoreUnavailableError
-from stepstone.function import (
-    Backoff,
-    Batch,
-    CancelOn,
-    Concurrency,
-    Debounce,
-    FunctionDef,
-    Priority,
-    RateLimit,
-    Singleton,
-    Throttle,
-    Timeouts,
-    build_flow,
-)
+from stepstone.flow import build_flow, load_settings
+from stepstone.function import Backoff, FunctionDef
 from stepstone.registry import Registry
 from stepstone.store.base import Store, Tx
 from stepstone.triggers import Trigger, on_cron, on_event
 
 log = logging.getLogger("stepstone.catalog")
 
-_CONFIG_TYPES: dict[str, type] = {
-    "concurrency": Concurrency,
-    "throttle": Throttle,
-    "rate_limit": RateLimit,
-    "debounce": Debounce,
-    "priority": Priority,
-    "batch": Batch,
-    "singleton": Singleton,
-    "cancel_on": CancelOn,
-    "timeouts": Timeouts,
-}
-
 
 def _remote_handler(ctx: Any) -> None:
     raise RuntimeError("this function's code lives in another process")
-
-
-def _config(kind: type, raw: Any) -> Any:
-    if isinstance(raw, list):
-        return [kind(**item) for item in raw]
-    return kind(**raw)
 
 
 def rebuild(description: dict[str, Any]) -> FunctionDef:
@@ -72,13 +42,6 @@ def rebuild(description: dict[str, Any]) -> FunctionDef:
             triggers.append(on_cron(raw["cron"], jitter=raw.get("jitter")))
         else:
             triggers.append(on_event(raw["event"], if_=raw.get("if")))
-    flow_args = {
-        name: _config(kind, description[name])
-        for name, kind in _CONFIG_TYPES.items()
-        if description.get(name) is not None
-    }
-    if description.get("idempotency") is not None:
-        flow_args["idempotency"] = description["idempotency"]
     backoff = Backoff(**description["backoff"]) if description.get("backoff") else Backoff()
     fn = FunctionDef(
         id=description["id"],
@@ -86,7 +49,7 @@ def rebuild(description: dict[str, Any]) -> FunctionDef:
         triggers=tuple(triggers),
         retries=int(description.get("retries", 4)),
         backoff=backoff.validated(),
-        flow=build_flow(**flow_args),
+        flow=build_flow(load_settings(description)),
         options={
             k: v for k, v in description.items() if k not in ("id", "triggers", "retries", "failure_of")
         },

@@ -6,7 +6,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from stepstone.errors import ConfigError
-from stepstone.function import FunctionDef, build_flow
+from stepstone.flow import FlowConfig
+from stepstone.function import FunctionDef
 from stepstone.triggers import on_event
 
 FAILED_EVENT = "stepstone/function.failed"
@@ -78,7 +79,7 @@ def failure_function(fn: FunctionDef) -> FunctionDef:
         triggers=(on_event(FAILED_EVENT, if_=condition),),
         retries=fn.retries,
         backoff=fn.backoff,
-        flow=build_flow(),
+        flow=FlowConfig(),
         middleware=fn.middleware,
         options={"on_failure_of": fn.id},
     )

@@ -22,10 +22,10 @@ from collections.abc import Sequence
 
 from stepstone.errors import ErrorInfo
 from stepstone.events import Event
+from stepstone.flow.singleton import claim_singleton
 from stepstone.function import FunctionDef
 from stepstone.registry import Registry
 from stepstone.runtime import admission, lifecycle
-from stepstone.runtime.admission import claim_singleton
 from stepstone.runtime.incoming import PreparedEvent, prepare
 from stepstone.runtime.ingestion import ingest
 from stepstone.store.base import Tx

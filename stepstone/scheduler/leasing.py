@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from stepstone.flow.throttle import ResolvedThrottle
 from stepstone.registry import Registry
-from stepstone.scheduler import gcra
 from stepstone.store.base import Tx
 from stepstone.store.rows import LeasedRun, QueueItem
 
@@ -56,16 +56,11 @@ class _Pass:
 
     def throttled_until(self, item: QueueItem) -> float | None:
         """When a never-started item's throttle lets it start (``None``: now)."""
-        fn = self.functions.get(item.function_id)
-        if not item.fresh or item.throttle_key is None or fn is None or fn.flow.throttle is None:
+        if not item.fresh or item.throttle_key is None:
             return None
-        config, period, _key = fn.flow.throttle
-        interval = period / config.limit
-        at = gcra.allowed_at(self.tx, item.throttle_key, (config.burst - 1) * interval, self.now)
-        if at > self.now:
-            return at
-        gcra.consume(self.tx, item.throttle_key, interval, self.now)
-        return None
+        fn = self.functions.get(item.function_id)
+        throttle = None if fn is None else fn.flow.get(ResolvedThrottle)
+        return None if throttle is None else throttle.start_at(self.tx, item.throttle_key, self.now)
 
     def serve(self, key: str) -> float | None:
         """Take what this partition may give; returns its next due time

@@ -34,7 +34,9 @@ from stepstone.store.rows import (
     QueueSpec,
     RunCountRow,
     RunFilter,
+    RunHistory,
     RunRow,
+    RunStatus,
     SpanRow,
     StepRow,
     TimedOut,
@@ -434,6 +436,19 @@ class Tx(Protocol):
 
     def interrupt_stale_jobs(self, stale_before: float, now: float, reason: str) -> int:
         """Mark active jobs not refreshed since ``stale_before`` as ``interrupted``."""
+        ...
+
+    # -- deploy safety: app.check (issue 13) ---------------------------------------------
+    def run_histories(
+        self,
+        function_ids: Sequence[str],
+        statuses: Sequence[RunStatus],
+        after_id: str | None,
+        limit: int,
+    ) -> list[RunHistory]:
+        """Up to ``limit`` runs of ``function_ids`` in ``statuses`` with an id
+        after ``after_id`` (ascending, for paging), each with its events and
+        steps: three statements per page, whatever its size."""
         ...
 
 

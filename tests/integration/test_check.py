@@ -384,3 +384,51 @@ def test_patched_is_false_for_runs_past_it_and_true_for_the_rest(make_app: Calla
     markers = {s.id: s.kind for s in deployed.runs.get(new_run).steps if s.kind == "patch"}
     assert markers == {"new-fulfil": "patch", "late-change": "patch"}
     assert [s.id for s in deployed.runs.get(old_run).steps if s.kind == "patch"] == ["late-change"]
+
+
+def test_patched_in_a_plain_def_handler(make_app: Callable[..., ss.App]) -> None:
+    def before(ctx: ss.Context) -> str:
+        got = str(ctx.step.run("old", old_fulfil))
+        ctx.step.wait_for_event("resume", event="resume", timeout="1h")
+        return got
+
+    def after(ctx: ss.Context) -> str:
+        patched = ctx.step.patched("new-fulfil")
+        got = str(ctx.step.run("new", new_fulfil) if patched else ctx.step.run("old", old_fulfil))
+        ctx.step.wait_for_event("resume", event="resume", timeout="1h")
+        return got
+
+    app = _deploy(make_app, before)
+    app.start()
+    [old_run] = [run_of(app, e).id for e in app.send([ss.Event("order")])]
+    wait_for(lambda: app.runs.get(old_run).status == "waiting", 10, "the old run to wait")
+    app.stop()
+    LEDGER.clear()
+    assert _check(make_app, after).ok
+    deployed = _deploy(make_app, after)
+    deployed.start()
+    [new_run] = [run_of(deployed, e).id for e in deployed.send([ss.Event("order")])]
+    wait_for(lambda: deployed.runs.get(new_run).status == "waiting", 10, "the new run to wait")
+    deployed.send(ss.Event("resume"))
+    assert deployed.runs.wait(old_run, timeout="10s").output == "old"
+    assert deployed.runs.wait(new_run, timeout="10s").output == "new"
+    assert LEDGER == ["new"]
+
+
+def test_operator_actions_decide_which_runs_are_in_flight(make_app: Callable[..., ss.App]) -> None:
+    kept, cancelled = _leave_sleeping_runs(make_app)
+    operator = make_app("operator")
+    operator.runs.cancel(cancelled)
+    assert _check(make_app, v1).runs_checked == 1  # an ended run will not resume
+
+    async def audited(ctx: ss.Context) -> None:
+        await ctx.step.run("audit", audit)
+        await v1(ctx)
+
+    [found] = _check(make_app, audited).incompatible
+    assert found.run_id == kept
+    assert operator.runs.get(cancelled).status == "cancelled"
+    operator.runs.replay(cancelled)  # due again, with its history: it will resume
+    assert operator.runs.get(cancelled).status in ("queued", "running")
+    report = _check(make_app, audited)
+    assert sorted(d.run_id for d in report.incompatible) == sorted([kept, cancelled])

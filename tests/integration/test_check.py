@@ -432,3 +432,33 @@ def test_operator_actions_decide_which_runs_are_in_flight(make_app: Callable[...
     assert operator.runs.get(cancelled).status in ("queued", "running")
     report = _check(make_app, audited)
     assert sorted(d.run_id for d in report.incompatible) == sorted([kept, cancelled])
+
+
+def flaky() -> str:
+    LEDGER.append("flaky")
+    raise RuntimeError("the provider is down")
+
+
+async def retrying(ctx: ss.Context) -> None:
+    await ctx.step.run("charge", charge)
+    await ctx.step.run("flaky", flaky)
+
+
+def test_a_run_backing_off_between_retries_is_checked_up_to_the_retrying_step(
+    make_app: Callable[..., ss.App],
+) -> None:
+    app = make_app("shop")
+    app.function(id="order", trigger=ss.on_event("order"), backoff=ss.Backoff(initial="1h"))(retrying)
+    app.start()
+    run_id = run_of(app, app.send(ss.Event("order"))[0]).id
+    wait_for(lambda: [s.status for s in app.runs.get(run_id).steps] == ["completed", "retrying"], 10, "a retry")
+    app.stop()
+    assert app.runs.get(run_id).status == "running"
+    LEDGER.clear()
+    assert _check(make_app, retrying).ok  # the retrying step is the frontier: not executed
+
+    async def flaky_first(ctx: ss.Context) -> None:
+        await ctx.step.run("flaky", flaky)
+        await ctx.step.run("charge", charge)
+
+    assert _only(_check(make_app, flaky_first), [run_id]) == ("new-step", None, ["charge"])

@@ -451,7 +451,9 @@ def test_a_run_backing_off_between_retries_is_checked_up_to_the_retrying_step(
     app.function(id="order", trigger=ss.on_event("order"), backoff=ss.Backoff(initial="1h"))(retrying)
     app.start()
     run_id = run_of(app, app.send(ss.Event("order"))[0]).id
-    wait_for(lambda: [s.status for s in app.runs.get(run_id).steps] == ["completed", "retrying"], 10, "a retry")
+    wait_for(
+        lambda: [s.status for s in app.runs.get(run_id).steps] == ["completed", "retrying"], 10, "a retry"
+    )
     app.stop()
     assert app.runs.get(run_id).status == "running"
     LEDGER.clear()

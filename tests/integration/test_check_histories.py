@@ -5,6 +5,7 @@ at check time with the checking app's key."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +33,9 @@ def test_an_exported_history_is_checked_without_the_database(
     make_app: Callable[..., ss.App], tmp_path: Path
 ) -> None:
     [run_id, _] = _leave_sleeping_runs(make_app)
-    history = _exported(make_app("reader"), run_id, tmp_path)
+    reader = make_app("reader")
+    history = _exported(reader, run_id, tmp_path)
+    assert asyncio.run(reader.runs.export_async(run_id)) == history
     assert (history["function_id"], history["status"]) == ("order", "sleeping")
     assert [(s["id"], s["kind"], s["fingerprint"], s["status"]) for s in history["steps"]] == [
         ("charge", "run", "charge", "completed"),
@@ -44,6 +47,7 @@ def test_an_exported_history_is_checked_without_the_database(
     offline = ss.App("shop", database_url=f"sqlite:///{tmp_path}/never-opened.db")
     offline.function(id="order", trigger=ss.on_event("order"))(v1)
     assert offline.check(histories=[history]).ok
+    assert asyncio.run(offline.check_async(histories=[history])).ok
     assert not (tmp_path / "never-opened.db").exists()
 
     async def audited_first(ctx: ss.Context) -> None:

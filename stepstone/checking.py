@@ -92,6 +92,9 @@ class _ReadOnlyJournal:
     async def apply(self, op: Callable[[Tx], Any]) -> Any:
         raise _Refused("commit")
 
+    async def apply_step(self, op: Callable[[Tx], Any]) -> Any:
+        raise _Refused("commit a step")  # step.transaction (issue 15), once merged
+
     def warn(self, name: str, message: str) -> None:
         """The interpreter's own nondeterminism warning: the report says it better."""
 

@@ -15,6 +15,8 @@ their steps) and replayed in-process; ``divergence.classify`` decides.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -123,10 +125,20 @@ class _NoServices:
 class _Replay(Interpreter):
     """The interpreter, stopping each branch at its frontier and noting why."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, sync: bool, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.frontier: list[str] = []  # the unrecorded steps branches reached
         self.changed: tuple[str, str] | None = None
+        self.late: tuple[str, str] | None = None
+        self._sync = sync
+        self._claimed_in: dict[str, int] = {}  # step id -> the thread that called it (def handlers)
+        self._last: dict[object, StepRow] = {}  # branch -> the latest recorded step it reached
+
+    def claim_id(self, base: str) -> str:
+        step_id = super().claim_id(base)
+        if self._sync:  # a plain def handler's steps are called from its threads
+            self._claimed_in[step_id] = threading.get_ident()
+        return step_id
 
     def _reach(self, step_id: str, kind: StepKind, fingerprint: str | None = None) -> StepRow | None:
         recorded = self.memo.get(step_id)
@@ -137,9 +149,20 @@ class _Replay(Interpreter):
         memo = super()._reach(step_id, kind, fingerprint)
         if memo is None:
             self.frontier.append(step_id)
+        else:
+            self._in_order(memo)
         if memo is None or memo.status not in _SETTLED:
             raise _Frontier()  # a new step, or a recorded one still unfinished
         return memo
+
+    def _in_order(self, memo: StepRow) -> None:
+        """Note a recorded step reached before one recorded earlier in its branch."""
+        branch = self._claimed_in.get(memo.step_id) if self._sync else asyncio.current_task()
+        last = self._last.get(branch)
+        if last is not None and memo.position < last.position:
+            self.late = self.late or (memo.step_id, last.step_id)
+        elif last is None or memo.position > last.position:
+            self._last[branch] = memo
 
     def outcome(self, history: RunHistory, error: BaseException | None) -> ReplayOutcome:
         return ReplayOutcome(
@@ -148,6 +171,7 @@ class _Replay(Interpreter):
             unreached=dict(self._unreached),
             frontier=tuple(self.frontier),
             changed=self.changed,
+            late=self.late,
             error=error,
         )
 
@@ -176,6 +200,7 @@ class Checker:
             backoff=fn.backoff,
             threads=self.threads,
             services=_NoServices(),
+            sync=not fn.is_async,
         )
         ctx = _context(fn, leased, _events(leased), interp)
         error: BaseException | None = None

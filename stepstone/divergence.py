@@ -5,11 +5,13 @@ A replay of a run's handler reaches its recorded steps (their memos answer)
 until the first step the history does not hold a result for: a new step, or
 a recorded one still sleeping, waiting or retrying. That is the *frontier*;
 each parallel branch has its own, so the verdict waits until every branch
-has stopped. Recorded steps may be reached in any order before it (memos are
-matched by id and by what the call does, so parallel branches interleave
-freely); what must not happen is that the replay stops while recorded steps
-were never reached: the new code would go on with work the old run never
-did, and leave behind work it did.
+has stopped. What must not happen is that the replay stops while recorded
+steps were never reached: the new code would go on with work the old run never
+did, and leave behind work it did. Recorded steps must also be reached in
+their recorded order, but only *within a branch* (an asyncio task, or a
+thread of a plain ``def`` handler): across branches the recorded order is the
+interleaving of one execution, and a replay, whose steps return at once,
+interleaves differently.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class ReplayOutcome:
     unreached: Mapping[str, int]  #: recorded step id -> position, never reached
     frontier: Sequence[str] = ()  #: where branches stopped, in the order reached
     changed: tuple[str, str] | None = None  #: (step id, why) of the first kind/fingerprint mismatch
+    late: tuple[str, str] | None = None  #: (step id, the one after it) reached out of recorded order
     error: BaseException | None = None  #: what the handler raised outside any step
 
 
@@ -63,6 +66,10 @@ def classify(seen: ReplayOutcome) -> Divergence | None:
     if seen.error is not None:
         why = f"{type(seen.error).__name__}: {seen.error}"
         return _divergence(seen, DivergenceReason.ERROR, None, missing, why)
+    if seen.late is not None:
+        late, after = seen.late
+        why = f"the code reached recorded step {late!r} only after {after!r}, recorded after it"
+        return _divergence(seen, DivergenceReason.NEW_STEP, None, [late], why)
     if not missing:
         return None
     step_id = seen.frontier[0] if seen.frontier else None

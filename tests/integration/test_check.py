@@ -198,17 +198,26 @@ def test_a_changed_step_body_and_steps_after_the_frontier_are_compatible(
     assert (report.runs_checked, report.functions) == (len(runs), {"order": len(runs)})
 
 
-def test_independent_recorded_steps_swapped_before_the_frontier_are_compatible(
+def test_recorded_steps_swapped_before_the_frontier_are_out_of_order(
     make_app: Callable[..., ss.App],
 ) -> None:
-    _leave_sleeping_runs(make_app)
+    runs = _leave_sleeping_runs(make_app)
 
     async def swapped(ctx: ss.Context) -> None:
         await ctx.step.run("email", email, {})
         await ctx.step.run("charge", charge)
         await ctx.step.sleep("cool-off", "1h")
 
-    assert _check(make_app, swapped).ok
+    report = _check(make_app, swapped)
+    assert _only(report, runs) == ("new-step", None, ["charge"])
+    assert "only after 'email'" in report.incompatible[0].message
+
+    def swapped_in_a_def_handler(ctx: ss.Context) -> None:
+        ctx.step.run("email", email, {})
+        ctx.step.run("charge", charge)
+        ctx.step.sleep("cool-off", "1h")
+
+    assert _only(_check(make_app, swapped_in_a_def_handler), runs) == ("new-step", None, ["charge"])
 
 
 def test_queued_runs_without_history_and_ended_runs_are_not_checked(
@@ -279,6 +288,8 @@ def test_parallel_branches_replay_in_any_interleaving(
     wait_for(lambda: all(app.runs.get(r).status == "sleeping" for r in runs), 10, "runs to sleep")
     app.stop()
     LEDGER.clear()
+    if handler is branchy:  # recorded interleaved; a replay reaches a1, a2, then b1, b2
+        assert [s.id for s in app.runs.get(runs[0]).steps][:2] == ["a1", "b1"]
     assert _check(make_app, handler).ok  # the same code: branches interleave freely
 
     if handler is branchy:

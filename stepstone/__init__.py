@@ -6,8 +6,10 @@ re-run once it succeeded, resumable after a crash, a deploy or a bug fix.
 
 from stepstone import testing
 from stepstone.app import App
+from stepstone.checking import CheckReport
 from stepstone.client import Client
 from stepstone.context import Context
+from stepstone.divergence import Divergence
 from stepstone.encryption import EncryptionError, EncryptionMiddleware, is_encrypted
 from stepstone.errors import (
     AuthenticationError,
@@ -76,6 +78,8 @@ __all__ = [
     "FunctionInfo",
     # runs
     "Run",
+    "CheckReport",
+    "Divergence",
     "Span",
     "StepRecord",
     # middleware

@@ -8,13 +8,14 @@ import contextlib
 import dataclasses
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from stepstone import serde
 from stepstone.bridge import Plan, Portal, async_face, coroutine_call, sync_face
 from stepstone.catalog import Catalog
+from stepstone.checking import CheckReport, check_app
 from stepstone.clock import SYSTEM_CLOCK, Clock, DatabaseClock, SystemClock
 from stepstone.clocksync import sync_at_start
 from stepstone.errors import ConfigError
@@ -32,6 +33,7 @@ from stepstone.flow import (
     build_flow,
 )
 from stepstone.function import Backoff, FunctionDef, build_function
+from stepstone.histories import from_json as history_from_json
 from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
 from stepstone.runs import Runs, write_call
@@ -257,6 +259,37 @@ class App:
 
     send = sync_face(_send)
     send_async = async_face(_send)
+
+    # -- deploy safety -----------------------------------------------------------------------------
+    def _check(
+        self, function_id: str | None = None, histories: Sequence[Mapping[str, Any]] | None = None
+    ) -> Plan[CheckReport]:
+        """Replay in-flight runs (or exported ``histories``) against this code;
+        executes no step, sleeps nothing, writes nothing (docs/versioning.md)."""
+        if function_id is not None and self.registry.get(function_id) is None:
+            raise ConfigError("function_id", f"this app has no function {function_id!r}")
+        function_ids = [function_id] if function_id else [fn.id for fn in self.registry]
+        parsed = None if histories is None else [history_from_json(h) for h in histories]
+        with self._check_store(parsed is None) as store:
+            body = check_app(self.registry, self.middleware, self._clock, store, function_ids, parsed)
+            report: CheckReport = yield coroutine_call(body, self._portal)
+        return report
+
+    @contextlib.contextmanager
+    def _check_store(self, needed: bool) -> Iterator[Callable[[], Store]]:
+        """The store a check reads: the app's own if open, else one opened for the
+        check alone (opening the app's would register this code's functions)."""
+        if not needed or self._store is not None:
+            yield self._store_ready
+            return
+        store = make_store(self.database_url)
+        try:
+            yield lambda: store
+        finally:
+            store.close()
+
+    check = sync_face(_check)
+    check_async = async_face(_check)
 
     # -- in-process notifications ------------------------------------------------------------------
     def _notify_workers(self) -> None:

@@ -254,6 +254,11 @@ class RemoteRuns(_Remote):
         body = await self._client.request("GET", f"{_run_path(run_id)}/trace")
         return [s.to_span() for s in TraceOut.model_validate(body).spans]
 
+    async def export_async(self, run_id: str) -> dict[str, Any]:
+        """The run's history (``app.runs.export``)."""
+        body: dict[str, Any] = await self._client.request("GET", f"{_run_path(run_id)}/history")
+        return body
+
     async def cancel_async(self, run_id: str) -> str:
         return str((await self._client.request("POST", f"{_run_path(run_id)}/cancel"))["status"])
 
@@ -333,6 +338,7 @@ class RemoteRuns(_Remote):
     get = _sync(get_async)
     list = _sync(list_async)
     trace = _sync(trace_async)
+    export = _sync(export_async)
     cancel = _sync(cancel_async)
     replay = _sync(replay_async)
     rerun_from = _sync(rerun_from_async)

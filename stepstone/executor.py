@@ -170,7 +170,7 @@ async def _invoke(fn: FunctionDef, leased: LeasedRun, journal: RunJournal, env: 
                 s.step_id: serde.loads(s.output) for s in leased.steps if s.status == StepStatus.COMPLETED
             }
             interp.memo_values = await hooks.transform_input(ctx, values)
-        output = await _call_handler(fn, ctx, interp, env)
+        output = await _call_handler(fn, ctx, interp, env.threads)
         outcome: tuple[str, Any] = ("return", output)
     except (PauseSignal, CancelSignal, LeaseLostSignal) as signal:
         outcome = ("signal", signal)
@@ -212,13 +212,13 @@ def _context(fn: FunctionDef, leased: LeasedRun, events: list[Event], interp: In
     return ctx
 
 
-async def _call_handler(fn: FunctionDef, ctx: Context, interp: Interpreter, env: ExecEnv) -> Any:
+async def _call_handler(fn: FunctionDef, ctx: Context, interp: Interpreter, threads: Executor) -> Any:
     loop = asyncio.get_running_loop()
     if fn.is_async:
         interp.main_task = asyncio.current_task()
         return await fn.handler(ctx)
     context = contextvars.copy_context()
-    result = await loop.run_in_executor(env.threads, context.run, fn.handler, ctx)
+    result = await loop.run_in_executor(threads, context.run, fn.handler, ctx)
     if inspect.isawaitable(result):
         result = await result
     return result

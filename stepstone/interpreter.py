@@ -89,7 +89,9 @@ class Interpreter:
         self.threads = threads
         self._counters: dict[str, int] = {}
         self._calls: dict[str, tuple[int, str | None]] = {}  # new steps: (position, fingerprint)
-        self._unreached = {s.step_id: s.position for s in steps}  # recorded, not yet reached
+        # Recorded steps not reached yet; a ``patched`` marker is never missed
+        # (removing the call once no old run remains is the patch's last deploy).
+        self._unreached = {s.step_id: s.position for s in steps if s.kind != StepKind.PATCH}
         self._warned = False
         self._last_recorded = max((s.position for s in steps), default=-1)
         self._next_position = self._last_recorded + 1
@@ -588,6 +590,30 @@ class Interpreter:
         if self.hooks.active:
             await self.hooks.after_send_events(self.ctx, ids)
         return ids
+
+    # -- patched ----------------------------------------------------------------------------
+    def patched(self, step_id: str) -> bool:
+        """Whether the run reaches this point under the code with change ``step_id``:
+        ``False`` when its recorded history went past this point without the
+        marker (it is replaying older code's steps); otherwise the marker is
+        recorded like a step, so the run keeps answering ``True``."""
+        if step_id not in self.memo and self.replaying:
+            return False
+        if self._reach(step_id, StepKind.PATCH) is None:
+            now = self.clock.now()
+            row = StepRow(
+                run_id=self.run_id,
+                step_id=step_id,
+                position=self._position(step_id),
+                kind=StepKind.PATCH,
+                status=StepStatus.COMPLETED,
+                attempts=1,
+                output="true",
+                started_at=now,
+                ended_at=now,
+            )
+            self._save(row, None)
+        return True
 
     # -- idempotency keys -----------------------------------------------------------------
     def idempotency_key(self, step_id: str | None) -> str:

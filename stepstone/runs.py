@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from stepstone import serde
+from stepstone import histories, serde
 from stepstone.actions import cancel_op, replay_op, rerun_op
 from stepstone.bridge import Call, Plan, Wakeup, async_face, sync_face
 from stepstone.durations import Duration, parse_duration
@@ -35,6 +35,7 @@ from stepstone.store.rows import (
     ENDED_STATUSES,
     RUN_STATUSES,
     RunFilter,
+    RunHistory,
     RunRow,
     RunStatus,
     SpanRow,
@@ -166,6 +167,17 @@ def _get_op(run_id: str) -> Callable[[Tx], Run]:
         if row is None:
             raise NotFoundError(f"no run {run_id!r}")
         return to_run(row, tx.get_steps(run_id))
+
+    return op
+
+
+def _export_op(run_id: str) -> Callable[[Tx], dict[str, Any]]:
+    def op(tx: Tx) -> dict[str, Any]:
+        row = tx.get_run(run_id)
+        if row is None:
+            raise NotFoundError(f"no run {run_id!r}")
+        history = RunHistory(run=row, events=tx.get_events(run_id), steps=tx.get_steps(run_id))
+        return histories.to_json(history)
 
     return op
 
@@ -351,6 +363,11 @@ class Runs:
         run: Run = yield self._read(_get_op(run_id))
         return run
 
+    def _export(self, run_id: str) -> Plan[dict[str, Any]]:
+        """The run's history as a JSON-serialisable document (``app.check(histories=...)``)."""
+        doc: dict[str, Any] = yield self._read(_export_op(run_id))
+        return doc
+
     def _list(
         self,
         *,
@@ -464,6 +481,8 @@ class Runs:
 
     get = sync_face(_get)
     get_async = async_face(_get)
+    export = sync_face(_export)
+    export_async = async_face(_export)
     list = sync_face(_list)
     list_async = async_face(_list)
     trace = sync_face(_trace)

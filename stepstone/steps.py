@@ -120,6 +120,10 @@ class AsyncStep:
             raise failure
         return [value for _, value in results]
 
+    async def patched(self, id: str) -> bool:
+        """Whether this run reaches here under the code with change ``id`` (docs/versioning.md)."""
+        return self._i.patched(self._i.claim_id(id))
+
     def idempotency_key(self, id: str | None = None) -> str:
         return self._i.idempotency_key(id)
 
@@ -212,6 +216,10 @@ class SyncStep:
         if failure is not None:
             raise failure
         return [value for _, value in results]
+
+    def patched(self, id: str) -> bool:
+        step_id = self._i.claim_id(id)
+        return self._on_loop(_call(self._i.patched, step_id))
 
     def idempotency_key(self, id: str | None = None) -> str:
         return self._i.idempotency_key(id)

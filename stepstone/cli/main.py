@@ -6,7 +6,7 @@ import logging
 
 import click
 
-from stepstone.cli import events, inventory, runs, serve, worker
+from stepstone.cli import check, events, inventory, runs, serve, worker
 
 
 @click.group()
@@ -19,6 +19,7 @@ def main(log_level: str) -> None:
 for command in (
     worker.worker,
     worker.migrate,
+    check.check,
     events.send,
     runs.runs,
     inventory.functions,

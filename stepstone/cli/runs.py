@@ -1,4 +1,4 @@
-"""``stepstone runs list|show|cancel|replay|rerun|cancel-many|replay-many``."""
+"""``stepstone runs list|show|export|cancel|replay|rerun|cancel-many|replay-many``."""
 
 from __future__ import annotations
 
@@ -86,6 +86,15 @@ def runs_show(
                 render.spans_table(spans)
 
         guard(show)
+
+
+@runs.command("export")
+@click.argument("run_id")
+@target_options
+def runs_export(run_id: str, database_url: str | None, url: str | None, api_key: str | None) -> None:
+    """Print a run's history as JSON, for stepstone check --history (docs/versioning.md)."""
+    with open_target(database_url, url, api_key) as target:
+        guard(lambda: render.emit_json(target.runs.export(run_id)))
 
 
 @runs.command("cancel")

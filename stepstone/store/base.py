@@ -34,7 +34,9 @@ from stepstone.store.rows import (
     QueueSpec,
     RunCountRow,
     RunFilter,
+    RunHistory,
     RunRow,
+    RunStatus,
     SpanRow,
     StepRow,
     TimedOut,
@@ -442,6 +444,18 @@ class Tx(Protocol):
         ``seconds`` (``store/usertx.py``): if it raises or runs too long, its
         writes are rolled back and the error is raised; else they commit with
         the transaction."""
+
+    # -- deploy safety: app.check (issue 13) ---------------------------------------------
+    def run_histories(
+        self,
+        function_ids: Sequence[str],
+        statuses: Sequence[RunStatus],
+        after_id: str | None,
+        limit: int,
+    ) -> list[RunHistory]:
+        """Up to ``limit`` runs of ``function_ids`` in ``statuses`` with an id
+        after ``after_id`` (ascending, for paging), each with its events and
+        steps: three statements per page, whatever its size."""
         ...
 
 

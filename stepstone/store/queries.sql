@@ -85,6 +85,21 @@ WHERE (CAST(:function_id AS TEXT) IS NULL OR r.function_id = :function_id)
 ORDER BY r.id DESC
 LIMIT :limit;
 
+-- name: check_runs
+-- (a page of runs for app.check, in id order)
+SELECT r.* FROM runs r
+WHERE r.function_id IN ({function_ids}) AND r.status IN ({statuses})
+  AND (CAST(:after_id AS TEXT) IS NULL OR r.id > :after_id)
+ORDER BY r.id
+LIMIT :limit;
+
+-- name: steps_of_runs
+SELECT * FROM steps WHERE run_id IN ({run_ids}) ORDER BY run_id, position;
+
+-- name: events_of_runs
+SELECT re.run_id, e.* FROM run_events re JOIN events e ON e.seq = re.event_seq
+WHERE re.run_id IN ({run_ids}) ORDER BY re.run_id, re.position;
+
 -- name: mark_running
 UPDATE runs SET
     status = CASE WHEN status IN ('queued', 'sleeping', 'waiting') THEN 'running' ELSE status END,

@@ -55,6 +55,15 @@ class StepKind(StrEnum):
     INVOKE = "invoke"  #: step.invoke
     SEND = "send"  #: step.send_event
     TRANSACTION = "transaction"  #: step.transaction
+    PATCH = "patch"  #: step.patched: a marker that the run reached this point under the change
+
+
+class DivergenceReason(StrEnum):
+    """Why a run's history no longer fits the code (``app.check``, ``ss.Divergence``)."""
+
+    NEW_STEP = "new-step"  #: the replay stopped while recorded steps were never reached
+    KIND_CHANGED = "kind-changed"  #: a recorded id is reached by a call of another kind or function
+    ERROR = "error"  #: the handler raised outside any step on the recorded data
 
 
 class WaitKind(StrEnum):
@@ -274,6 +283,15 @@ class LeasedRun:
     steps: list[StepRow]
     cancel_requested: bool = False
     start_deadline: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunHistory:
+    """What a replay needs of one run without leasing it (``app.check``)."""
+
+    run: RunRow
+    events: list[EventRow]
+    steps: list[StepRow]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,6 +24,7 @@ from stepstone.store.rows import (
     QueueItem,
     QueueSpec,
     RunFilter,
+    RunHistory,
     RunRow,
     RunStatus,
     SpanRow,
@@ -181,6 +182,30 @@ class SqlTx(SqlViews):
             "limit": where.limit,
         }
         return [RunRow.from_row(r) for r in self._all("list_runs", params, {"statuses": where.statuses})]
+
+    def run_histories(
+        self,
+        function_ids: Sequence[str],
+        statuses: Sequence[RunStatus],
+        after_id: str | None,
+        limit: int,
+    ) -> list[RunHistory]:
+        if not function_ids or not statuses:
+            return []
+        lists = {"function_ids": function_ids, "statuses": statuses}
+        runs = [
+            RunRow.from_row(r) for r in self._all("check_runs", {"after_id": after_id, "limit": limit}, lists)
+        ]
+        if not runs:
+            return []
+        ids = {"run_ids": [run.id for run in runs]}
+        steps: dict[str, list[StepRow]] = {run.id: [] for run in runs}
+        for row in self._all("steps_of_runs", None, ids):
+            steps[row["run_id"]].append(StepRow.from_row(row))
+        events: dict[str, list[EventRow]] = {run.id: [] for run in runs}
+        for row in self._all("events_of_runs", None, ids):
+            events[row["run_id"]].append(EventRow.from_row(row))
+        return [RunHistory(run=run, events=events[run.id], steps=steps[run.id]) for run in runs]
 
     # -- queue and leases ---------------------------------------------------------------
     def due_partitions(self, function_ids: Sequence[str], now: float, limit: int) -> list[str]:

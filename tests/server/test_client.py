@@ -30,6 +30,18 @@ def test_send_get_list_wait_and_trace_match_the_app(shop: Shop, client: ss.Clien
     assert spans == shop.app.runs.trace(run.id)
 
 
+def test_a_history_exported_through_the_server_is_the_apps(shop: Shop, client: ss.Client) -> None:
+    [event_id] = client.send(ss.Event("hello", {"name": "ada"}, id="c-history"))
+    [run] = client.runs.list(event_id=event_id)
+    client.runs.wait(run.id, timeout="10s")
+    history = client.runs.export(run.id)
+    assert history == shop.app.runs.export(run.id)
+    assert [s["id"] for s in history["steps"]] == ["first", "second"]
+    assert shop.app.check(histories=[history]).runs_checked == 1
+    with pytest.raises(ss.NotFoundError):
+        client.runs.export("missing")
+
+
 def test_list_pages_through_the_server(shop: Shop, client: ss.Client) -> None:
     client.send([ss.Event("park", {"i": i}) for i in range(11)])
     client.send(ss.Event("park", {"i": 11}))  # created later than the others

@@ -1,8 +1,8 @@
-"""Reading runs: list (filters, cursor pages), one run, its trace."""
+"""Reading runs: list (filters, cursor pages), one run, its trace, its history."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 
@@ -86,5 +86,15 @@ def build(state: ServerState) -> APIRouter:
     async def trace(run_id: RunId) -> TraceOut:
         spans = await runs.trace_async(run_id)
         return TraceOut(run_id=run_id, spans=[SpanOut.of(s) for s in spans])
+
+    @router.get(
+        "/runs/{run_id}/history",
+        responses=documented(404),
+        summary="A run's history, as app.check(histories=[...]) replays it",
+    )
+    async def history(run_id: RunId) -> dict[str, Any]:
+        """The document `app.runs.export` returns: events and steps as stored
+        (encrypted values stay encrypted); see docs/versioning.md."""
+        return await runs.export_async(run_id)
 
     return router

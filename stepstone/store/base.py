@@ -35,6 +35,7 @@ from stepstone.store.rows import (
     RunCountRow,
     RunFilter,
     RunRow,
+    SignalRow,
     SpanRow,
     StepRow,
     TimedOut,
@@ -434,6 +435,26 @@ class Tx(Protocol):
 
     def interrupt_stale_jobs(self, stale_before: float, now: float, reason: str) -> int:
         """Mark active jobs not refreshed since ``stale_before`` as ``interrupted``."""
+        ...
+
+    # --- signals (issue 14: app.runs.signal, step.wait_for_signal) -------------------------
+    def insert_signal(self, signal: SignalRow) -> None:
+        """Record a signal sent to a run: buffered, or (``consumed_by`` set)
+        delivered at once to the wait that claimed it in this transaction."""
+        ...
+
+    def take_signal(self, run_id: str, name: str, step_id: str, now: float) -> SignalRow | None:
+        """Consume the run's oldest unconsumed signal of ``name`` for ``step_id``,
+        only while that step (written in this transaction) is ``waiting``: a
+        repeated commit of a step already completed takes none."""
+        ...
+
+    def signal_waits(self, run_id: str, name: str, now: float) -> list[WaitRow]:
+        """The run's unexpired waits for a signal of ``name``, oldest first."""
+        ...
+
+    def run_signals(self, run_id: str) -> list[SignalRow]:
+        """Every signal sent to the run, in the order sent."""
         ...
 
 

@@ -502,3 +502,29 @@ SELECT re.event_seq, r.id, r.function_id, r.status FROM run_events re
 JOIN runs r ON r.id = re.run_id
 WHERE re.event_seq IN ({seqs})
 ORDER BY r.id;
+
+-- ---------------------------------------------------------------------------
+-- Signals (issue 14): buffered per run, consumed once, in the order sent.
+
+-- name: insert_signal
+INSERT INTO signals (id, run_id, name, data, sent_at, consumed_by, consumed_at)
+VALUES (:id, :run_id, :name, :data, :sent_at, :consumed_by, :consumed_at);
+
+-- name: take_signal
+-- (the oldest unconsumed signal of the name, only while the receiving step
+-- waits: a repeated commit of the step, already completed, takes none)
+UPDATE signals SET consumed_by = :step_id, consumed_at = :now
+WHERE seq = (SELECT seq FROM signals WHERE run_id = :run_id AND name = :name
+             AND consumed_by IS NULL ORDER BY seq LIMIT 1)
+  AND EXISTS (SELECT 1 FROM steps WHERE run_id = :run_id AND step_id = :step_id
+              AND status = 'waiting')
+RETURNING *;
+
+-- name: signal_waits
+SELECT * FROM waits
+WHERE run_id = :run_id AND kind = 'signal' AND match_value = :name
+  AND (expires_at IS NULL OR expires_at > :now)
+ORDER BY id;
+
+-- name: run_signals
+SELECT * FROM signals WHERE run_id = :run_id ORDER BY seq;

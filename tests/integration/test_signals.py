@@ -5,6 +5,7 @@ ended runs, cancel, replay and re-run, encryption, and signals racing parks."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 from typing import Any
@@ -12,11 +13,14 @@ from typing import Any
 import pytest
 
 import stepstone as ss
+from stepstone.store import faults
 from stepstone.store.rows import SignalRow
 from stepstone.testing import TestEnv
 
 from ..conftest import query
+from ..faultrun import Driver, virtual_app
 from ..polling import wait_for
+from .test_ambiguous_commits import ended
 from .test_orchestration import start, wait_status
 
 
@@ -231,3 +235,37 @@ def test_on_the_virtual_clock_a_long_signal_timeout_passes_at_once(tmp_path: Any
         env.runs.signal(run.id, "x", "now")
         assert env.wait(run.id).output == ["now", None]
     app.close()
+
+
+RECEIVE_SITE = "journal(checkpoint+Interpreter.wait_for_signal.receive_signal)"
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_failed_or_ambiguous_receive_commit_consumes_one_signal_once(db_url: str, when: str) -> None:
+    """The commit that takes a buffered signal fails before it commits (rolled
+    back) or after (the client saw an error; its retry must take no second one)."""
+    app = virtual_app(db_url)
+
+    @app.function(id="once", trigger=ss.on_event("go"), retries=0)
+    async def once(ctx: ss.Context) -> Any:
+        got = await ctx.step.wait_for_signal("w", "s")
+        return [got, await ctx.step.run("after", lambda: "x")]
+
+    async def main() -> str:
+        driver = Driver(app)
+        [event_id] = await driver.send([ss.Event("go", {}, id="go-1")])
+        [run] = await app.runs.list_async(event_id=event_id)
+        await app.runs.signal_async(run.id, "s", "first")
+        await app.runs.signal_async(run.id, "s", "second")
+        with faults.inject(RECEIVE_SITE, when) as plan:
+            await driver.settle(lambda: ended(app, run.id))
+        assert plan.fired, plan.sites
+        done = await app.runs.get_async(run.id)
+        assert (done.status, done.output) == ("completed", ["first", "x"])
+        return run.id
+
+    try:
+        run_id = asyncio.run(main())
+        assert [s.consumed_by for s in signals_of(app, run_id)] == ["w", None]
+    finally:
+        app.close()

@@ -269,3 +269,20 @@ def test_a_failed_or_ambiguous_receive_commit_consumes_one_signal_once(db_url: s
         assert [s.consumed_by for s in signals_of(app, run_id)] == ["w", None]
     finally:
         app.close()
+
+
+def test_parallel_waits_of_one_name_each_receive_one_signal_in_the_order_they_began(app: ss.App) -> None:
+    @app.function(id="both", trigger=ss.on_event("go"))
+    async def both(ctx: ss.Context) -> Any:
+        first = ctx.step.wait_for_signal("first", "s", timeout="20s")
+        second = ctx.step.wait_for_signal("second", "s", timeout="20s")
+        return await asyncio.gather(first, second)
+
+    app.start()
+    run_id = start(app, ss.Event("go"))
+    waiting_on(app, run_id, "first")
+    waiting_on(app, run_id, "second")
+    app.runs.signal(run_id, "s", 1)
+    app.runs.signal(run_id, "s", 2)
+    assert app.runs.wait(run_id).output == [1, 2]
+    assert [s.consumed_by for s in signals_of(app, run_id)] == ["first", "second"]

@@ -118,3 +118,12 @@ def prelude(ctx: ss.Context) -> str:
         conn.close()
     time.sleep(PRELUDE_SECONDS)
     return ctx.step.run("charge", tagged_effect, ctx.run_id, "charge")
+
+
+@app.function(id="approval", trigger=ss.on_event("approval"))
+def approval(ctx: ss.Context) -> list[object]:
+    """A step, a wait for the run's "approved" signal, a step (issue 14)."""
+    charge = ctx.step.run("charge", effect, ctx.run_id, "charge")
+    approved = ctx.step.wait_for_signal("approval", "approved", timeout="120s")
+    provision = ctx.step.run("provision", effect, ctx.run_id, "provision")
+    return [charge, approved, provision]

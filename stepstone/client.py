@@ -269,6 +269,11 @@ class RemoteRuns(_Remote):
         body = await self._client.request("POST", f"{_run_path(run_id)}/rerun", json={"step_id": step_id})
         return str(body["id"])
 
+    async def signal_async(self, run_id: str, name: str, data: Any = None) -> str:
+        """Send a signal to the run, like ``app.runs.signal``; returns its id."""
+        body = {"name": name, "data": data}
+        return str((await self._client.request("POST", f"{_run_path(run_id)}/signals", json=body))["id"])
+
     async def wait_async(self, run_id: str, timeout: Duration = "30s") -> Run:
         """Poll until the run ends; ``RunTimeoutError`` if it does not in time."""
         deadline = time.monotonic() + parse_duration(timeout, field="timeout")
@@ -342,6 +347,7 @@ class RemoteRuns(_Remote):
     cancel = _sync(cancel_async)
     replay = _sync(replay_async)
     rerun_from = _sync(rerun_from_async)
+    signal = _sync(signal_async)
     wait = _sync(wait_async)
     cancel_many = _sync(cancel_many_async)
     replay_many = _sync(replay_many_async)

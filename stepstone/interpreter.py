@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import hashlib
 import inspect
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
-from stepstone import limits, serde
+from stepstone import limits, mailbox, serde
 from stepstone.clock import Clock
 from stepstone.errors import (
     ErrorInfo,
@@ -474,6 +475,43 @@ class Interpreter:
 
         self._save(row, None, insert_wait)
         raise self._pause(expires, RunStatus.WAITING)
+
+    async def wait_for_signal(self, step_id: str, name: str, timeout: float | None) -> Any:
+        """The data of the run's oldest unconsumed signal ``name`` (``mailbox``),
+        received at once if buffered, else when one is sent; ``None`` at the timeout."""
+        memo = self._reach(step_id, StepKind.SIGNAL, name)
+        if memo is not None:
+            resolved = await self._resolved(memo)
+            return self._outcome(resolved) if resolved else None
+        now = self.clock.now()
+        expires = self._expiry(step_id, now, timeout)
+        row = StepRow(
+            run_id=self.run_id,
+            step_id=step_id,
+            position=self._position(step_id),
+            kind=StepKind.SIGNAL,
+            status=StepStatus.WAITING,
+            wake_at=expires,
+            started_at=now,
+            fingerprint=self._fingerprint(step_id),
+        )
+        self._save(row, None)
+        wait = mailbox.wait_row(self.run_id, step_id, name, now, expires)
+
+        # Committed now with the memo (one transaction): a buffered signal is
+        # received without parking; otherwise the wait is in place before the park.
+        def receive_signal(tx: Tx) -> str | None:
+            return mailbox.receive(tx, wait)
+
+        output: str | None = await self.journal.apply(receive_signal)
+        if output is None:
+            raise self._pause(expires, RunStatus.WAITING)
+        done = StepStatus.COMPLETED
+        self.memo[step_id] = dataclasses.replace(row, status=done, output=output, ended_at=now)
+        value = serde.loads(output)
+        if self.hooks.has("transform_input"):  # as a memo's value reaches a replay (decrypted)
+            value = (await self.hooks.transform_input(self.ctx, {step_id: value}))[step_id]
+        return value
 
     def _expiry(self, step_id: str, now: float, timeout: float | None) -> float | None:
         if timeout is None:

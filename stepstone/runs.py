@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from stepstone import histories, serde
+from stepstone import histories, mailbox, serde
 from stepstone.actions import cancel_op, replay_op, rerun_op
-from stepstone.bridge import Call, Plan, Wakeup, async_face, sync_face
+from stepstone.bridge import Call, Plan, Wakeup, async_face, coroutine_call, sync_face
 from stepstone.durations import Duration, parse_duration
 from stepstone.errors import (
     ConfigError,
@@ -26,7 +26,10 @@ from stepstone.errors import (
     NotFoundError,
     RunTimeoutError,
 )
+from stepstone.events import Event
 from stepstone.expressions import Expression, compile_expression
+from stepstone.ids import new_id
+from stepstone.middleware import Hooks
 from stepstone.registry import Registry
 from stepstone.runtime import cancel_run
 from stepstone.store.base import Store, Tx
@@ -38,6 +41,7 @@ from stepstone.store.rows import (
     RunHistory,
     RunRow,
     RunStatus,
+    SignalRow,
     SpanRow,
     StepKind,
     StepRow,
@@ -412,6 +416,20 @@ class Runs:
         """Fork a new run that keeps the steps before ``step_id`` and re-executes from it."""
         return (yield from self._write(rerun_op(run_id, step_id, self._now())))
 
+    def _signal(self, run_id: str, name: str, data: Any = None) -> Plan[str]:
+        """Send signal ``name`` with JSON ``data`` to an active run (``mailbox``):
+        delivered to its ``wait_for_signal(name)``, now or when that wait begins,
+        exactly once, in the order sent. Returns the signal's id;
+        ``InvalidStateError`` if the run ended, ``NotFoundError`` if there is none."""
+        hooks = Hooks(self._app.middleware)
+        if hooks.has("before_send_events") and isinstance(data, dict):  # encrypted as event data is
+            sealed = hooks.before_send_events(None, [Event(name, data)])
+            data = (yield coroutine_call(sealed, self._app._portal))[0].data
+        now = self._now()
+        encoded = mailbox.encode(name, data)
+        signal = SignalRow(id=new_id(now), run_id=run_id, name=name, data=encoded, sent_at=now)
+        return (yield from self._write(lambda tx: mailbox.send(tx, signal)))
+
     # -- bulk ----------------------------------------------------------------------------
     def _cancel_many(
         self,
@@ -497,6 +515,8 @@ class Runs:
     cancel_many_async = async_face(_cancel_many)
     replay_many = sync_face(_replay_many)
     replay_many_async = async_face(_replay_many)
+    signal = sync_face(_signal)
+    signal_async = async_face(_signal)
     wait = sync_face(_wait)
     wait_async = async_face(_wait)
 

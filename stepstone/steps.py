@@ -89,6 +89,14 @@ class AsyncStep:
         step_id = self._i.claim_id(id)
         return self._i.wait_for_event(step_id, event, if_, _timeout(timeout))
 
+    def wait_for_signal(
+        self, id: str, name: str, timeout: Duration | None = None
+    ) -> Coroutine[Any, Any, Any]:
+        """The data of the oldest signal ``name`` sent to this run and not yet
+        received (sent before the wait began, or after), or ``None`` at the timeout."""
+        step_id = self._i.claim_id(id)
+        return self._i.wait_for_signal(step_id, name, _timeout(timeout))
+
     def invoke(
         self,
         id: str,
@@ -179,6 +187,10 @@ class SyncStep:
     ) -> Event | None:
         step_id = self._i.claim_id(id)
         return self._on_loop(self._i.wait_for_event(step_id, event, if_, _timeout(timeout)))
+
+    def wait_for_signal(self, id: str, name: str, timeout: Duration | None = None) -> Any:
+        step_id = self._i.claim_id(id)
+        return self._on_loop(self._i.wait_for_signal(step_id, name, _timeout(timeout)))
 
     def invoke(
         self,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -51,6 +52,14 @@ def load_app(target: str) -> App:
 
 def resolve_url(url: str | None) -> str:
     return url or os.environ.get("STEPSTONE_DATABASE_URL") or DEFAULT_DATABASE_URL
+
+
+def parse_json(text: str, option: str = "--data") -> Any:
+    """An option's JSON value; invalid JSON is a usage error naming the option."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"{option} is not JSON: {exc}") from exc
 
 
 def guard(action: Callable[[], Any]) -> None:

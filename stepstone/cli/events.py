@@ -6,7 +6,7 @@ import json
 
 import click
 
-from stepstone.cli.common import guard, open_target, target_options
+from stepstone.cli.common import guard, open_target, parse_json, target_options
 from stepstone.events import Event
 
 
@@ -31,9 +31,6 @@ def send(
     event_key: str | None,
 ) -> None:
     """Send an event NAME with --data JSON; prints the event ids as JSON."""
-    try:
-        payload = json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"--data is not JSON: {exc}") from exc
+    payload = parse_json(data)
     with open_target(database_url, url, api_key, event_key) as target:
         guard(lambda: click.echo(json.dumps(target.send(Event(name, payload, event_id)))))

@@ -1,4 +1,4 @@
-"""``stepstone runs list|show|export|cancel|replay|rerun|cancel-many|replay-many``."""
+"""``stepstone runs list|show|export|cancel|replay|rerun|signal|cancel-many|replay-many``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import click
 
 from stepstone.app import App
 from stepstone.cli import render
-from stepstone.cli.common import guard, open_target, target_options
+from stepstone.cli.common import guard, open_target, parse_json, target_options
 from stepstone.client import Client
 from stepstone.inventory import require_function
 from stepstone.server.params import check_range, parse_moment
@@ -130,6 +130,20 @@ def runs_rerun(
     """Fork a new run keeping the steps before STEP_ID; prints the new run id."""
     with open_target(database_url, url, api_key) as target:
         guard(lambda: click.echo(target.runs.rerun_from(run_id, step_id)))
+
+
+@runs.command("signal")
+@click.argument("run_id")
+@click.argument("name")
+@click.option("--data", default="null", show_default=True, help="The signal's data, as JSON.")
+@target_options
+def runs_signal(
+    run_id: str, name: str, data: str, database_url: str | None, url: str | None, api_key: str | None
+) -> None:
+    """Send signal NAME to a run (its wait_for_signal receives it); prints the signal id."""
+    payload = parse_json(data)
+    with open_target(database_url, url, api_key) as target:
+        guard(lambda: click.echo(target.runs.signal(run_id, name, payload)))
 
 
 def _bulk_options(fn: Any) -> Any:

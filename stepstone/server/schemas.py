@@ -285,6 +285,21 @@ class RerunOut(BaseModel):
     step_id: str
 
 
+class SignalIn(BaseModel):
+    """A signal to an active run, received by its ``wait_for_signal(name)``."""
+
+    model_config = ConfigDict(strict=True)
+
+    name: Annotated[str, Field(min_length=1, max_length=limits.MAX_EVENT_NAME_CHARS, pattern=r"\S")]
+    data: Any = Field(None, description=f"Any JSON value, at most {limits.MAX_EVENT_BYTES} bytes")
+
+
+class SignalOut(BaseModel):
+    id: str = Field(description="The signal's id")
+    run_id: str
+    name: str
+
+
 # -- bulk jobs ---------------------------------------------------------------------------------------
 class CancelManyIn(BaseModel):
     """Cancel the active runs of a function, optionally limited in time and by a

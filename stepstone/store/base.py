@@ -37,6 +37,7 @@ from stepstone.store.rows import (
     RunHistory,
     RunRow,
     RunStatus,
+    SignalRow,
     SpanRow,
     StepRow,
     TimedOut,
@@ -456,6 +457,25 @@ class Tx(Protocol):
         """Up to ``limit`` runs of ``function_ids`` in ``statuses`` with an id
         after ``after_id`` (ascending, for paging), each with its events and
         steps: three statements per page, whatever its size."""
+
+    # --- signals (issue 14: app.runs.signal, step.wait_for_signal) -------------------------
+    def insert_signal(self, signal: SignalRow) -> None:
+        """Record a signal sent to a run: buffered, or (``consumed_by`` set)
+        delivered at once to the wait that claimed it in this transaction."""
+        ...
+
+    def take_signal(self, run_id: str, name: str, step_id: str, now: float) -> SignalRow | None:
+        """Consume the run's oldest unconsumed signal of ``name`` for ``step_id``,
+        only while that step (written in this transaction) is ``waiting``: a
+        repeated commit of a step already completed takes none."""
+        ...
+
+    def signal_waits(self, run_id: str, name: str, now: float) -> list[WaitRow]:
+        """The run's unexpired waits for a signal of ``name``, oldest first."""
+        ...
+
+    def run_signals(self, run_id: str) -> list[SignalRow]:
+        """Every signal sent to the run, in the order sent."""
         ...
 
 

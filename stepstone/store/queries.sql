@@ -537,3 +537,29 @@ SAVEPOINT stepstone_user; SET LOCAL statement_timeout = {ms};
 
 -- name: user_release_bounded
 RESET statement_timeout; RELEASE SAVEPOINT stepstone_user;
+
+-- ---------------------------------------------------------------------------
+-- Signals (issue 14): buffered per run, consumed once, in the order sent.
+
+-- name: insert_signal
+INSERT INTO signals (id, run_id, name, data, sent_at, consumed_by, consumed_at)
+VALUES (:id, :run_id, :name, :data, :sent_at, :consumed_by, :consumed_at);
+
+-- name: take_signal
+-- (the oldest unconsumed signal of the name, only while the receiving step
+-- waits: a repeated commit of the step, already completed, takes none)
+UPDATE signals SET consumed_by = :step_id, consumed_at = :now
+WHERE seq = (SELECT seq FROM signals WHERE run_id = :run_id AND name = :name
+             AND consumed_by IS NULL ORDER BY seq LIMIT 1)
+  AND EXISTS (SELECT 1 FROM steps WHERE run_id = :run_id AND step_id = :step_id
+              AND status = 'waiting')
+RETURNING *;
+
+-- name: signal_waits
+SELECT * FROM waits
+WHERE run_id = :run_id AND kind = 'signal' AND match_value = :name
+  AND (expires_at IS NULL OR expires_at > :now)
+ORDER BY id;
+
+-- name: run_signals
+SELECT * FROM signals WHERE run_id = :run_id ORDER BY seq;

@@ -55,6 +55,7 @@ class StepKind(StrEnum):
     INVOKE = "invoke"  #: step.invoke
     SEND = "send"  #: step.send_event
     TRANSACTION = "transaction"  #: step.transaction
+    SIGNAL = "signal"  #: step.wait_for_signal
     PATCH = "patch"  #: step.patched: a marker that the run reached this point under the change
 
 
@@ -72,6 +73,7 @@ class WaitKind(StrEnum):
     EVENT = "event"  #: step.wait_for_event
     CANCEL = "cancel"  #: a cancel_on event that cancels the run
     INVOKE = "invoke"  #: the end of a child run (step.invoke)
+    SIGNAL = "signal"  #: a signal sent to the run (step.wait_for_signal; ``match_value``: its name)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -328,6 +330,35 @@ class WaitRow:
             created_at=row["created_at"],
             expires_at=row["expires_at"],
             id=row["id"],
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SignalRow:
+    """A signal sent to a run (``app.runs.signal``): buffered until a
+    ``wait_for_signal`` step of the run with its name consumes it, oldest first
+    (``seq``: the order sent). ``consumed_by`` names that step."""
+
+    id: str
+    run_id: str
+    name: str
+    data: str  # JSON
+    sent_at: float
+    consumed_by: str | None = None
+    consumed_at: float | None = None
+    seq: int | None = None
+
+    @classmethod
+    def from_row(cls, row: Row) -> SignalRow:
+        return cls(
+            id=row["id"],
+            run_id=row["run_id"],
+            name=row["name"],
+            data=row["data"],
+            sent_at=row["sent_at"],
+            consumed_by=row["consumed_by"],
+            consumed_at=row["consumed_at"],
+            seq=row["seq"],
         )
 
 

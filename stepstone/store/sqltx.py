@@ -27,6 +27,7 @@ from stepstone.store.rows import (
     RunHistory,
     RunRow,
     RunStatus,
+    SignalRow,
     SpanRow,
     StepRow,
     TimedOut,
@@ -600,3 +601,28 @@ class SqlTx(SqlViews):
     # -- transactional steps ---------------------------------------------------------------------
     def user_sql(self, fn: Callable[[Any], T], seconds: float) -> T:
         return run_in_savepoint(self, fn, seconds)
+
+    # -- signals ---------------------------------------------------------------------------------
+    def insert_signal(self, signal: SignalRow) -> None:
+        params = {
+            "id": signal.id,
+            "run_id": signal.run_id,
+            "name": signal.name,
+            "data": signal.data,
+            "sent_at": signal.sent_at,
+            "consumed_by": signal.consumed_by,
+            "consumed_at": signal.consumed_at,
+        }
+        self._exec("insert_signal", params)
+
+    def take_signal(self, run_id: str, name: str, step_id: str, now: float) -> SignalRow | None:
+        params = {"run_id": run_id, "name": name, "step_id": step_id, "now": now}
+        row = self._exec("take_signal", params).fetchone()
+        return None if row is None else SignalRow.from_row(row)
+
+    def signal_waits(self, run_id: str, name: str, now: float) -> list[WaitRow]:
+        rows = self._all("signal_waits", {"run_id": run_id, "name": name, "now": now})
+        return [WaitRow.from_row(r) for r in rows]
+
+    def run_signals(self, run_id: str) -> list[SignalRow]:
+        return [SignalRow.from_row(r) for r in self._all("run_signals", {"run_id": run_id})]

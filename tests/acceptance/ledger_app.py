@@ -150,3 +150,12 @@ def run_record(ctx: ss.Context) -> str:
 
     user = ctx.step.run("create-record", usertables.insert_and_commit, DATABASE_URL, ctx.event.data["user"])
     return str(ctx.step.run("after", lambda: user))
+
+
+@app.function(id="approval", trigger=ss.on_event("approval"))
+def approval(ctx: ss.Context) -> list[object]:
+    """A step, a wait for the run's "approved" signal, a step (issue 14)."""
+    charge = ctx.step.run("charge", effect, ctx.run_id, "charge")
+    approved = ctx.step.wait_for_signal("approval", "approved", timeout="120s")
+    provision = ctx.step.run("provision", effect, ctx.run_id, "provision")
+    return [charge, approved, provision]

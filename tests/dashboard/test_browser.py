@@ -6,11 +6,14 @@ artifacts/dashboard/."""
 
 from __future__ import annotations
 
+import json
 import re
 
 from playwright.sync_api import Page, expect
 
+from stepstone.store.rows import SignalRow
 from tests.dashboard.conftest import screenshot
+from tests.dashboard.conftest import sign_in as sign_in_http
 from tests.server.conftest import API_KEY, Shop, poll
 
 
@@ -146,6 +149,35 @@ def test_rerun_from_a_step_opens_the_new_run(page: Page, shop: Shop) -> None:
     new_id = page.url.rsplit("/", 1)[-1]
     assert new_id != done["id"]
     assert shop.wait(new_id)["output"] == "hi bo"
+
+
+def test_send_a_signal_from_a_run_page(page: Page, shop: Shop) -> None:
+    parked = shop.run_of(shop.send("park"))["id"]  # queued: the signal waits in its mailbox
+
+    def signals() -> list[SignalRow]:
+        return shop.app.store.read_sync(lambda tx: tx.run_signals(parked))
+
+    # Without the session's CSRF token the same request is refused.
+    cookie_only = sign_in_http(shop.live.url)
+    try:
+        refused = cookie_only.post(f"/api/v1/runs/{parked}/signals", json={"name": "approved"})
+        assert refused.status_code == 403
+    finally:
+        cookie_only.close()
+    sign_in(page, shop, f"/runs/{parked}")
+    assert_accessible_forms(page)
+    page.get_by_label("Signal name").fill("approved")
+    page.get_by_label("Data (JSON)").fill("{nope")
+    page.get_by_role("button", name="Send signal").click()
+    expect(page.locator("#signal-status")).to_contain_text("not JSON")
+    assert signals() == []
+    page.get_by_label("Data (JSON)").fill('{"by": "ops"}')
+    page.get_by_role("button", name="Send signal").click()
+    expect(page.locator("#signal-status")).to_contain_text("Signal approved sent")
+    [sent] = signals()
+    assert (sent.name, json.loads(sent.data), sent.consumed_by) == ("approved", {"by": "ops"}, None)
+    trace = shop.http.get(f"/api/v1/runs/{parked}/trace").json()["spans"]
+    assert any(s["kind"] == "signal" and s["status"] == "sent" for s in trace)
 
 
 def test_functions_events_and_workers_pages(page: Page, shop: Shop) -> None:

@@ -110,6 +110,13 @@ class Reader:
             for r in self.rows("SELECT run_id, step_id, output FROM steps WHERE status = 'completed'")
         }
 
+    def signals(self) -> list[tuple[str, str, str, str | None]]:
+        """Every signal: (run, name, data, the step that consumed it)."""
+        return [
+            (r[0], r[1], r[2], r[3])
+            for r in self.rows("SELECT run_id, name, data, consumed_by FROM signals ORDER BY seq")
+        ]
+
     def step_statuses(self) -> dict[tuple[str, str], str]:
         return {(r[0], r[1]): r[2] for r in self.rows("SELECT run_id, step_id, status FROM steps")}
 

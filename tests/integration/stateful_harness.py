@@ -106,6 +106,7 @@ TABLES = (
     "queue",
     "run_events",
     "runs",
+    "signals",
     "spans",
     "steps",
     "wait_keys",
@@ -182,6 +183,13 @@ class Harness:
             got = await ctx.step.wait_for_event("w", event="poke", if_=match)
             b = await ctx.step.run("b", effect, ctx.run_id, "b")
             return [a, got is not None, b]
+
+        @app.function(id="signalled", trigger=ss.on_event("go.signalled"), retries=0)
+        async def signalled(ctx: ss.Context) -> list[Any]:
+            a = await ctx.step.run("a", effect, ctx.run_id, "a")
+            got = await ctx.step.wait_for_signal("w", "s", timeout="20s")
+            b = await ctx.step.run("b", effect, ctx.run_id, "b")
+            return [a, got, b]
 
         @app.function(id="beside", trigger=ss.on_event("go.beside"), retries=0)
         async def beside(ctx: ss.Context) -> list[Any]:

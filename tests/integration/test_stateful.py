@@ -14,10 +14,11 @@ before the answer arrives; the journal retries them.
 
 Functions: steps around a sleep (a singleton); a wait with a timeout; a wait
 without one; a wait beside a step (its wait row commits while the run is
-leased); an invoke of a child (steps and a sleep); an invoke beside a step.
+leased); an invoke of a child (steps and a sleep); an invoke beside a step;
+a wait for a signal with a timeout (issue 14).
 
-Rules: start runs, send the events waits look for, cancel, replay, rerun from
-a step, advance the clock, lease and execute (holding the 1st or 2nd executed
+Rules: start runs, send the events waits look for, signal a run, cancel,
+replay, rerun from a step, advance the clock, lease and execute (holding the 1st or 2nd executed
 step or not; failing the first, which fails the run), heartbeat (extend the
 leases of invocations in flight), release held steps (a worker's, or one),
 crash, lose a commit,
@@ -37,8 +38,10 @@ Invariants, after every rule (read from the tables with SQL, and the ledger):
   request and no worker is due now;
 - a step has at most one wait row and starts one child (per replay);
 - a singleton key has at most one unended run;
+- a signal is received by at most one step, a step receives at most one (with
+  its data), and no signal stays buffered beside a live wait for its name;
 - ``drive`` (release everything, run every due time, send every awaited
-  event) ends every run.
+  event and signal) ends every run.
 
 Budget: by default 200 examples on SQLite and 120 on PostgreSQL of up to 50
 rules (about 15 s each on 2 shared cores when nothing fails; finding and
@@ -90,7 +93,7 @@ LONG = os.environ.get("STEPSTONE_LONG") == "1"
 IGNORED = frozenset(filter(None, os.environ.get("STEPSTONE_STATEFUL_IGNORE", "").split(",")))
 TTL = 15.0  # lease time-to-live of the simulated workers
 MAX_RUNS = 4  # runs started by events per example (children and reruns come on top)
-KINDS = ("seq", "waiter", "forever", "beside", "parent", "fork")
+KINDS = ("seq", "waiter", "forever", "beside", "parent", "fork", "signalled")
 SETTLE_SECONDS = 30.0  # real time an action may take to reach quiescence
 
 
@@ -259,6 +262,19 @@ class StatefulModel(RuleBasedStateMachine):
             except (NotFoundError, InvalidStateError):
                 pass  # a fix may refuse a rerun whose singleton key is held
 
+    @precondition(lambda self: self.sent > 0)
+    @rule(index=st.integers(0, 7))
+    def signal(self, index: int) -> None:
+        run_id = self._pick(index)
+        if run_id is not None:
+            self._signal(run_id)
+
+    def _signal(self, run_id: str) -> None:
+        try:
+            self.call(self.app.runs.signal_async(run_id, "s", next(self.names)))
+        except InvalidStateError:
+            pass  # the run ended
+
     # -- rules: workers ------------------------------------------------------------------------------
     @rule(worker=st.integers(0, 1), hold=st.integers(0, 2), fail=st.booleans())
     def work(self, worker: int, hold: int, fail: bool) -> None:
@@ -337,6 +353,9 @@ class StatefulModel(RuleBasedStateMachine):
         self._run_everything()
         for k in range(self.sent):
             self.call(self.app.send_async(ss.Event("poke", {"k": k})))
+        for run in self.db.runs():
+            if run.function_id == "signalled" and not run.ended:
+                self._signal(run.id)
         self._run_everything()
         stuck = [r for r in self.db.runs() if not r.ended]
         assert not stuck or "drive" in IGNORED, f"runs left unended after driving everything: {stuck}"
@@ -462,6 +481,29 @@ class StatefulModel(RuleBasedStateMachine):
         assert not extra, f"steps that started more children than they ran: {extra}"
 
     @invariant()
+    def signals_received_once_and_none_left_beside_a_wait(self) -> None:
+        """Each signal is received by at most one step and each step receives at
+        most one, with its data; no signal stays buffered while a live wait of
+        its run and name is parked (it would have been lost)."""
+        if "signals_received_once_and_none_left_beside_a_wait" in IGNORED:
+            return
+        signals = self.db.signals()
+        received = Counter((run, step) for run, _, _, step in signals if step is not None)
+        assert all(n == 1 for n in received.values()), f"steps that received several signals: {received}"
+        outputs = self.db.completed_outputs()
+        for run, _, data, step in signals:
+            if step is not None and (run, step) in outputs:
+                assert outputs[(run, step)] == data, f"step {run}/{step} holds another value than its signal"
+        buffered = {(run, name) for run, name, _, step in signals if step is None}
+        steps, now = self.db.step_statuses(), self.clock.now()
+        for wait in self.db.waits():
+            live = wait.expires_at is None or wait.expires_at > now
+            if wait.kind == "signal" and live and steps.get((wait.run_id, wait.step_id)) == "waiting":
+                assert (wait.run_id, wait.match_value) not in buffered, (
+                    f"run {wait.run_id} waits for signal {wait.match_value!r} while one is buffered"
+                )
+
+    @invariant()
     def one_active_run_per_singleton_key(self) -> None:
         if "one_active_run_per_singleton_key" in IGNORED:
             return
@@ -526,6 +568,7 @@ INVARIANTS = (
     "every_unended_run_can_wake",
     "effects_happened_once",
     "one_active_run_per_singleton_key",
+    "signals_received_once_and_none_left_beside_a_wait",
 )
 Step = tuple[str, dict[str, Any]]
 
@@ -554,6 +597,31 @@ PINNED: dict[str, list[Step]] = {
         _r("work", worker=0, hold=2, fail=False),
         _r("release_one", index=0),
         _r("release_one", index=0),
+        _r("drive"),
+    ],
+    "14: a signal reaches a run parked on wait_for_signal": [
+        _r("start", kind="signalled"),
+        _r("work", worker=0, hold=0, fail=False),
+        _r("signal", index=0),
+        _r("signal", index=0),
+        _r("drive"),
+    ],
+    "14: a signal sent while the run is held before its wait, then a lost commit": [
+        _r("start", kind="signalled"),
+        _r("work", worker=0, hold=1, fail=False),
+        _r("signal", index=0),
+        _r("lose_a_commit", worker=0),
+        _r("release", worker=0),
+        _r("signal", index=0),
+        _r("drive"),
+    ],
+    "14: a signal wait cancelled, replayed, then signalled": [
+        _r("start", kind="signalled"),
+        _r("work", worker=0, hold=0, fail=False),
+        _r("cancel", index=0),
+        _r("replay", index=0),
+        _r("work", worker=1, hold=0, fail=False),
+        _r("signal", index=0),
         _r("drive"),
     ],
     "2: a cancel that arrives just before a wait is lost": [

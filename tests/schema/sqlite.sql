@@ -55,6 +55,9 @@ CREATE INDEX runs_by_function ON runs (function_id, created_at);
 -- index runs_by_status
 CREATE INDEX runs_by_status ON runs (status, created_at);
 
+-- index signals_by_run
+CREATE INDEX signals_by_run ON signals (run_id, name, seq);
+
 -- index spans_by_run
 CREATE INDEX spans_by_run ON spans (run_id, id);
 
@@ -185,6 +188,18 @@ CREATE TABLE runs (
 
 -- table schema_migrations
 CREATE TABLE schema_migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL);
+
+-- table signals
+CREATE TABLE signals (
+    seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+    id           TEXT NOT NULL UNIQUE,
+    run_id       TEXT NOT NULL,
+    name         TEXT NOT NULL,
+    data         TEXT NOT NULL,
+    sent_at      REAL NOT NULL,
+    consumed_by  TEXT,
+    consumed_at  REAL
+);
 
 -- table spans
 CREATE TABLE spans (

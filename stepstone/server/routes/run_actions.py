@@ -1,4 +1,4 @@
-"""Acting on one run: cancel, replay, rerun from a step."""
+"""Acting on one run: cancel, replay, rerun from a step, signal."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from fastapi import APIRouter
 
 from stepstone.server.errors import documented
 from stepstone.server.routes.runs import RunId
-from stepstone.server.schemas import RerunIn, RerunOut, RunStatusOut
+from stepstone.server.schemas import RerunIn, RerunOut, RunStatusOut, SignalIn, SignalOut
 from stepstone.server.state import ServerState
 
 
@@ -45,5 +45,18 @@ def build(state: ServerState) -> APIRouter:
         """A new run keeping the steps before `step_id` and re-executing from it."""
         new = await runs.rerun_from_async(run_id, body.step_id)
         return RerunOut(id=new, rerun_of=run_id, step_id=body.step_id)
+
+    @router.post(
+        "/runs/{run_id}/signals",
+        response_model=SignalOut,
+        responses=documented(404, 409, 413, 415, 422),
+        summary="Send a signal to a run",
+    )
+    async def signal(run_id: RunId, body: SignalIn) -> SignalOut:
+        """Buffered until the run's `wait_for_signal(name)` receives it (at once if one
+        is waiting); each signal is received once, in the order sent. 409 if the
+        run has ended."""
+        signal_id = await runs.signal_async(run_id, body.name, body.data)
+        return SignalOut(id=signal_id, run_id=run_id, name=body.name)
 
     return router

@@ -98,6 +98,25 @@
       const result = await api("POST", `/runs/${encodeURIComponent(button.dataset.run)}/rerun`, { step_id: step });
       location.assign(`${base}/runs/${encodeURIComponent(result.id)}`);
     },
+    async signal(button) {
+      const status = document.getElementById("signal-status");
+      const name = document.getElementById("signal-name").value.trim();
+      let data;
+      try {
+        data = JSON.parse(document.getElementById("signal-data").value.trim() || "null");
+      } catch (error) {
+        throw new SignalError(`The data is not JSON: ${error.message}`);
+      }
+      try {
+        const result = await api("POST", `/runs/${encodeURIComponent(button.dataset.run)}/signals`, { name, data });
+        status.textContent = `Signal ${result.name} sent (${result.id}).`;
+        status.classList.remove("err");
+      } catch (error) {
+        throw new SignalError(error.message);
+      } finally {
+        button.disabled = false;
+      }
+    },
     async bulk(button) {
       const d = button.dataset;
       const body = { function_id: d.function };
@@ -127,6 +146,9 @@
     box.dataset.finished = job.status;
   }
 
+  // A signal's failure is told beside its form, not in the run's action status.
+  class SignalError extends Error {}
+
   async function act(button) {
     const verb = button.textContent.trim();
     if (button.dataset.confirm && !(await confirmWith(button.dataset.confirm, verb))) return;
@@ -134,7 +156,13 @@
     try {
       await actions[button.dataset.action](button);
     } catch (error) {
-      say(error.message, true);
+      if (error instanceof SignalError) {
+        const status = document.getElementById("signal-status");
+        status.textContent = error.message;
+        status.classList.add("err");
+      } else {
+        say(error.message, true);
+      }
       button.disabled = false;
     }
   }

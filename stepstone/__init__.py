@@ -25,6 +25,7 @@ from stepstone.errors import (
     ServerUnavailableError,
     StepError,
     StepstoneError,
+    StepTimeoutError,
     StoreError,
     StoreUnavailableError,
 )
@@ -102,6 +103,7 @@ __all__ = [
     "SerializationError",
     "ServerUnavailableError",
     "StepError",
+    "StepTimeoutError",
     "StepstoneError",
     "StoreError",
     "StoreUnavailableError",

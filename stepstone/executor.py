@@ -14,10 +14,11 @@ import logging
 import secrets
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from stepstone import limits, serde
+from stepstone.attempts import AbandonedThreads
 from stepstone.clock import Clock
 from stepstone.context import Context
 from stepstone.errors import (
@@ -61,6 +62,8 @@ class ExecEnv:
     # Whether the worker's lease on a run is still known to be live (by the
     # worker's own monotonic clock since the lease was last taken or extended).
     lease_held: Callable[[str], bool] = lambda run_id: True
+    # The worker's count of sync step threads abandoned past their timeout.
+    abandoned: AbandonedThreads = field(default_factory=AbandonedThreads)
 
     def function(self, ref: str | Callable[..., Any]) -> FunctionDef | None:
         """A function by id or by its decorated handler (own first, then the catalog)."""
@@ -162,6 +165,8 @@ async def _invoke(fn: FunctionDef, leased: LeasedRun, journal: RunJournal, env: 
         services=env,
         run_event=events[0].to_json() if events else None,
         hooks=hooks,
+        step_timeout=fn.step_timeout,
+        abandoned=env.abandoned,
     )
     ctx = _context(fn, leased, events, interp)
     try:

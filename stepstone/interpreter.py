@@ -17,12 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import hashlib
-import inspect
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
 from stepstone import limits, serde
+from stepstone.attempts import AbandonedThreads, Outcome, attempt
 from stepstone.clock import Clock
 from stepstone.errors import (
     ErrorInfo,
@@ -73,6 +73,8 @@ class Interpreter:
         services: Services,
         run_event: dict[str, Any] | None = None,
         hooks: Hooks = NO_HOOKS,
+        step_timeout: float | None = None,
+        abandoned: AbandonedThreads | None = None,
     ) -> None:
         self.run_id = run_id
         self.hooks = hooks
@@ -86,6 +88,8 @@ class Interpreter:
         self.retries = retries
         self.backoff = backoff
         self.threads = threads
+        self.step_timeout = step_timeout  # the function's; a step's own timeout= wins
+        self.abandoned = abandoned or AbandonedThreads()
         self._counters: dict[str, int] = {}
         self._calls: dict[str, tuple[int, str | None]] = {}  # new steps: (position, fingerprint)
         self._unreached = {s.step_id: s.position for s in steps}  # recorded, not yet reached
@@ -281,32 +285,48 @@ class Interpreter:
         raise self._pause(row.wake_at, RunStatus.RUNNING) from failure
 
     async def run(
-        self, step_id: str, fn: Callable[..., Any], args: tuple[Any, ...], retries: int | None
+        self,
+        step_id: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        retries: int | None,
+        timeout: float | None = None,
     ) -> Any:
         """``step.run`` for async handlers."""
         done, value = await self.begin_step(step_id, fn)
         if done:
             return value
-        attempt = int(value)
+        attempt_no = int(value)
         started = self.clock.now()
-        token = current_step.set(StepScope(step_id, attempt))
+        token = current_step.set(StepScope(step_id, attempt_no))
         try:
-            result: Any = None
-            failure: BaseException | None = None
-            try:
-                if inspect.iscoroutinefunction(fn):
-                    result = await fn(*args)
-                else:
-                    context = contextvars.copy_context()
-                    loop = asyncio.get_running_loop()
-                    result = await loop.run_in_executor(self.threads, context.run, fn, *args)
-                    if inspect.isawaitable(result):
-                        result = await result
-            except Exception as exc:  # noqa: BLE001 - recorded as the step's failure
-                failure = exc
+            result, failure = await self.call(step_id, fn, args, contextvars.copy_context(), timeout)
         finally:
             current_step.reset(token)
-        return await self.finish_step(step_id, attempt, started, result, failure, retries)
+        return await self.finish_step(step_id, attempt_no, started, result, failure, retries)
+
+    async def call(
+        self,
+        step_id: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        context: contextvars.Context,
+        timeout: float | None,
+    ) -> Outcome:
+        """One attempt of a step's function under its time limit (the step's
+        ``timeout``, else the function's ``step_timeout``): ``(result, failure)``."""
+        return await attempt(
+            step_id,
+            fn,
+            args,
+            context=context,
+            timeout=self.time_limit(timeout),
+            threads=self.threads,
+            abandoned=self.abandoned,
+        )
+
+    def time_limit(self, timeout: float | None) -> float | None:
+        return self.step_timeout if timeout is None else timeout
 
     # -- step.sleep --------------------------------------------------------------------
     def sleep_until(self, step_id: str, wake_at: float) -> None:

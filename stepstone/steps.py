@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from stepstone.bridge import call_in
 from stepstone.durations import Duration, parse_duration
-from stepstone.errors import Interrupt, NonRetriableError
+from stepstone.errors import ConfigError, Interrupt, NonRetriableError
 from stepstone.events import Event
 from stepstone.interpreter import Interpreter
 from stepstone.signals import StepScope, as_timestamp, current_step
@@ -37,6 +37,19 @@ def _timeout(timeout: Duration | None) -> float | None:
     return None if timeout is None else parse_duration(timeout, field="timeout")
 
 
+def _step_timeout(timeout: Duration | None) -> float | None:
+    """A ``step.run`` timeout in seconds; a bad one fails the run at once, naming the field."""
+    if timeout is None:
+        return None
+    try:
+        seconds = parse_duration(timeout, field="timeout")
+    except ConfigError as exc:
+        raise NonRetriableError(str(exc)) from exc
+    if seconds <= 0:
+        raise NonRetriableError(f"timeout: must be a positive duration, got {timeout!r}")
+    return seconds
+
+
 def _check_retries(retries: int | None) -> int | None:
     if retries is not None and (
         isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100
@@ -52,11 +65,18 @@ class AsyncStep:
         self._i = interp
 
     def run(
-        self, id: str, fn: Callable[..., Any], *args: Any, retries: int | None = None
+        self,
+        id: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        retries: int | None = None,
+        timeout: Duration | None = None,
     ) -> Coroutine[Any, Any, Any]:
-        """Run ``fn(*args)`` once, durably; its JSON result is memoized."""
+        """Run ``fn(*args)`` once, durably; its JSON result is memoized. An attempt
+        past ``timeout`` (else the function's ``step_timeout``) fails with
+        ``StepTimeoutError``."""
         step_id = self._i.claim_id(id)
-        return self._i.run(step_id, fn, args, _check_retries(retries))
+        return self._i.run(step_id, fn, args, _check_retries(retries), _step_timeout(timeout))
 
     async def sleep(self, id: str, duration: Duration) -> None:
         step_id = self._i.claim_id(id)
@@ -123,9 +143,17 @@ class SyncStep:
     def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
         return call_in(self._loop, coro)
 
-    def run(self, id: str, fn: Callable[..., Any], *args: Any, retries: int | None = None) -> Any:
+    def run(
+        self,
+        id: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        retries: int | None = None,
+        timeout: Duration | None = None,
+    ) -> Any:
         step_id = self._i.claim_id(id)
         retries = _check_retries(retries)
+        seconds = _step_timeout(timeout)
         done, value = self._on_loop(self._i.begin_step(step_id, fn))
         if done:
             return value
@@ -135,7 +163,11 @@ class SyncStep:
         result: Any = None
         failure: BaseException | None = None
         try:
-            result = self._on_loop(fn(*args)) if inspect.iscoroutinefunction(fn) else fn(*args)
+            if self._i.time_limit(seconds) is None and not inspect.iscoroutinefunction(fn):
+                result = fn(*args)  # untimed: on this handler thread, as the handler's own code
+            else:  # the one timed path, on the loop (a timed sync step gets a thread of its own)
+                context = contextvars.copy_context()
+                result, failure = self._on_loop(self._i.call(step_id, fn, args, context, seconds))
         except Exception as exc:  # noqa: BLE001 - recorded as the step's failure
             failure = exc
         finally:

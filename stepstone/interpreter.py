@@ -38,6 +38,7 @@ from stepstone.function import ResolvedBackoff
 from stepstone.ids import new_id
 from stepstone.memos import callable_fingerprint, mismatch
 from stepstone.middleware import NO_HOOKS, Hooks
+from stepstone.registry import INVOKE_EVENT
 from stepstone.services import Effect, Journal, Services
 from stepstone.signals import (
     PauseSignal,
@@ -467,7 +468,8 @@ class Interpreter:
             raise NonRetriableError(f"step {step_id!r}: no function {function!r} to invoke")
         now = self.clock.now()
         expires = self._expiry(step_id, now, timeout)
-        start = self.services.start_child(target, data, now, (self.run_id, step_id))
+        [invoked] = await self._outgoing([Event(INVOKE_EVENT, data)])  # encrypted like any sent event
+        start = self.services.start_child(target, invoked.data, now, (self.run_id, step_id))
         run_id, matcher, child_id = self.run_id, self.services.matcher(), new_id(now)
 
         def start_child(tx: Tx) -> None:
@@ -511,6 +513,14 @@ class Interpreter:
         raise self._pause(expires, RunStatus.WAITING)
 
     # -- send_event ------------------------------------------------------------------------
+    async def _outgoing(self, events: list[Event]) -> list[Event]:
+        """Events the engine writes on the handler's behalf (sent, or an invoke's
+        data) as middleware's ``before_send_events`` leaves them (encryption)."""
+        if not self.hooks.active:
+            return events
+        await self.hooks.before_execution(self.ctx)
+        return await self.hooks.before_send_events(self.ctx, events)
+
     async def send_event(self, step_id: str, events: Event | Sequence[Event]) -> list[str]:
         """Ingest ``events`` in the same transaction as the step's memo: exactly once."""
         memo = self._reach(step_id, StepKind.SEND)
@@ -519,10 +529,7 @@ class Interpreter:
         now = self.clock.now()
         await self.journal.flush()
         try:
-            if self.hooks.active:
-                await self.hooks.before_execution(self.ctx)
-                batch = [events] if isinstance(events, Event) else list(events)
-                events = await self.hooks.before_send_events(self.ctx, batch)
+            events = await self._outgoing([events] if isinstance(events, Event) else list(events))
             ids, ingest = self.services.send(events, now)
         except StepstoneError as exc:
             info = error_info(exc)

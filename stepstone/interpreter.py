@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import hashlib
+import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any, TypeVar
@@ -51,6 +52,23 @@ from stepstone.store.base import Tx
 from stepstone.store.rows import RunStatus, SpanRow, StepKind, StepRow, StepStatus, WaitKind, WaitRow
 
 T = TypeVar("T")
+log = logging.getLogger("stepstone.waits")
+
+
+_untimed_waits: set[tuple[str, str]] = set()
+
+
+def _warn_untimed_wait(function_id: str, step_id: str) -> None:
+    """Log, once per function and step id in this process, that a wait has no
+    timeout ("give every wait a timeout": a lost event would hold it for ever)."""
+    if (function_id, step_id) not in _untimed_waits:
+        _untimed_waits.add((function_id, step_id))
+        log.warning(
+            "function %r, step %r: wait_for_event without a timeout waits for ever if the "
+            "event never comes; give every wait a timeout",
+            function_id,
+            step_id,
+        )
 
 
 def _step_error(memo: StepRow) -> StepError:
@@ -410,25 +428,36 @@ class Interpreter:
         return self.memo_value(memo)
 
     async def wait_for_event(
-        self, step_id: str, event: str, condition: str | None, timeout: float | None
+        self,
+        step_id: str,
+        names: Sequence[str],
+        condition: str | None,
+        timeout: float | None,
+        lookback: float | None = None,
     ) -> Event | None:
-        memo = self._reach(step_id, StepKind.WAIT, event)
+        memo = self._reach(step_id, StepKind.WAIT, "|".join(names))
         if memo is not None:
             resolved = await self._resolved(memo)
             value = self._outcome(resolved) if resolved else None
             return Event.from_json(value) if value else None
+        if timeout is None:
+            _warn_untimed_wait(self.ctx.function_id if self.ctx is not None else "", step_id)
         now = self.clock.now()
         expires = self._expiry(step_id, now, timeout)
+        since = None if lookback is None else now - self._bounded(step_id, lookback)
         try:
-            wait = self.services.wait_row(
-                run_id=self.run_id,
-                step_id=step_id,
-                event_name=event,
-                condition=condition,
-                run_event=self.run_event,
-                now=now,
-                expires_at=expires,
-            )
+            waits = [
+                self.services.wait_row(
+                    run_id=self.run_id,
+                    step_id=step_id,
+                    event_name=name,
+                    condition=condition,
+                    run_event=self.run_event,
+                    now=now,
+                    expires_at=expires,
+                )
+                for name in names
+            ]
         except StepstoneError as exc:
             raise NonRetriableError(f"step {step_id!r}: {exc}") from exc
         row = StepRow(
@@ -441,19 +470,29 @@ class Interpreter:
             started_at=now,
             fingerprint=self._fingerprint(step_id),
         )
+        run_id, services = self.run_id, self.services
 
         def insert_wait(tx: Tx) -> None:
-            tx.start_wait(wait)  # nothing if this is a repeated commit
+            # A lookback match resolves the step in the transaction that would
+            # otherwise start the wait: no event committed before it is missed.
+            found = None if since is None else services.earlier_event(tx, waits, since, now)
+            if found is not None:
+                if tx.complete_waiting_step(run_id, step_id, StepStatus.COMPLETED, found, None, now):
+                    tx.wake_run(run_id, now)
+                return
+            for wait in waits:
+                tx.start_wait(wait)  # nothing if this is a repeated commit
 
         self._save(row, None, insert_wait)
         raise self._pause(expires, RunStatus.WAITING)
 
     def _expiry(self, step_id: str, now: float, timeout: float | None) -> float | None:
-        if timeout is None:
-            return None
-        if timeout > limits.MAX_SLEEP_SECONDS:
-            raise LimitExceededError(f"step {step_id!r}: timeouts are limited to 366 days")
-        return now + timeout
+        return None if timeout is None else now + self._bounded(step_id, timeout)
+
+    def _bounded(self, step_id: str, seconds: float) -> float:
+        if seconds > limits.MAX_SLEEP_SECONDS:
+            raise LimitExceededError(f"step {step_id!r}: timeouts and lookbacks are limited to 366 days")
+        return seconds
 
     async def invoke(
         self, step_id: str, function: str | Callable[..., Any], data: dict[str, Any], timeout: float | None

@@ -74,6 +74,11 @@ class Services(Protocol):
         ``condition`` is not a valid CEL condition."""
         ...
 
+    def earlier_event(self, tx: Tx, waits: Sequence[WaitRow], since: float, now: float) -> str | None:
+        """``wait_for_event(lookback=)``: the oldest event of the waits' names and
+        condition committed since ``since``, as the step's output JSON, or ``None``."""
+        ...
+
     def send(self, events: Event | Sequence[Event], now: float) -> tuple[list[str], Ingest]:
         """Validate and encode ``events`` (raises ``StepstoneError`` if one is bad);
         returns their ids, fixed now, and what ingests them inside a transaction."""

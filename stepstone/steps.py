@@ -50,6 +50,21 @@ def _step_timeout(timeout: Duration | None) -> float | None:
     return seconds
 
 
+def _event_names(event: str | Sequence[str]) -> list[str]:
+    """The names a wait listens to: one, or a non-empty list without repeats."""
+    names = [event] if isinstance(event, str) else list(event) if isinstance(event, list | tuple) else None
+    if not names or any(not isinstance(n, str) or not n.strip() for n in names):
+        raise NonRetriableError(f"event: expected an event name or a non-empty list of names, got {event!r}")
+    return list(dict.fromkeys(names))
+
+
+def _lookback(lookback: Duration | None) -> float | None:
+    try:
+        return None if lookback is None else parse_duration(lookback, field="lookback")
+    except ConfigError as exc:
+        raise NonRetriableError(str(exc)) from exc
+
+
 def _check_retries(retries: int | None) -> int | None:
     if retries is not None and (
         isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100
@@ -88,11 +103,19 @@ class AsyncStep:
         self._i.sleep_until(step_id, as_timestamp(until))
 
     def wait_for_event(
-        self, id: str, *, event: str, if_: str | None = None, timeout: Duration | None = None
+        self,
+        id: str,
+        *,
+        event: str | Sequence[str],
+        if_: str | None = None,
+        timeout: Duration | None = None,
+        lookback: Duration | None = None,
     ) -> Coroutine[Any, Any, Event | None]:
-        """The first matching event sent after the wait began, or ``None`` at the timeout."""
+        """The first matching event of any of the names sent after the wait began
+        (or up to ``lookback`` before), or ``None`` at the timeout."""
         step_id = self._i.claim_id(id)
-        return self._i.wait_for_event(step_id, event, if_, _timeout(timeout))
+        names, seconds = _event_names(event), _lookback(lookback)
+        return self._i.wait_for_event(step_id, names, if_, _timeout(timeout), seconds)
 
     def invoke(
         self,
@@ -184,10 +207,17 @@ class SyncStep:
         self._on_loop(_call(self._i.sleep_until, step_id, as_timestamp(until)))
 
     def wait_for_event(
-        self, id: str, *, event: str, if_: str | None = None, timeout: Duration | None = None
+        self,
+        id: str,
+        *,
+        event: str | Sequence[str],
+        if_: str | None = None,
+        timeout: Duration | None = None,
+        lookback: Duration | None = None,
     ) -> Event | None:
         step_id = self._i.claim_id(id)
-        return self._on_loop(self._i.wait_for_event(step_id, event, if_, _timeout(timeout)))
+        names, seconds = _event_names(event), _lookback(lookback)
+        return self._on_loop(self._i.wait_for_event(step_id, names, if_, _timeout(timeout), seconds))
 
     def invoke(
         self,

@@ -436,6 +436,12 @@ class Tx(Protocol):
         """Mark active jobs not refreshed since ``stale_before`` as ``interrupted``."""
         ...
 
+    # -- waits on several names with lookback (issue 14, point 3) --------------------------
+    def events_since(self, names: Sequence[str], since: float, now: float, limit: int) -> list[EventRow]:
+        """At most ``limit`` events named one of ``names`` committed between
+        ``since`` and ``now`` (``received_at``), oldest first."""
+        ...
+
 
 class Store(Protocol):
     """A database: runs operations in transactions."""

@@ -36,7 +36,7 @@ from stepstone.journal import RunJournal
 from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import INVOKE_EVENT, Registry
 from stepstone.runtime import end_run, ingest, park_run, prepare, start_run
-from stepstone.runtime.waits import build_wait, earlier_event
+from stepstone.runtime.waits import begin_wait, build_wait
 from stepstone.services import Ingest, StartChild
 from stepstone.signals import CancelSignal, LeaseLostSignal, PauseSignal, error_info, retry_at
 from stepstone.steps import AsyncStep, SyncStep
@@ -96,9 +96,8 @@ class ExecEnv:
             field="if_",
         )
 
-    def earlier_event(self, tx: Tx, waits: Sequence[WaitRow], since: float, now: float) -> str | None:
-        found = earlier_event(tx, waits, since, now)
-        return None if found is None else serde.dumps(found, what="event")
+    def begin_wait(self, tx: Tx, waits: Sequence[WaitRow], since: float | None, now: float) -> None:
+        begin_wait(tx, waits, since, now)
 
     def send(self, events: Event | Sequence[Event], now: float) -> tuple[list[str], Ingest]:
         prepared = prepare(events, now)

@@ -55,20 +55,14 @@ T = TypeVar("T")
 log = logging.getLogger("stepstone.waits")
 
 
-_untimed_waits: set[tuple[str, str]] = set()
+UNTIMED_WAIT = "a wait without a timeout waits for ever if its event is lost; give every wait a timeout"
+_untimed_waits: set[tuple[str, str]] = set()  # (function, step) warned of in this process
 
 
 def _warn_untimed_wait(function_id: str, step_id: str) -> None:
-    """Log, once per function and step id in this process, that a wait has no
-    timeout ("give every wait a timeout": a lost event would hold it for ever)."""
     if (function_id, step_id) not in _untimed_waits:
         _untimed_waits.add((function_id, step_id))
-        log.warning(
-            "function %r, step %r: wait_for_event without a timeout waits for ever if the "
-            "event never comes; give every wait a timeout",
-            function_id,
-            step_id,
-        )
+        log.warning("function %r, step %r: %s", function_id, step_id, UNTIMED_WAIT)
 
 
 def _step_error(memo: StepRow) -> StepError:
@@ -470,18 +464,10 @@ class Interpreter:
             started_at=now,
             fingerprint=self._fingerprint(step_id),
         )
-        run_id, services = self.run_id, self.services
+        services = self.services
 
-        def insert_wait(tx: Tx) -> None:
-            # A lookback match resolves the step in the transaction that would
-            # otherwise start the wait: no event committed before it is missed.
-            found = None if since is None else services.earlier_event(tx, waits, since, now)
-            if found is not None:
-                if tx.complete_waiting_step(run_id, step_id, StepStatus.COMPLETED, found, None, now):
-                    tx.wake_run(run_id, now)
-                return
-            for wait in waits:
-                tx.start_wait(wait)  # nothing if this is a repeated commit
+        def insert_wait(tx: Tx) -> None:  # nothing if this is a repeated commit
+            services.begin_wait(tx, waits, since, now)
 
         self._save(row, None, insert_wait)
         raise self._pause(expires, RunStatus.WAITING)

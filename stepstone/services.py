@@ -74,9 +74,10 @@ class Services(Protocol):
         ``condition`` is not a valid CEL condition."""
         ...
 
-    def earlier_event(self, tx: Tx, waits: Sequence[WaitRow], since: float, now: float) -> str | None:
-        """``wait_for_event(lookback=)``: the oldest event of the waits' names and
-        condition committed since ``since``, as the step's output JSON, or ``None``."""
+    def begin_wait(self, tx: Tx, waits: Sequence[WaitRow], since: float | None, now: float) -> None:
+        """In the transaction of its memo, start a ``wait_for_event`` step's wait
+        (a row per name), or resolve the step at once with the oldest event of
+        its names and condition committed since ``since`` (``lookback``)."""
         ...
 
     def send(self, events: Event | Sequence[Event], now: float) -> tuple[list[str], Ingest]:

@@ -28,9 +28,10 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from stepstone import serde
 from stepstone.expressions import compile_expression, compile_stored, equality_shape
 from stepstone.store.base import Tx
-from stepstone.store.rows import WaitKind, WaitRow
+from stepstone.store.rows import StepStatus, WaitKind, WaitRow
 
 MATCH_VARS = frozenset({"event", "async"})
 LOOKBACK_SCAN = 1000  # events a lookback examines at most, oldest first
@@ -163,6 +164,20 @@ def _holds(wait: WaitRow, incoming: dict[str, Any]) -> bool:
     scope = {"event": json.loads(wait.event_json or "null") or {}, "async": incoming}
     condition = compile_stored(wait.expression, field="if_", variables=MATCH_VARS)
     return condition is not None and condition.test(scope)
+
+
+def begin_wait(tx: Tx, waits: Sequence[WaitRow], since: float | None, now: float) -> None:
+    """Start a ``wait_for_event`` step's wait, a row per name (nothing on a
+    repeated commit); with a lookback (``since``), an earlier event resolves the
+    step instead, in this same transaction: none committed before it is missed."""
+    found = None if since is None else earlier_event(tx, waits, since, now)
+    if found is None:
+        for wait in waits:
+            tx.start_wait(wait)
+        return
+    run_id, step_id, output = waits[0].run_id, waits[0].step_id, serde.dumps(found, what="event")
+    if tx.complete_waiting_step(run_id, step_id, StepStatus.COMPLETED, output, None, now):
+        tx.wake_run(run_id, now)
 
 
 def earlier_event(tx: Tx, waits: Sequence[WaitRow], since: float, now: float) -> dict[str, Any] | None:

@@ -196,3 +196,28 @@ def test_invalid_timeouts_name_their_field(app: ss.App) -> None:
     app.start()
     run = send_and_wait(app, ss.Event("go"))
     assert run.status == "failed" and run.error is not None and "timeout" in run.error.message
+
+
+def test_a_run_failed_by_a_timeout_replays_once_the_provider_answers(app: ss.App) -> None:
+    slow = threading.Event()
+    slow.set()
+    before: list[int] = []
+
+    async def provider() -> str:
+        if slow.is_set():
+            await asyncio.sleep(30)
+        return "answered"
+
+    @app.function(id="f", trigger=ss.on_event("go"), step_timeout="200ms", retries=0)
+    async def f(ctx: ss.Context) -> list[str]:
+        first = await ctx.step.run("before", lambda: before.append(1) or "kept")
+        return [first, await ctx.step.run("provider", provider)]
+
+    app.start()
+    run = send_and_wait(app, ss.Event("go"))
+    assert run.status == "failed" and run.error is not None and run.error.type == "StepTimeoutError"
+    slow.clear()  # the provider answers again
+    app.runs.replay(run.id)
+    done = app.runs.wait(run.id, timeout="10s")
+    assert (done.status, done.output) == ("completed", ["kept", "answered"])
+    assert before == [1]  # the completed step did not run again

@@ -146,7 +146,8 @@ def test_a_timeout_meeting_a_cancel_ends_the_run_cancelled(app: ss.App) -> None:
         started.set()
         release.wait(30)
 
-    @app.function(id="f", trigger=ss.on_event("go"), backoff=FAST, retries=3)
+    # A back-off longer than any delay under load: the cancel lands before a retry could start
+    @app.function(id="f", trigger=ss.on_event("go"), backoff=ss.Backoff(initial="5s", jitter=0), retries=3)
     def f(ctx: ss.Context) -> None:
         ctx.step.run("hangs", hangs, timeout="500ms")
 

@@ -27,6 +27,7 @@ from stepstone.errors import (
     ServerUnavailableError,
     StepError,
     StepstoneError,
+    StepTimeoutError,
     StoreError,
     StoreUnavailableError,
 )
@@ -106,6 +107,7 @@ __all__ = [
     "SerializationError",
     "ServerUnavailableError",
     "StepError",
+    "StepTimeoutError",
     "StepstoneError",
     "StoreError",
     "StoreUnavailableError",

@@ -13,11 +13,13 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from stepstone import serde
+from stepstone.attempts import DEFAULT_MAX_ABANDONED
 from stepstone.bridge import Plan, Portal, async_face, coroutine_call, sync_face
 from stepstone.catalog import Catalog
 from stepstone.checking import CheckReport, check_app
 from stepstone.clock import SYSTEM_CLOCK, Clock, DatabaseClock, SystemClock
 from stepstone.clocksync import sync_at_start
+from stepstone.durations import Duration
 from stepstone.errors import ConfigError
 from stepstone.events import Event
 from stepstone.flow import (
@@ -135,6 +137,7 @@ class App:
         timeouts: Timeouts | None = None,
         on_failure: Callable[..., Any] | None = None,
         middleware: Sequence[Any] = (),
+        step_timeout: Duration | None = None,
     ) -> Callable[[F], F]:
         """Register a durable function; invalid options raise ``ConfigError`` here."""
         flow_options = {
@@ -152,7 +155,12 @@ class App:
         flow = build_flow(flow_options)
         options = {
             k: _jsonable(v)
-            for k, v in {"backoff": backoff, **flow_options, "on_failure": on_failure}.items()
+            for k, v in {
+                "backoff": backoff,
+                **flow_options,
+                "on_failure": on_failure,
+                "step_timeout": step_timeout,
+            }.items()
             if v is not None
         }
 
@@ -167,6 +175,7 @@ class App:
                 middleware=middleware,
                 flow=flow,
                 options=options,
+                step_timeout=step_timeout,
             )
             with self._lock:
                 self.registry.add(fn)
@@ -318,7 +327,12 @@ class App:
 
     # -- workers -----------------------------------------------------------------------------------
     def worker(
-        self, *, concurrency: int = 10, instance_id: str | None = None, lease_ttl: float = 15.0
+        self,
+        *,
+        concurrency: int = 10,
+        instance_id: str | None = None,
+        lease_ttl: float = 15.0,
+        max_abandoned_threads: int = DEFAULT_MAX_ABANDONED,
     ) -> Worker:
         """A worker for this app's functions (not started). Creating it retires the
         functions this app registered before and no longer has."""
@@ -336,14 +350,27 @@ class App:
             on_run_end=self._run_changed,
             matcher=lambda: self.catalog.registry(self._store_ready()),
             middleware=self.middleware,
+            max_abandoned_threads=max_abandoned_threads,
         )
         return worker
 
     async def start_async(
-        self, *, concurrency: int = 10, instance_id: str | None = None, lease_ttl: float = 15.0
+        self,
+        *,
+        concurrency: int = 10,
+        instance_id: str | None = None,
+        lease_ttl: float = 15.0,
+        max_abandoned_threads: int = DEFAULT_MAX_ABANDONED,
     ) -> Worker:
-        """Start a worker on the running event loop."""
-        worker = self.worker(concurrency=concurrency, instance_id=instance_id, lease_ttl=lease_ttl)
+        """Start a worker on the running event loop (``max_abandoned_threads``: how
+        many sync steps abandoned past their timeout may still run before it
+        stops leasing and reports not ready)."""
+        worker = self.worker(
+            concurrency=concurrency,
+            instance_id=instance_id,
+            lease_ttl=lease_ttl,
+            max_abandoned_threads=max_abandoned_threads,
+        )
         await worker.start()
         with self._lock:
             self._local_workers.append(worker)
@@ -359,11 +386,21 @@ class App:
         await asyncio.gather(*(w.stop(drain_timeout) for w in mine))
 
     def start(
-        self, *, concurrency: int = 10, instance_id: str | None = None, lease_ttl: float = 15.0
+        self,
+        *,
+        concurrency: int = 10,
+        instance_id: str | None = None,
+        lease_ttl: float = 15.0,
+        max_abandoned_threads: int = DEFAULT_MAX_ABANDONED,
     ) -> None:
         """Start workers in a background thread of this process."""
         self._portal().call(
-            self.start_async(concurrency=concurrency, instance_id=instance_id, lease_ttl=lease_ttl)
+            self.start_async(
+                concurrency=concurrency,
+                instance_id=instance_id,
+                lease_ttl=lease_ttl,
+                max_abandoned_threads=max_abandoned_threads,
+            )
         )
 
     def stop(self, drain_timeout: float = 30.0) -> None:

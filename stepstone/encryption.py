@@ -1,8 +1,12 @@
 """Encryption of step data at rest (optional extra ``stepstone[crypto]``).
 
 ``EncryptionMiddleware`` encrypts, with AES-256-GCM, every step output, the
-function's output and ``event.data["encrypted"]`` of sent events, so keys and
-expressions on the other event fields keep working. Stored values become
+function's output and ``event.data["encrypted"]`` of every event written on a
+user's behalf (``app.send``, ``step.send_event``, ``step.invoke``'s data: all
+pass through ``before_send_events``), so keys and expressions on the other
+event fields keep working. What the engine writes from these (a child's
+output forwarded to its parent, the system events that embed a run's event
+or output) copies the envelopes, never the plaintext. Stored values become
 envelopes ``{"__stepstone_encrypted__": 1, "kid": ..., "data": ...}``; the store,
 the API and the dashboard only ever see those.
 

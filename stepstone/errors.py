@@ -64,6 +64,12 @@ class StepError(StepstoneError):
         self.message = message
 
 
+class StepTimeoutError(StepstoneError):
+    """An attempt of ``step.run`` ran past its timeout (``timeout=`` or the
+    function's ``step_timeout``); retried like any error. An async step was
+    cancelled; a sync step's thread was abandoned and its late result discarded."""
+
+
 class NondeterminismError(NonRetriableError):
     """A replay reached a step id whose recorded memo belongs to a different call
     (another kind of step, or another function at a repeated id): the run fails

@@ -14,10 +14,11 @@ import logging
 import secrets
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from stepstone import limits, serde
+from stepstone.attempts import AbandonedThreads
 from stepstone.clock import Clock
 from stepstone.context import Context
 from stepstone.errors import (
@@ -35,7 +36,7 @@ from stepstone.journal import RunJournal
 from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import INVOKE_EVENT, Registry
 from stepstone.runtime import end_run, ingest, park_run, prepare, start_run
-from stepstone.runtime.waits import build_wait
+from stepstone.runtime.waits import begin_wait, build_wait
 from stepstone.services import Ingest, StartChild
 from stepstone.signals import CancelSignal, LeaseLostSignal, PauseSignal, error_info, retry_at
 from stepstone.steps import AsyncStep, SyncStep
@@ -61,6 +62,8 @@ class ExecEnv:
     # Whether the worker's lease on a run is still known to be live (by the
     # worker's own monotonic clock since the lease was last taken or extended).
     lease_held: Callable[[str], bool] = lambda run_id: True
+    # The worker's count of sync step threads abandoned past their timeout.
+    abandoned: AbandonedThreads = field(default_factory=AbandonedThreads)
 
     def function(self, ref: str | Callable[..., Any]) -> FunctionDef | None:
         """A function by id or by its decorated handler (own first, then the catalog)."""
@@ -92,6 +95,9 @@ class ExecEnv:
             expires_at=expires_at,
             field="if_",
         )
+
+    def begin_wait(self, tx: Tx, waits: Sequence[WaitRow], since: float | None, now: float) -> None:
+        begin_wait(tx, waits, since, now)
 
     def send(self, events: Event | Sequence[Event], now: float) -> tuple[list[str], Ingest]:
         prepared = prepare(events, now)
@@ -162,6 +168,8 @@ async def _invoke(fn: FunctionDef, leased: LeasedRun, journal: RunJournal, env: 
         services=env,
         run_event=events[0].to_json() if events else None,
         hooks=hooks,
+        step_timeout=fn.step_timeout,
+        abandoned=env.abandoned,
     )
     ctx = _context(fn, leased, events, interp)
     try:

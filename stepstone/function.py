@@ -74,6 +74,7 @@ class FunctionDef:
     is_async: bool = field(init=False)
     options: dict[str, Any] = field(default_factory=dict)
     failure_of: str | None = None
+    step_timeout: float | None = None  # seconds an attempt of step.run may take (None: no limit)
 
     def __post_init__(self) -> None:
         self.is_async = inspect.iscoroutinefunction(self.handler)
@@ -122,6 +123,7 @@ def build_function(
     middleware: Sequence[Any],
     flow: FlowConfig,
     options: dict[str, Any],
+    step_timeout: Duration | None = None,
 ) -> FunctionDef:
     if not callable(handler):
         raise ConfigError("handler", "the decorated object must be callable")
@@ -141,4 +143,5 @@ def build_function(
         on_failure=on_failure,
         middleware=tuple(middleware),
         options=options,
+        step_timeout=None if step_timeout is None else positive_duration(step_timeout, "step_timeout"),
     )

@@ -18,12 +18,13 @@ import asyncio
 import contextvars
 import dataclasses
 import hashlib
-import inspect
+import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
 from stepstone import limits, mailbox, serde
+from stepstone.attempts import AbandonedThreads, Outcome, attempt
 from stepstone.clock import Clock
 from stepstone.errors import (
     ErrorInfo,
@@ -39,6 +40,7 @@ from stepstone.function import ResolvedBackoff
 from stepstone.ids import new_id
 from stepstone.memos import callable_fingerprint, mismatch
 from stepstone.middleware import NO_HOOKS, Hooks
+from stepstone.registry import INVOKE_EVENT
 from stepstone.services import Effect, Journal, Services
 from stepstone.signals import (
     PauseSignal,
@@ -52,6 +54,17 @@ from stepstone.store.rows import RunStatus, SpanRow, StepKind, StepRow, StepStat
 from stepstone.txstep import TransactionCommit
 
 T = TypeVar("T")
+log = logging.getLogger("stepstone.waits")
+
+
+UNTIMED_WAIT = "a wait without a timeout waits for ever if its event is lost; give every wait a timeout"
+_untimed_waits: set[tuple[str, str]] = set()  # (function, step) warned of in this process
+
+
+def _warn_untimed_wait(function_id: str, step_id: str) -> None:
+    if (function_id, step_id) not in _untimed_waits:
+        _untimed_waits.add((function_id, step_id))
+        log.warning("function %r, step %r: %s", function_id, step_id, UNTIMED_WAIT)
 
 
 def _step_error(memo: StepRow) -> StepError:
@@ -75,6 +88,8 @@ class Interpreter:
         services: Services,
         run_event: dict[str, Any] | None = None,
         hooks: Hooks = NO_HOOKS,
+        step_timeout: float | None = None,
+        abandoned: AbandonedThreads | None = None,
     ) -> None:
         self.run_id = run_id
         self.hooks = hooks
@@ -88,6 +103,8 @@ class Interpreter:
         self.retries = retries
         self.backoff = backoff
         self.threads = threads
+        self.step_timeout = step_timeout  # the function's; a step's own timeout= wins
+        self.abandoned = abandoned or AbandonedThreads()
         self._counters: dict[str, int] = {}
         self._calls: dict[str, tuple[int, str | None]] = {}  # new steps: (position, fingerprint)
         # Recorded steps not reached yet; a ``patched`` marker is never missed
@@ -289,32 +306,48 @@ class Interpreter:
         raise self._pause(row.wake_at, RunStatus.RUNNING) from failure
 
     async def run(
-        self, step_id: str, fn: Callable[..., Any], args: tuple[Any, ...], retries: int | None
+        self,
+        step_id: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        retries: int | None,
+        timeout: float | None = None,
     ) -> Any:
         """``step.run`` for async handlers."""
         done, value = await self.begin_step(step_id, fn)
         if done:
             return value
-        attempt = int(value)
+        attempt_no = int(value)
         started = self.clock.now()
-        token = current_step.set(StepScope(step_id, attempt))
+        token = current_step.set(StepScope(step_id, attempt_no))
         try:
-            result: Any = None
-            failure: BaseException | None = None
-            try:
-                if inspect.iscoroutinefunction(fn):
-                    result = await fn(*args)
-                else:
-                    context = contextvars.copy_context()
-                    loop = asyncio.get_running_loop()
-                    result = await loop.run_in_executor(self.threads, context.run, fn, *args)
-                    if inspect.isawaitable(result):
-                        result = await result
-            except Exception as exc:  # noqa: BLE001 - recorded as the step's failure
-                failure = exc
+            result, failure = await self.call(step_id, fn, args, contextvars.copy_context(), timeout)
         finally:
             current_step.reset(token)
-        return await self.finish_step(step_id, attempt, started, result, failure, retries)
+        return await self.finish_step(step_id, attempt_no, started, result, failure, retries)
+
+    async def call(
+        self,
+        step_id: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        context: contextvars.Context,
+        timeout: float | None,
+    ) -> Outcome:
+        """One attempt of a step's function under its time limit (the step's
+        ``timeout``, else the function's ``step_timeout``): ``(result, failure)``."""
+        return await attempt(
+            step_id,
+            fn,
+            args,
+            context=context,
+            timeout=self.time_limit(timeout),
+            threads=self.threads,
+            abandoned=self.abandoned,
+        )
+
+    def time_limit(self, timeout: float | None) -> float | None:
+        return self.step_timeout if timeout is None else timeout
 
     # -- step.transaction --------------------------------------------------------------
     async def transaction(
@@ -438,25 +471,36 @@ class Interpreter:
         return self.memo_value(memo)
 
     async def wait_for_event(
-        self, step_id: str, event: str, condition: str | None, timeout: float | None
+        self,
+        step_id: str,
+        names: Sequence[str],
+        condition: str | None,
+        timeout: float | None,
+        lookback: float | None = None,
     ) -> Event | None:
-        memo = self._reach(step_id, StepKind.WAIT, event)
+        memo = self._reach(step_id, StepKind.WAIT, "|".join(names))
         if memo is not None:
             resolved = await self._resolved(memo)
             value = self._outcome(resolved) if resolved else None
             return Event.from_json(value) if value else None
+        if timeout is None:
+            _warn_untimed_wait(self.ctx.function_id if self.ctx is not None else "", step_id)
         now = self.clock.now()
         expires = self._expiry(step_id, now, timeout)
+        since = None if lookback is None else now - self._bounded(step_id, lookback)
         try:
-            wait = self.services.wait_row(
-                run_id=self.run_id,
-                step_id=step_id,
-                event_name=event,
-                condition=condition,
-                run_event=self.run_event,
-                now=now,
-                expires_at=expires,
-            )
+            waits = [
+                self.services.wait_row(
+                    run_id=self.run_id,
+                    step_id=step_id,
+                    event_name=name,
+                    condition=condition,
+                    run_event=self.run_event,
+                    now=now,
+                    expires_at=expires,
+                )
+                for name in names
+            ]
         except StepstoneError as exc:
             raise NonRetriableError(f"step {step_id!r}: {exc}") from exc
         row = StepRow(
@@ -469,9 +513,10 @@ class Interpreter:
             started_at=now,
             fingerprint=self._fingerprint(step_id),
         )
+        services = self.services
 
-        def insert_wait(tx: Tx) -> None:
-            tx.start_wait(wait)  # nothing if this is a repeated commit
+        def insert_wait(tx: Tx) -> None:  # nothing if this is a repeated commit
+            services.begin_wait(tx, waits, since, now)
 
         self._save(row, None, insert_wait)
         raise self._pause(expires, RunStatus.WAITING)
@@ -514,11 +559,12 @@ class Interpreter:
         return value
 
     def _expiry(self, step_id: str, now: float, timeout: float | None) -> float | None:
-        if timeout is None:
-            return None
-        if timeout > limits.MAX_SLEEP_SECONDS:
-            raise LimitExceededError(f"step {step_id!r}: timeouts are limited to 366 days")
-        return now + timeout
+        return None if timeout is None else now + self._bounded(step_id, timeout)
+
+    def _bounded(self, step_id: str, seconds: float) -> float:
+        if seconds > limits.MAX_SLEEP_SECONDS:
+            raise LimitExceededError(f"step {step_id!r}: timeouts and lookbacks are limited to 366 days")
+        return seconds
 
     async def invoke(
         self, step_id: str, function: str | Callable[..., Any], data: dict[str, Any], timeout: float | None
@@ -533,7 +579,8 @@ class Interpreter:
             raise NonRetriableError(f"step {step_id!r}: no function {function!r} to invoke")
         now = self.clock.now()
         expires = self._expiry(step_id, now, timeout)
-        start = self.services.start_child(target, data, now, (self.run_id, step_id))
+        [invoked] = await self._outgoing([Event(INVOKE_EVENT, data)])  # encrypted like any sent event
+        start = self.services.start_child(target, invoked.data, now, (self.run_id, step_id))
         run_id, matcher, child_id = self.run_id, self.services.matcher(), new_id(now)
 
         def start_child(tx: Tx) -> None:
@@ -577,6 +624,14 @@ class Interpreter:
         raise self._pause(expires, RunStatus.WAITING)
 
     # -- send_event ------------------------------------------------------------------------
+    async def _outgoing(self, events: list[Event]) -> list[Event]:
+        """Events the engine writes on the handler's behalf (sent, or an invoke's
+        data) as middleware's ``before_send_events`` leaves them (encryption)."""
+        if not self.hooks.active:
+            return events
+        await self.hooks.before_execution(self.ctx)
+        return await self.hooks.before_send_events(self.ctx, events)
+
     async def send_event(self, step_id: str, events: Event | Sequence[Event]) -> list[str]:
         """Ingest ``events`` in the same transaction as the step's memo: exactly once."""
         memo = self._reach(step_id, StepKind.SEND)
@@ -585,10 +640,7 @@ class Interpreter:
         now = self.clock.now()
         await self.journal.flush()
         try:
-            if self.hooks.active:
-                await self.hooks.before_execution(self.ctx)
-                batch = [events] if isinstance(events, Event) else list(events)
-                events = await self.hooks.before_send_events(self.ctx, batch)
+            events = await self._outgoing([events] if isinstance(events, Event) else list(events))
             ids, ingest = self.services.send(events, now)
         except StepstoneError as exc:
             info = error_info(exc)

@@ -24,7 +24,7 @@ _DELAY_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900
 
 class _Metrics:
     def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Histogram
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry()
         self.runs_started = Counter(
@@ -52,6 +52,11 @@ class _Metrics:
             buckets=_DELAY_BUCKETS,
             registry=self.registry,
         )
+        self.abandoned_threads = Gauge(
+            "stepstone_abandoned_step_threads",
+            "Threads of sync steps abandoned past their timeout that have not returned yet",
+            registry=self.registry,
+        )
 
 
 try:
@@ -74,6 +79,11 @@ def run_finished(function_id: str, status: str) -> None:
 def step_finished(function_id: str, seconds: float) -> None:
     if _metrics is not None:
         _metrics.step_duration.labels(function_id).observe(max(0.0, seconds))
+
+
+def abandoned_threads(delta: int) -> None:
+    if _metrics is not None:
+        _metrics.abandoned_threads.inc(delta)
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,8 @@ class Middleware:
     def before_send_events(
         self, ctx: Context | None, events: list[Event]
     ) -> list[Event] | Awaitable[list[Event]]:
-        """Events about to be sent (``app.send`` or ``step.send_event``); return what to send."""
+        """Events about to be sent (``app.send``, ``step.send_event``, and the event
+        carrying ``step.invoke``'s data); return what to send."""
         return events
 
     def after_send_events(self, ctx: Context | None, ids: list[str]) -> Awaitable[None] | None:

@@ -79,6 +79,12 @@ class Services(Protocol):
         ``condition`` is not a valid CEL condition."""
         ...
 
+    def begin_wait(self, tx: Tx, waits: Sequence[WaitRow], since: float | None, now: float) -> None:
+        """In the transaction of its memo, start a ``wait_for_event`` step's wait
+        (a row per name), or resolve the step at once with the oldest event of
+        its names and condition committed since ``since`` (``lookback``)."""
+        ...
+
     def send(self, events: Event | Sequence[Event], now: float) -> tuple[list[str], Ingest]:
         """Validate and encode ``events`` (raises ``StepstoneError`` if one is bad);
         returns their ids, fixed now, and what ingests them inside a transaction."""

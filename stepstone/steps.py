@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from stepstone.bridge import call_in
 from stepstone.durations import Duration, parse_duration
-from stepstone.errors import Interrupt, NonRetriableError
+from stepstone.errors import ConfigError, Interrupt, NonRetriableError
 from stepstone.events import Event
 from stepstone.interpreter import Interpreter
 from stepstone.signals import StepScope, as_timestamp, current_step
@@ -35,6 +35,34 @@ def _first_failure(results: list[tuple[bool, Any]]) -> BaseException | None:
 
 def _timeout(timeout: Duration | None) -> float | None:
     return None if timeout is None else parse_duration(timeout, field="timeout")
+
+
+def _step_timeout(timeout: Duration | None) -> float | None:
+    """A ``step.run`` timeout in seconds; a bad one fails the run at once, naming the field."""
+    if timeout is None:
+        return None
+    try:
+        seconds = parse_duration(timeout, field="timeout")
+    except ConfigError as exc:
+        raise NonRetriableError(str(exc)) from exc
+    if seconds <= 0:
+        raise NonRetriableError(f"timeout: must be a positive duration, got {timeout!r}")
+    return seconds
+
+
+def _event_names(event: str | Sequence[str]) -> list[str]:
+    """The names a wait listens to: one, or a non-empty list without repeats."""
+    names = [event] if isinstance(event, str) else list(event) if isinstance(event, list | tuple) else None
+    if not names or any(not isinstance(n, str) or not n.strip() for n in names):
+        raise NonRetriableError(f"event: expected an event name or a non-empty list of names, got {event!r}")
+    return list(dict.fromkeys(names))
+
+
+def _lookback(lookback: Duration | None) -> float | None:
+    try:
+        return None if lookback is None else parse_duration(lookback, field="lookback")
+    except ConfigError as exc:
+        raise NonRetriableError(str(exc)) from exc
 
 
 def _check_retries(retries: int | None) -> int | None:
@@ -59,11 +87,18 @@ class AsyncStep:
         self._i = interp
 
     def run(
-        self, id: str, fn: Callable[..., Any], *args: Any, retries: int | None = None
+        self,
+        id: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        retries: int | None = None,
+        timeout: Duration | None = None,
     ) -> Coroutine[Any, Any, Any]:
-        """Run ``fn(*args)`` once, durably; its JSON result is memoized."""
+        """Run ``fn(*args)`` once, durably; its JSON result is memoized. An attempt
+        past ``timeout`` (else the function's ``step_timeout``) fails with
+        ``StepTimeoutError``."""
         step_id = self._i.claim_id(id)
-        return self._i.run(step_id, fn, args, _check_retries(retries))
+        return self._i.run(step_id, fn, args, _check_retries(retries), _step_timeout(timeout))
 
     def transaction(
         self, id: str, fn: Callable[..., Any], *args: Any, retries: int | None = None
@@ -83,11 +118,19 @@ class AsyncStep:
         self._i.sleep_until(step_id, as_timestamp(until))
 
     def wait_for_event(
-        self, id: str, *, event: str, if_: str | None = None, timeout: Duration | None = None
+        self,
+        id: str,
+        *,
+        event: str | Sequence[str],
+        if_: str | None = None,
+        timeout: Duration | None = None,
+        lookback: Duration | None = None,
     ) -> Coroutine[Any, Any, Event | None]:
-        """The first matching event sent after the wait began, or ``None`` at the timeout."""
+        """The first matching event of any of the names sent after the wait began
+        (or up to ``lookback`` before), or ``None`` at the timeout."""
         step_id = self._i.claim_id(id)
-        return self._i.wait_for_event(step_id, event, if_, _timeout(timeout))
+        names, seconds = _event_names(event), _lookback(lookback)
+        return self._i.wait_for_event(step_id, names, if_, _timeout(timeout), seconds)
 
     def wait_for_signal(
         self, id: str, name: str, timeout: Duration | None = None
@@ -150,9 +193,17 @@ class SyncStep:
     def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
         return call_in(self._loop, coro)
 
-    def run(self, id: str, fn: Callable[..., Any], *args: Any, retries: int | None = None) -> Any:
+    def run(
+        self,
+        id: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        retries: int | None = None,
+        timeout: Duration | None = None,
+    ) -> Any:
         step_id = self._i.claim_id(id)
         retries = _check_retries(retries)
+        seconds = _step_timeout(timeout)
         done, value = self._on_loop(self._i.begin_step(step_id, fn))
         if done:
             return value
@@ -162,7 +213,11 @@ class SyncStep:
         result: Any = None
         failure: BaseException | None = None
         try:
-            result = self._on_loop(fn(*args)) if inspect.iscoroutinefunction(fn) else fn(*args)
+            if self._i.time_limit(seconds) is None and not inspect.iscoroutinefunction(fn):
+                result = fn(*args)  # untimed: on this handler thread, as the handler's own code
+            else:  # the one timed path, on the loop (a timed sync step gets a thread of its own)
+                context = contextvars.copy_context()
+                result, failure = self._on_loop(self._i.call(step_id, fn, args, context, seconds))
         except Exception as exc:  # noqa: BLE001 - recorded as the step's failure
             failure = exc
         finally:
@@ -183,10 +238,17 @@ class SyncStep:
         self._on_loop(_call(self._i.sleep_until, step_id, as_timestamp(until)))
 
     def wait_for_event(
-        self, id: str, *, event: str, if_: str | None = None, timeout: Duration | None = None
+        self,
+        id: str,
+        *,
+        event: str | Sequence[str],
+        if_: str | None = None,
+        timeout: Duration | None = None,
+        lookback: Duration | None = None,
     ) -> Event | None:
         step_id = self._i.claim_id(id)
-        return self._on_loop(self._i.wait_for_event(step_id, event, if_, _timeout(timeout)))
+        names, seconds = _event_names(event), _lookback(lookback)
+        return self._on_loop(self._i.wait_for_event(step_id, names, if_, _timeout(timeout), seconds))
 
     def wait_for_signal(self, id: str, name: str, timeout: Duration | None = None) -> Any:
         step_id = self._i.claim_id(id)

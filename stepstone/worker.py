@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from stepstone import metrics
+from stepstone.attempts import DEFAULT_MAX_ABANDONED, AbandonedThreads
 from stepstone.clock import Clock
 from stepstone.clocksync import resync
 from stepstone.errors import StoreError
@@ -82,6 +83,7 @@ class Worker:
         on_run_end: Callable[[str], Any] | None = None,
         matcher: Callable[[], Registry] | None = None,
         middleware: Sequence[Middleware] = (),
+        max_abandoned_threads: int = DEFAULT_MAX_ABANDONED,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -103,6 +105,8 @@ class Worker:
         self.matcher = matcher or (lambda: registry)
         self.middleware = tuple(middleware)
         self.threads = ThreadPoolExecutor(max_workers=concurrency + 4, thread_name_prefix="stepstone")
+        # Threads of timed-out sync steps still running: at the bound, lease nothing.
+        self.abandoned = AbandonedThreads(max_abandoned_threads, on_change=self.notify)
         self.inflight: dict[str, asyncio.Task[Any]] = {}
         # run id -> time.monotonic() until which its lease is known to be live:
         # taken or extended at least then, measured from before the write.
@@ -157,9 +161,13 @@ class Worker:
         ok_at = self._store_ok_at
         since = None if ok_at is None else round(time.monotonic() - ok_at, 3)
         dead = self.dead_loops()
-        ready = since is not None and since < self.lease_ttl and not self._stopping and not dead
+        full = self.abandoned.full
+        ready = since is not None and since < self.lease_ttl and not self._stopping and not dead and not full
         return {
             "ready": ready,
+            **({"reason": "abandoned step threads at their bound"} if full else {}),
+            "abandoned_threads": self.abandoned.count,
+            "max_abandoned_threads": self.abandoned.limit,
             "worker": self.id,
             "draining": self._stopping,
             "in_flight": len(self.inflight),
@@ -266,7 +274,7 @@ class Worker:
             await self._duties()  # then lease: duties never starve leasing
             if self._stopping:
                 return
-        free = self.concurrency - len(self.inflight)
+        free = self._free()
         if free > 0 and self._want_lease:
             self._want_lease = False
             try:
@@ -279,6 +287,10 @@ class Worker:
                 self._spawn(item)
             return
         self._token = await self._idle(self._token)
+
+    def _free(self) -> int:
+        """Slots to lease for: none while abandoned step threads are at their bound."""
+        return 0 if self.abandoned.full else self.concurrency - len(self.inflight)
 
     async def _lease(self, free: int) -> tuple[list[LeasedRun], float | None, float | None]:
         owner, ids, now = self.lease_owner, self._function_ids, self.clock.now()
@@ -340,7 +352,7 @@ class Worker:
             self.on_idle()
         while not self._stopping:
             now = self.clock.now()
-            free = self.concurrency - len(self.inflight)
+            free = self._free()
             if free > 0 and self._want_lease:
                 break
             deadline = now + self.max_idle_sleep
@@ -389,6 +401,7 @@ class Worker:
             self.matcher,
             self.middleware,
             self._lease_held,
+            self.abandoned,
         )
 
     def _lease_held(self, run_id: str) -> bool:

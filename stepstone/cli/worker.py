@@ -9,6 +9,7 @@ import click
 
 from stepstone import metrics
 from stepstone.app import App
+from stepstone.attempts import DEFAULT_MAX_ABANDONED
 from stepstone.cli.common import console, load_app, redacted, resolve_url
 from stepstone.store import make_store
 from stepstone.worker import Worker
@@ -26,6 +27,12 @@ from stepstone.worker import Worker
     "--metrics-port", type=int, default=None, help="Serve /metrics, /healthz and /readyz on 127.0.0.1:PORT."
 )
 @click.option("--metrics-host", default="127.0.0.1", show_default=True)
+@click.option(
+    "--max-abandoned-threads",
+    default=DEFAULT_MAX_ABANDONED,
+    show_default=True,
+    help="Sync steps abandoned past their timeout still running before the worker stops leasing.",
+)
 def worker(
     target: str,
     concurrency: int,
@@ -34,6 +41,7 @@ def worker(
     drain_timeout: float,
     metrics_port: int | None,
     metrics_host: str,
+    max_abandoned_threads: int,
 ) -> None:
     """Run a long-lived worker for MODULE:app until SIGTERM or SIGINT."""
     app = load_app(target)
@@ -44,7 +52,9 @@ def worker(
             metrics_port,
             lambda: started[0].health() if started else {"ready": False, "starting": True},
         )
-    asyncio.run(_run_worker(app, concurrency, instance_id, lease_ttl, drain_timeout, started))
+    asyncio.run(
+        _run_worker(app, concurrency, instance_id, lease_ttl, drain_timeout, max_abandoned_threads, started)
+    )
 
 
 async def _run_worker(
@@ -53,13 +63,19 @@ async def _run_worker(
     instance_id: str | None,
     lease_ttl: float,
     drain_timeout: float,
+    max_abandoned_threads: int,
     started: list[Worker],
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    w = await app.start_async(concurrency=concurrency, instance_id=instance_id, lease_ttl=lease_ttl)
+    w = await app.start_async(
+        concurrency=concurrency,
+        instance_id=instance_id,
+        lease_ttl=lease_ttl,
+        max_abandoned_threads=max_abandoned_threads,
+    )
     started.append(w)
     console.print(
         f"[green]worker {w.id}[/] running {len(app.registry.ids())} function(s) "

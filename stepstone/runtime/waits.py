@@ -13,20 +13,28 @@ decides. So the index value must give CEL-equal values the same text
 text too. A missing field fails the equality in CEL (an error, which no ``&&``
 can turn true), so a wait expecting a missing field matches nothing and an
 event lacking ``X`` probes nothing, where both used to index as ``null``.
+
+A wait on several names has one row per name, each indexed under its name;
+the event that resolves it claims them all (``claim_step_waits``: one delete,
+which decides a race between names as it does one with the timeout).
+``earlier_event`` serves ``lookback``: events already committed, matched with
+the same condition, oldest first.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from stepstone import serde
 from stepstone.expressions import compile_expression, compile_stored, equality_shape
 from stepstone.store.base import Tx
-from stepstone.store.rows import WaitKind, WaitRow
+from stepstone.store.rows import StepStatus, WaitKind, WaitRow
 
 MATCH_VARS = frozenset({"event", "async"})
+LOOKBACK_SCAN = 1000  # events a lookback examines at most, oldest first
 NEVER = "!missing"  # an index value no probe carries (canonical JSON never starts with '!')
 _MISSING = object()
 
@@ -144,13 +152,44 @@ def match_event(
         if value is None:
             continue
         for wait in tx.match_waits(name, key, value, now):
-            if wait.expression is not None:
-                scope = {"event": json.loads(wait.event_json or "null") or {}, "async": variables["event"]}
-                condition = compile_stored(wait.expression, field="if_", variables=MATCH_VARS)
-                if condition is None or not condition.test(scope):
-                    continue
-            if wait.id is not None and tx.claim_wait(wait.id):
+            # A wait on several names has a row per name: claiming deletes them all.
+            if _holds(wait, variables["event"]) and tx.claim_step_waits(wait.run_id, wait.step_id):
                 on_match(wait)
+
+
+def _holds(wait: WaitRow, incoming: dict[str, Any]) -> bool:
+    """Whether the wait's CEL condition holds for the incoming event (as JSON)."""
+    if wait.expression is None:
+        return True
+    scope = {"event": json.loads(wait.event_json or "null") or {}, "async": incoming}
+    condition = compile_stored(wait.expression, field="if_", variables=MATCH_VARS)
+    return condition is not None and condition.test(scope)
+
+
+def begin_wait(tx: Tx, waits: Sequence[WaitRow], since: float | None, now: float) -> None:
+    """Start a ``wait_for_event`` step's wait, a row per name (nothing on a
+    repeated commit); with a lookback (``since``), an earlier event resolves the
+    step instead, in this same transaction: none committed before it is missed."""
+    found = None if since is None else earlier_event(tx, waits, since, now)
+    if found is None:
+        for wait in waits:
+            tx.start_wait(wait)
+        return
+    run_id, step_id, output = waits[0].run_id, waits[0].step_id, serde.dumps(found, what="event")
+    if tx.complete_waiting_step(run_id, step_id, StepStatus.COMPLETED, output, None, now):
+        tx.wake_run(run_id, now)
+
+
+def earlier_event(tx: Tx, waits: Sequence[WaitRow], since: float, now: float) -> dict[str, Any] | None:
+    """``lookback``: the oldest event of the waits' names committed between
+    ``since`` and ``now`` for which their condition holds (as the JSON a wait
+    resolves with), among the first ``LOOKBACK_SCAN`` events of those names."""
+    names = sorted({wait.event_name for wait in waits})
+    for row in tx.events_since(names, since, now, LOOKBACK_SCAN):
+        incoming = {"name": row.name, "data": json.loads(row.data), "id": row.id, "ts": row.ts}
+        if _holds(waits[0], incoming):
+            return incoming
+    return None
 
 
 def _probe(data: dict[str, Any], key: str) -> str | None:

@@ -476,6 +476,11 @@ class Tx(Protocol):
 
     def run_signals(self, run_id: str) -> list[SignalRow]:
         """Every signal sent to the run, in the order sent."""
+
+    # -- waits on several names with lookback (issue 14, point 3) --------------------------
+    def events_since(self, names: Sequence[str], since: float, now: float, limit: int) -> list[EventRow]:
+        """At most ``limit`` events named one of ``names`` committed between
+        ``since`` and ``now`` (``received_at``), oldest first."""
         ...
 
 

@@ -216,7 +216,7 @@ INSERT INTO waits (run_id, step_id, kind, event_name, match_key, match_value, ex
                    event_json, created_at, expires_at)
 VALUES (:run_id, :step_id, :kind, :event_name, :match_key, :match_value, :expression,
         :event_json, :created_at, :expires_at)
-ON CONFLICT (run_id, step_id) DO NOTHING;
+ON CONFLICT (run_id, step_id, event_name) DO NOTHING;
 
 -- name: insert_step_wait
 -- A step's wait, inserted only while the step waits and has none yet: a
@@ -229,7 +229,7 @@ SELECT CAST(:run_id AS TEXT), CAST(:step_id AS TEXT), CAST(:kind AS TEXT),
        CAST(:created_at AS DOUBLE PRECISION), CAST(:expires_at AS DOUBLE PRECISION)
 WHERE EXISTS (SELECT 1 FROM steps WHERE run_id = :run_id AND step_id = :step_id
               AND status = 'waiting')
-ON CONFLICT (run_id, step_id) DO NOTHING;
+ON CONFLICT (run_id, step_id, event_name) DO NOTHING;
 
 -- name: set_wait_match
 UPDATE waits SET match_value = :match_value WHERE run_id = :run_id AND step_id = :step_id;
@@ -249,6 +249,14 @@ SELECT * FROM waits
 WHERE event_name = :event_name AND match_key = :match_key AND match_value = :match_value
   AND (expires_at IS NULL OR expires_at > :now)
 ORDER BY id;
+
+-- name: events_since
+-- wait_for_event(lookback=): events of the waited names committed in the
+-- window, oldest first (events_by_name).
+SELECT * FROM events
+WHERE name IN ({names}) AND received_at >= :since AND received_at <= :now
+ORDER BY received_at, seq
+LIMIT :limit;
 
 -- name: delete_wait
 DELETE FROM waits WHERE id = :id;

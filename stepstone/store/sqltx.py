@@ -516,6 +516,10 @@ class SqlTx(SqlViews):
         )
         return [WaitRow.from_row(r) for r in rows]
 
+    def events_since(self, names: Sequence[str], since: float, now: float, limit: int) -> list[EventRow]:
+        rows = self._all("events_since", {"since": since, "now": now, "limit": limit}, {"names": names})
+        return [EventRow.from_row(r) for r in rows]
+
     def claim_wait(self, wait_id: int) -> bool:
         return int(self._exec("delete_wait", {"id": wait_id}).rowcount) == 1
 

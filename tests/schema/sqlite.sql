@@ -10,6 +10,9 @@ CREATE INDEX dedupe_by_expiry ON dedupe (expires_at);
 -- index events_by_id
 CREATE INDEX events_by_id ON events (id);
 
+-- index events_by_name
+CREATE INDEX events_by_name ON events (name, received_at);
+
 -- index events_by_received
 CREATE INDEX events_by_received ON events (received_at);
 
@@ -65,7 +68,7 @@ CREATE INDEX spans_by_run ON spans (run_id, id);
 CREATE INDEX waits_by_match ON waits (event_name, match_key, match_value);
 
 -- index waits_by_step
-CREATE UNIQUE INDEX waits_by_step ON waits (run_id, step_id);
+CREATE UNIQUE INDEX waits_by_step ON waits (run_id, step_id, event_name);
 
 -- table batches
 CREATE TABLE batches (

@@ -1,5 +1,6 @@
 """What an operator does to one run, as store operations: cancel it, replay
-it from its last good step, or re-run it from a step as a new run. Each is an
+it from its last good step, resume it once paused, or re-run it from a step
+as a new run. Each is an
 ``op(tx)`` built here; ``app.runs`` (runs.py) submits them, and its bulk actions
 apply them page by page."""
 
@@ -66,6 +67,31 @@ def replay_op(run_id: str, now: float) -> Callable[[Tx], None]:
                 ),
             ],
         )
+
+    return op
+
+
+def resume_op(run_id: str, now: float) -> Callable[[Tx], None]:
+    """Queue a paused run again, with its history, for the code deployed now: it
+    pauses again where that code still diverges."""
+
+    def op(tx: Tx) -> None:
+        run = tx.get_run(run_id)
+        if run is None:
+            raise NotFoundError(f"no run {run_id!r}")
+        if run.status != RunStatus.PAUSED:
+            raise InvalidStateError(f"run {run_id} is {run.status}; only paused runs resume")
+        tx.requeue_run(run_id, now, None)
+        span = SpanRow(
+            run_id=run_id,
+            kind="resume",
+            name="resume",
+            started_at=now,
+            ended_at=now,
+            status="ok",
+            detail="resumed from paused",
+        )
+        tx.save_steps([], [span])
 
     return op
 

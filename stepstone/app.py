@@ -10,7 +10,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from stepstone import serde
 from stepstone.bridge import Plan, Portal, async_face, coroutine_call, sync_face
@@ -33,6 +33,7 @@ from stepstone.function import (
     Timeouts,
     build_flow,
     build_function,
+    nondeterminism_policy,
 )
 from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
@@ -96,12 +97,14 @@ class App:
         app_version: str | None = None,
         middleware: Sequence[Middleware] = (),
         clock: Clock | None = None,
+        on_nondeterminism: Literal["warn", "pause"] = "warn",
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise ConfigError("name", "expected a non-empty app name")
         self.name = name
         self.database_url = database_url or os.environ.get("STEPSTONE_DATABASE_URL") or DEFAULT_DATABASE_URL
         self.app_version = app_version
+        self.on_nondeterminism = nondeterminism_policy(on_nondeterminism)  # each function's default
         self.middleware = tuple(middleware)
         given = clock or SYSTEM_CLOCK
         self._clock: Clock = DatabaseClock(given) if isinstance(given, SystemClock) else given
@@ -135,6 +138,7 @@ class App:
         timeouts: Timeouts | None = None,
         on_failure: Callable[..., Any] | None = None,
         middleware: Sequence[Any] = (),
+        on_nondeterminism: Literal["warn", "pause"] | None = None,
     ) -> Callable[[F], F]:
         """Register a durable function; invalid options raise ``ConfigError`` here."""
         flow = build_flow(
@@ -164,6 +168,7 @@ class App:
                 "cancel_on": cancel_on,
                 "timeouts": timeouts,
                 "on_failure": on_failure,
+                "on_nondeterminism": on_nondeterminism,
             }.items()
             if v is not None
         }
@@ -179,6 +184,7 @@ class App:
                 middleware=middleware,
                 flow=flow,
                 options=options,
+                on_nondeterminism=on_nondeterminism or self.on_nondeterminism,
             )
             with self._lock:
                 self.registry.add(fn)

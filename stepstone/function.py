@@ -11,6 +11,7 @@ import random
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Literal
 
 from stepstone.durations import Duration, optional_duration, parse_duration
@@ -155,6 +156,20 @@ class Timeouts:
     finish: Duration | None = None
 
 
+class OnNondeterminism(StrEnum):
+    """What a run does when this code diverges from its recorded history."""
+
+    WARN = "warn"  #: record a warning and go on (a changed step's kind still fails the run)
+    PAUSE = "pause"  #: stop before the diverging step, status ``paused``, until resumed
+
+
+def nondeterminism_policy(value: Any, field_name: str = "on_nondeterminism") -> OnNondeterminism:
+    try:
+        return OnNondeterminism(value)
+    except ValueError:
+        raise ConfigError(field_name, f"must be 'warn' or 'pause', got {value!r}") from None
+
+
 @dataclass(frozen=True)
 class FlowConfig:
     """Validated, parsed flow-control settings of one function."""
@@ -190,6 +205,7 @@ class FunctionDef:
     is_async: bool = field(init=False)
     options: dict[str, Any] = field(default_factory=dict)
     failure_of: str | None = None
+    on_nondeterminism: OnNondeterminism = OnNondeterminism.WARN
 
     def __post_init__(self) -> None:
         self.is_async = inspect.iscoroutinefunction(self.handler)
@@ -381,6 +397,7 @@ def build_function(
     middleware: Sequence[Any],
     flow: FlowConfig,
     options: dict[str, Any],
+    on_nondeterminism: str = OnNondeterminism.WARN,
 ) -> FunctionDef:
     if not callable(handler):
         raise ConfigError("handler", "the decorated object must be callable")
@@ -401,4 +418,5 @@ def build_function(
         on_failure=on_failure,
         middleware=tuple(middleware),
         options=options,
+        on_nondeterminism=nondeterminism_policy(on_nondeterminism),
     )

@@ -436,6 +436,12 @@ class Tx(Protocol):
         """Mark active jobs not refreshed since ``stale_before`` as ``interrupted``."""
         ...
 
+    # --- deploy safety: paused runs (issue 13) ---------------------------------
+    def unqueue_run(self, run_id: str, now: float) -> None:
+        """Take a parked run out of the queue (a run paused on a divergence: no
+        lease, slot or timeout applies to it until ``requeue_run`` resumes it)."""
+        ...
+
 
 class Store(Protocol):
     """A database: runs operations in transactions."""

@@ -62,11 +62,16 @@ Handler = Callable[[ss.Context, Ledger], str]
 
 
 def _deploy(
-    make_app: Callable[..., ss.App], version: str, handler: Handler, ledger: Ledger, **options: Any
+    make_app: Callable[..., ss.App],
+    version: str,
+    handler: Handler,
+    ledger: Ledger,
+    fn_options: dict[str, Any] | None = None,
+    **options: Any,
 ) -> ss.App:
     app = make_app("shop", app_version=version, **options)
 
-    @app.function(id="order", trigger=ss.on_event("order"), retries=0)
+    @app.function(id="order", trigger=ss.on_event("order"), retries=0, **(fn_options or {}))
     def order(ctx: ss.Context) -> str:
         return handler(ctx, ledger)
 
@@ -74,9 +79,11 @@ def _deploy(
     return app
 
 
-def _waiting_runs(make_app: Callable[..., ss.App], ledger: Ledger, count: int = 1) -> list[str]:
+def _waiting_runs(
+    make_app: Callable[..., ss.App], ledger: Ledger, count: int = 1, fn_options: dict[str, Any] | None = None
+) -> list[str]:
     """Runs of v1, each waiting for "go-on" after its charge; v1's workers stopped."""
-    old = _deploy(make_app, "v1", v1, ledger)
+    old = _deploy(make_app, "v1", v1, ledger, fn_options)
     ids = [old.runs.list(event_id=e)[0].id for e in old.send([ss.Event("order")] * count)]
     for run_id in ids:
         wait_for(lambda r=run_id: old.runs.get(r).status == "waiting", 10, "the v1 run to wait")
@@ -184,6 +191,20 @@ def test_a_paused_run_survives_a_worker_restart_and_is_cancelled(make_app: Calla
     assert restarted.runs.cancel(run_id) == "cancelled"
     assert restarted.runs.get(run_id).status == "cancelled"
     assert ledger == ["charge"]
+
+
+def test_a_paused_run_keeps_its_singleton_key_until_it_ends(make_app: Callable[..., ss.App]) -> None:
+    ledger: Ledger = []
+    one = {"singleton": ss.Singleton()}
+    [run_id] = _waiting_runs(make_app, ledger, fn_options=one)
+    broken = _deploy(make_app, "v2", v2_new_step, ledger, one, on_nondeterminism="pause")
+    broken.send(ss.Event("go-on"))
+    _paused(broken, run_id, 1)
+    [skipped] = broken.send(ss.Event("order"))
+    assert broken.runs.list(event_id=skipped)[0].status == "skipped"  # paused is live, not ended
+    broken.runs.cancel(run_id)
+    [started] = broken.send(ss.Event("order"))
+    assert broken.runs.list(event_id=started)[0].status != "skipped"
 
 
 def test_resume_many_resumes_the_paused_runs(make_app: Callable[..., ss.App]) -> None:

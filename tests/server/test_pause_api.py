@@ -12,6 +12,7 @@ import stepstone as ss
 from tests.acceptance.test_cli import cli
 from tests.integration.test_pause_resume import Ledger, _waiting_runs, v2_new_step
 from tests.server.conftest import API_KEY, Live, poll
+from tests.server.test_metrics_and_mount import samples
 
 
 def _pauses(live: Live, run_id: str) -> int:
@@ -51,6 +52,9 @@ def test_paused_runs_over_http_the_client_and_the_cli(
     assert _ids(get("/api/v1/runs", params={"status": "paused"})) == {first, second}
     assert _ids(get("/api/v1/runs", params={"app_version": "v2"})) == {first, second}
     assert _ids(get("/api/v1/runs", params={"app_version": "v1"})) == set()
+    assert get("/api/v1/stats/runs", params={"function_id": "order"}).json()["counts"]["paused"] == 2
+    gauge = ("stepstone_runs_active", (("function", "order"), ("status", "paused")))
+    assert samples(get("/metrics").text)[gauge] == 2
     shown = get(f"/api/v1/runs/{first}").json()
     assert shown["app_version"] == "v2" and shown["ended_at"] is None
     [detail] = [

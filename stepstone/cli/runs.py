@@ -105,13 +105,7 @@ def runs_cancel(run_id: str, database_url: str | None, url: str | None, api_key:
 @target_options
 def runs_replay(run_id: str, database_url: str | None, url: str | None, api_key: str | None) -> None:
     """Resume a failed or cancelled run from its last successful step."""
-    with open_target(database_url, url, api_key) as target:
-
-        def replay() -> None:
-            target.runs.replay(run_id)
-            click.echo(f"replaying {run_id}")
-
-        guard(replay)
+    _act("replay", "replaying", run_id, database_url, url, api_key)
 
 
 @runs.command("resume")
@@ -119,13 +113,20 @@ def runs_replay(run_id: str, database_url: str | None, url: str | None, api_key:
 @target_options
 def runs_resume(run_id: str, database_url: str | None, url: str | None, api_key: str | None) -> None:
     """Continue a paused run under the code deployed now."""
+    _act("resume", "resuming", run_id, database_url, url, api_key)
+
+
+def _act(
+    action: str, doing: str, run_id: str, database_url: str | None, url: str | None, api_key: str | None
+) -> None:
+    """Replay or resume one run (``action`` names the ``runs`` method); prints ``doing RUN_ID``."""
     with open_target(database_url, url, api_key) as target:
 
-        def resume() -> None:
-            target.runs.resume(run_id)
-            click.echo(f"resuming {run_id}")
+        def act() -> None:
+            getattr(target.runs, action)(run_id)
+            click.echo(f"{doing} {run_id}")
 
-        guard(resume)
+        guard(act)
 
 
 @runs.command("rerun")

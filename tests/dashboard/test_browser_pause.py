@@ -50,7 +50,10 @@ def test_resume_a_paused_run_and_bulk_resume(
     for run_id in (first, second):
         _paused(live, run_id, 1)
 
-    _sign_in(page, live, "/?status=paused&range=all")
+    _sign_in(page, live, "/functions")
+    expect(page.locator("[data-function='order'] [data-stat='paused']")).to_have_text("2")
+    page.locator("[data-function='order'] [data-stat='paused'] a").click()
+    expect(page).to_have_url(re.compile(r"status=paused"))
     rows = page.locator("tr[data-run]")
     expect(rows).to_have_count(2)
     expect(rows.first).to_contain_text("v2")
@@ -67,8 +70,8 @@ def test_resume_a_paused_run_and_bulk_resume(
     screenshot(page, "run-paused")
     page.get_by_role("button", name="Resume").click()
     _confirm(page)
+    expect(page.locator("details[data-span^='resume:']")).to_have_count(1)  # the page reloaded
     _paused(live, first, 2)  # the deployed code still diverges
-    page.reload()
     expect(page.locator(".run-head .badge").first).to_have_text("paused")
 
     deployed["fixed"] = True

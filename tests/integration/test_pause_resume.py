@@ -10,6 +10,7 @@ side effects proves which step functions ran, and how many times.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -191,6 +192,26 @@ def test_a_paused_run_survives_a_worker_restart_and_is_cancelled(make_app: Calla
     assert restarted.runs.cancel(run_id) == "cancelled"
     assert restarted.runs.get(run_id).status == "cancelled"
     assert ledger == ["charge"]
+
+
+def test_a_cancel_flagged_while_the_run_is_held_wins_over_its_pause(make_app: Callable[..., ss.App]) -> None:
+    ledger: Ledger = []
+    [run_id] = _waiting_runs(make_app, ledger)
+    reached, gate = threading.Event(), threading.Event()
+
+    def held(ctx: ss.Context, ledger: Ledger) -> str:
+        ctx.step.run("charge", _record(ledger, "charge"))
+        reached.set()
+        assert gate.wait(10)  # the worker holds the run here while the operator cancels it
+        return v2_new_step(ctx, ledger)
+
+    broken = _deploy(make_app, "v2", held, ledger, on_nondeterminism="pause")
+    broken.send(ss.Event("go-on"))
+    assert reached.wait(10)
+    assert broken.runs.cancel(run_id) != "cancelled"  # flagged: the worker holds it
+    gate.set()
+    assert broken.runs.wait(run_id, timeout="10s").status == "cancelled"
+    assert ledger == ["charge"]  # neither the new step nor anything after it ran
 
 
 def test_a_paused_run_keeps_its_singleton_key_until_it_ends(make_app: Callable[..., ss.App]) -> None:

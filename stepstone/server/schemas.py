@@ -311,6 +311,10 @@ class ReplayManyIn(CancelManyIn):
     status: list[ReplayableStatus] = Field(default_factory=_failed_only, min_length=1)
 
 
+class ResumeManyIn(CancelManyIn):
+    """Resume the paused runs of a function (the same filters as a bulk cancel)."""
+
+
 class JobOut(BaseModel):
     id: str
     kind: JobKind

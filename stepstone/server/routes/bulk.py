@@ -9,7 +9,7 @@ from stepstone.expressions import compile_expression
 from stepstone.server.errors import documented
 from stepstone.server.jobs import CANCEL_MANY, REPLAY_MANY, RESUME_MANY, BulkRequest
 from stepstone.server.params import check_range, parse_moment
-from stepstone.server.schemas import CancelManyIn, JobOut, ReplayManyIn
+from stepstone.server.schemas import CancelManyIn, JobOut, ReplayManyIn, ResumeManyIn
 from stepstone.server.state import ServerState
 
 
@@ -56,7 +56,7 @@ def build(state: ServerState) -> APIRouter:
         responses=documented(413, 415),
         summary="Resume many paused runs (a background job)",
     )
-    async def resume_many(body: CancelManyIn) -> JobOut:
+    async def resume_many(body: ResumeManyIn) -> JobOut:
         """Starts a job resuming the function's paused runs created in [since, until)
         whose first event satisfies `if`; follow it at /api/v1/jobs/{id}."""
         return await start(RESUME_MANY, body)

@@ -141,6 +141,7 @@ class Interpreter:
                     f"new step {step_id!r} reached while recorded step(s) "
                     f"{', '.join(repr(s) for s in skipped)} were not",
                 )
+            if self._unreached:  # every new step a diverging run reaches (parallel branches too)
                 self._diverged("new-step", step_id)
         self._unreached.pop(step_id, None)
         return memo
@@ -150,9 +151,10 @@ class Interpreter:
         the run parks ``paused`` with the divergence in its trace."""
         if not self.pause_on_divergence:
             return
-        missing = sorted((s for s in self._unreached if s != step_id), key=self._unreached.__getitem__)
-        detail = {"reason": reason, "step_id": step_id, "missing": missing}
-        self.journal.warn("paused", serde.dumps(detail, what="divergence"))
+        if not any(p.status == RunStatus.PAUSED for p in self.pauses):  # the first one is traced
+            missing = sorted((s for s in self._unreached if s != step_id), key=self._unreached.__getitem__)
+            detail = {"reason": reason, "step_id": step_id, "missing": missing}
+            self.journal.warn("paused", serde.dumps(detail, what="divergence"))
         raise self._pause(None, RunStatus.PAUSED)
 
     def _position(self, step_id: str) -> int:

@@ -52,6 +52,16 @@ def v2_kind_changed(ctx: ss.Context, ledger: Ledger) -> str:
     return ctx.step.run("ship", _record(ledger, "ship"))
 
 
+def v2_parallel_new_steps(ctx: ss.Context, ledger: Ledger) -> str:
+    ctx.step.run("charge", _record(ledger, "charge"))
+    ctx.step.parallel(  # two new steps at once, before the recorded wait
+        lambda: ctx.step.run("audit", _record(ledger, "audit")),
+        lambda: ctx.step.run("notify", _record(ledger, "notify")),
+    )
+    ctx.step.wait_for_event("hold", event="go-on", timeout="1h")
+    return ctx.step.run("ship", _record(ledger, "ship"))
+
+
 def v3_fixed(ctx: ss.Context, ledger: Ledger) -> str:
     ctx.step.run("charge", _record(ledger, "charge"))
     ctx.step.wait_for_event("hold", event="go-on", timeout="1h")
@@ -139,6 +149,18 @@ def test_a_new_step_pauses_the_run_until_resumed_under_fixed_code(
     assert [s.kind for s in fixed.runs.trace(run_id)].count("resume") == 2
     with pytest.raises(ss.InvalidStateError):
         fixed.runs.resume(run_id)
+
+
+def test_no_parallel_branch_executes_a_new_step_once_the_run_diverged(
+    make_app: Callable[..., ss.App],
+) -> None:
+    ledger: Ledger = []
+    [run_id] = _waiting_runs(make_app, ledger)
+    broken = _deploy(make_app, "v2", v2_parallel_new_steps, ledger, on_nondeterminism="pause")
+    broken.send(ss.Event("go-on"))
+    _paused(broken, run_id, 1)  # one divergence traced, however many branches met it
+    assert ledger == ["charge"]
+    assert _pauses(broken, run_id)[0]["missing"] == ["hold"]
 
 
 def test_a_changed_step_kind_pauses_the_run_too(make_app: Callable[..., ss.App]) -> None:

@@ -163,6 +163,24 @@ def test_no_parallel_branch_executes_a_new_step_once_the_run_diverged(
     assert _pauses(broken, run_id)[0]["missing"] == ["hold"]
 
 
+def test_an_async_handler_pauses_too(make_app: Callable[..., ss.App]) -> None:
+    ledger: Ledger = []
+    [run_id] = _waiting_runs(make_app, ledger)
+    broken = make_app("shop", app_version="v2", on_nondeterminism="pause")
+
+    @broken.function(id="order", trigger=ss.on_event("order"), retries=0)
+    async def order(ctx: ss.Context) -> str:
+        await ctx.step.run("charge", _record(ledger, "charge"))
+        await ctx.step.run("audit", _record(ledger, "audit"))
+        await ctx.step.wait_for_event("hold", event="go-on", timeout="1h")
+        return str(await ctx.step.run("ship", _record(ledger, "ship")))
+
+    broken.start()
+    broken.send(ss.Event("go-on"))
+    _paused(broken, run_id, 1)
+    assert ledger == ["charge"]
+
+
 def test_a_changed_step_kind_pauses_the_run_too(make_app: Callable[..., ss.App]) -> None:
     ledger: Ledger = []
     [run_id] = _waiting_runs(make_app, ledger)

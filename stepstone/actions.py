@@ -1,5 +1,6 @@
 """What an operator does to one run, as store operations: cancel it, replay
-it from its last good step, or re-run it from a step as a new run. Each is an
+it from its last good step, resume it once paused, or re-run it from a step
+as a new run. Each is an
 ``op(tx)`` built here; ``app.runs`` (runs.py) submits them, and its bulk actions
 apply them page by page."""
 
@@ -28,11 +29,8 @@ def cancel_op(run_id: str, now: float, matcher: Registry) -> Callable[[Tx], str]
 
 def replay_op(run_id: str, now: float) -> Callable[[Tx], None]:
     def op(tx: Tx) -> None:
-        run = tx.get_run(run_id)
-        if run is None:
-            raise NotFoundError(f"no run {run_id!r}")
-        if run.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
-            raise InvalidStateError(f"run {run_id} is {run.status}; only failed or cancelled runs replay")
+        replayable = (RunStatus.FAILED, RunStatus.CANCELLED)
+        run = _run_in(tx, run_id, replayable, "only failed or cancelled runs replay")
         _claim_singleton(tx, run, run_id, now, "replay")
         unfinished = [s for s in tx.get_steps(run_id) if s.status != StepStatus.COMPLETED]
         # The failed attempt's memo is about to go: keep it in the trace.
@@ -53,21 +51,40 @@ def replay_op(run_id: str, now: float) -> Callable[[Tx], None]:
         tx.requeue_run(run_id, now, [s.step_id for s in unfinished])
         tx.save_steps(
             [],
-            [
-                *kept,
-                SpanRow(
-                    run_id=run_id,
-                    kind="replay",
-                    name="replay",
-                    started_at=now,
-                    ended_at=now,
-                    status="ok",
-                    detail=f"replayed from {run.status}",
-                ),
-            ],
+            [*kept, _action_span(run_id, "replay", now, f"replayed from {run.status}")],
         )
 
     return op
+
+
+def resume_op(run_id: str, now: float) -> Callable[[Tx], None]:
+    """Queue a paused run again, with its history, for the code deployed now: it
+    pauses again where that code still diverges."""
+
+    def op(tx: Tx) -> None:
+        _run_in(tx, run_id, (RunStatus.PAUSED,), "only paused runs resume")
+        tx.requeue_run(run_id, now, None)
+        tx.save_steps([], [_action_span(run_id, "resume", now, "resumed from paused")])
+
+    return op
+
+
+def _run_in(tx: Tx, run_id: str, statuses: tuple[RunStatus, ...], rule: str) -> RunRow:
+    """The run an action applies to: ``NotFoundError`` if there is none,
+    ``InvalidStateError`` (naming ``rule``) if its status is not one of ``statuses``."""
+    run = tx.get_run(run_id)
+    if run is None:
+        raise NotFoundError(f"no run {run_id!r}")
+    if run.status not in statuses:
+        raise InvalidStateError(f"run {run_id} is {run.status}; {rule}")
+    return run
+
+
+def _action_span(run_id: str, kind: str, now: float, detail: str) -> SpanRow:
+    """An operator's action, as an instant in the run's trace."""
+    return SpanRow(
+        run_id=run_id, kind=kind, name=kind, started_at=now, ended_at=now, status="ok", detail=detail
+    )
 
 
 def _claim_singleton(tx: Tx, run: RunRow, claimant: str, now: float, action: str) -> None:

@@ -10,7 +10,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from stepstone import serde
 from stepstone.attempts import DEFAULT_MAX_ABANDONED
@@ -34,7 +34,7 @@ from stepstone.flow import (
     Timeouts,
     build_flow,
 )
-from stepstone.function import Backoff, FunctionDef, build_function
+from stepstone.function import Backoff, FunctionDef, build_function, nondeterminism_policy
 from stepstone.histories import from_json as history_from_json
 from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
@@ -98,12 +98,14 @@ class App:
         app_version: str | None = None,
         middleware: Sequence[Middleware] = (),
         clock: Clock | None = None,
+        on_nondeterminism: Literal["warn", "pause"] = "warn",
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise ConfigError("name", "expected a non-empty app name")
         self.name = name
         self.database_url = database_url or os.environ.get("STEPSTONE_DATABASE_URL") or DEFAULT_DATABASE_URL
         self.app_version = app_version
+        self.on_nondeterminism = nondeterminism_policy(on_nondeterminism)  # each function's default
         self.middleware = tuple(middleware)
         given = clock or SYSTEM_CLOCK
         self._clock: Clock = DatabaseClock(given) if isinstance(given, SystemClock) else given
@@ -138,6 +140,7 @@ class App:
         on_failure: Callable[..., Any] | None = None,
         middleware: Sequence[Any] = (),
         step_timeout: Duration | None = None,
+        on_nondeterminism: Literal["warn", "pause"] | None = None,
     ) -> Callable[[F], F]:
         """Register a durable function; invalid options raise ``ConfigError`` here."""
         flow_options = {
@@ -160,6 +163,7 @@ class App:
                 **flow_options,
                 "on_failure": on_failure,
                 "step_timeout": step_timeout,
+                "on_nondeterminism": on_nondeterminism,
             }.items()
             if v is not None
         }
@@ -176,6 +180,7 @@ class App:
                 flow=flow,
                 options=options,
                 step_timeout=step_timeout,
+                on_nondeterminism=on_nondeterminism or self.on_nondeterminism,
             )
             with self._lock:
                 self.registry.add(fn)

@@ -225,6 +225,7 @@ class RemoteRuns(_Remote):
         until: Moment | None = None,
         limit: int = 100,
         before: str | None = None,
+        app_version: str | None = None,
     ) -> builtins.list[Run]:
         """Newest first, like ``app.runs.list``; pages are fetched as needed."""
         from stepstone.server.params import encode_cursor
@@ -238,6 +239,7 @@ class RemoteRuns(_Remote):
             "since": _moment(since),
             "until": _moment(until),
             "cursor": encode_cursor(before) if before else None,
+            "app_version": app_version,
         }
         found: builtins.list[Run] = []
         while True:
@@ -264,6 +266,9 @@ class RemoteRuns(_Remote):
 
     async def replay_async(self, run_id: str) -> None:
         await self._client.request("POST", f"{_run_path(run_id)}/replay")
+
+    async def resume_async(self, run_id: str) -> None:
+        await self._client.request("POST", f"{_run_path(run_id)}/resume")
 
     async def rerun_from_async(self, run_id: str, step_id: str) -> str:
         body = await self._client.request("POST", f"{_run_path(run_id)}/rerun", json={"step_id": step_id})
@@ -298,8 +303,9 @@ class RemoteRuns(_Remote):
         progress: Progress | None = None,
     ) -> int:
         """Start a bulk cancel job on the server and wait for it; returns the count."""
-        body = {"function_id": function_id, "since": _moment(since), "until": _moment(until), "if": if_}
-        return await self._job("/api/v1/runs/cancel-many", body, progress)
+        return await self._job(
+            "/api/v1/runs/cancel-many", _bulk_body(function_id, since, until, if_), progress
+        )
 
     async def replay_many_async(
         self,
@@ -313,14 +319,22 @@ class RemoteRuns(_Remote):
     ) -> int:
         """Start a bulk replay job on the server and wait for it; returns the count."""
         statuses = [status] if isinstance(status, str) else list(status)
-        body = {
-            "function_id": function_id,
-            "status": statuses,
-            "since": _moment(since),
-            "until": _moment(until),
-            "if": if_,
-        }
+        body = {**_bulk_body(function_id, since, until, if_), "status": statuses}
         return await self._job("/api/v1/runs/replay-many", body, progress)
+
+    async def resume_many_async(
+        self,
+        *,
+        function_id: str,
+        since: Moment | None = None,
+        until: Moment | None = None,
+        if_: str | None = None,
+        progress: Progress | None = None,
+    ) -> int:
+        """Start a bulk resume job on the server and wait for it; returns the count."""
+        return await self._job(
+            "/api/v1/runs/resume-many", _bulk_body(function_id, since, until, if_), progress
+        )
 
     async def _job(self, path: str, body: dict[str, Any], progress: Progress | None) -> int:
         from stepstone.server.schemas import JobOut
@@ -346,11 +360,13 @@ class RemoteRuns(_Remote):
     export = _sync(export_async)
     cancel = _sync(cancel_async)
     replay = _sync(replay_async)
+    resume = _sync(resume_async)
     rerun_from = _sync(rerun_from_async)
     signal = _sync(signal_async)
     wait = _sync(wait_async)
     cancel_many = _sync(cancel_many_async)
     replay_many = _sync(replay_many_async)
+    resume_many = _sync(resume_many_async)
 
 
 class RemoteFunctions(_Remote):
@@ -381,6 +397,13 @@ class RemoteWorkers(_Remote):
         return [w.to_row() for w in WorkerList.model_validate(body).workers]
 
     list = _sync(list_async)
+
+
+def _bulk_body(
+    function_id: str, since: Moment | None, until: Moment | None, if_: str | None
+) -> dict[str, Any]:
+    """The filters every bulk action takes."""
+    return {"function_id": function_id, "since": _moment(since), "until": _moment(until), "if": if_}
 
 
 def _run_path(run_id: str) -> str:

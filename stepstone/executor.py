@@ -30,7 +30,7 @@ from stepstone.errors import (
     StepstoneError,
 )
 from stepstone.events import Event
-from stepstone.function import FunctionDef
+from stepstone.function import FunctionDef, OnNondeterminism
 from stepstone.interpreter import Interpreter
 from stepstone.journal import RunJournal
 from stepstone.middleware import Hooks, Middleware
@@ -170,6 +170,7 @@ async def _invoke(fn: FunctionDef, leased: LeasedRun, journal: RunJournal, env: 
         hooks=hooks,
         step_timeout=fn.step_timeout,
         abandoned=env.abandoned,
+        pause_on_divergence=fn.on_nondeterminism == OnNondeterminism.PAUSE,
     )
     ctx = _context(fn, leased, events, interp)
     try:
@@ -274,7 +275,9 @@ async def _park(journal: RunJournal, interp: Interpreter, leased: LeasedRun, env
     wake_at = min(wakes) if wakes else None
     statuses = {p.status for p in interp.pauses}
     status = (
-        RunStatus.RUNNING
+        RunStatus.PAUSED  # a divergence: nothing else may run until an operator resumes
+        if RunStatus.PAUSED in statuses
+        else RunStatus.RUNNING
         if RunStatus.RUNNING in statuses
         else RunStatus.SLEEPING
         if RunStatus.SLEEPING in statuses

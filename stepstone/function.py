@@ -11,6 +11,7 @@ import inspect
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from stepstone.durations import Duration
@@ -56,6 +57,20 @@ class ResolvedBackoff:
         return max(0.0, base + random.uniform(-spread, spread))
 
 
+class OnNondeterminism(StrEnum):
+    """What a run does when this code diverges from its recorded history."""
+
+    WARN = "warn"  #: record a warning and go on (a changed step's kind still fails the run)
+    PAUSE = "pause"  #: stop before the diverging step, status ``paused``, until resumed
+
+
+def nondeterminism_policy(value: Any, field_name: str = "on_nondeterminism") -> OnNondeterminism:
+    try:
+        return OnNondeterminism(value)
+    except ValueError:
+        raise ConfigError(field_name, f"must be 'warn' or 'pause', got {value!r}") from None
+
+
 Handler = Callable[..., Any]
 
 
@@ -75,6 +90,7 @@ class FunctionDef:
     options: dict[str, Any] = field(default_factory=dict)
     failure_of: str | None = None
     step_timeout: float | None = None  # seconds an attempt of step.run may take (None: no limit)
+    on_nondeterminism: OnNondeterminism = OnNondeterminism.WARN
 
     def __post_init__(self) -> None:
         self.is_async = inspect.iscoroutinefunction(self.handler)
@@ -124,6 +140,7 @@ def build_function(
     flow: FlowConfig,
     options: dict[str, Any],
     step_timeout: Duration | None = None,
+    on_nondeterminism: str = OnNondeterminism.WARN,
 ) -> FunctionDef:
     if not callable(handler):
         raise ConfigError("handler", "the decorated object must be callable")
@@ -144,4 +161,5 @@ def build_function(
         middleware=tuple(middleware),
         options=options,
         step_timeout=None if step_timeout is None else positive_duration(step_timeout, "step_timeout"),
+        on_nondeterminism=nondeterminism_policy(on_nondeterminism),
     )

@@ -90,8 +90,10 @@ class Interpreter:
         hooks: Hooks = NO_HOOKS,
         step_timeout: float | None = None,
         abandoned: AbandonedThreads | None = None,
+        pause_on_divergence: bool = False,
     ) -> None:
         self.run_id = run_id
+        self.pause_on_divergence = pause_on_divergence  # on_nondeterminism="pause"
         self.hooks = hooks
         self.ctx: Any = None  # the handler's Context, set by the executor
         self.memo_values: dict[str, Any] | None = None  # set when middleware transforms input
@@ -140,6 +142,7 @@ class Interpreter:
             reason = mismatch(memo, kind, fingerprint)
             if reason is not None:
                 self.journal.warn("nondeterminism", reason)
+                self._diverged("kind-changed", step_id)
                 raise NondeterminismError(reason)
         elif step_id not in self._calls:
             self._calls[step_id] = (self._next_position, fingerprint)
@@ -159,8 +162,21 @@ class Interpreter:
                     f"new step {step_id!r} reached while recorded step(s) "
                     f"{', '.join(repr(s) for s in skipped)} were not",
                 )
+            if self._unreached:  # every new step a diverging run reaches (parallel branches too)
+                self._diverged("new-step", step_id)
         self._unreached.pop(step_id, None)
         return memo
+
+    def _diverged(self, reason: str, step_id: str) -> None:
+        """Under ``on_nondeterminism="pause"``, stop before ``step_id`` executes:
+        the run parks ``paused`` with the divergence in its trace."""
+        if not self.pause_on_divergence:
+            return
+        if not any(p.status == RunStatus.PAUSED for p in self.pauses):  # the first one is traced
+            missing = sorted((s for s in self._unreached if s != step_id), key=self._unreached.__getitem__)
+            detail = {"reason": reason, "step_id": step_id, "missing": missing}
+            self.journal.warn("paused", serde.dumps(detail, what="divergence"))
+        raise self._pause(None, RunStatus.PAUSED)
 
     def _position(self, step_id: str) -> int:
         """Where the step stands in the order the run first reached its steps."""

@@ -1,4 +1,4 @@
-"""Reading and managing runs: ``app.runs.get/list/wait/cancel/replay/rerun_from``.
+"""Reading and managing runs: ``app.runs.get/list/wait/cancel/replay/resume/rerun_from``.
 
 Every operation is a store operation built once (``_*_op``), submitted by one
 plan (``Runs._get``...) from which the blocking method and its ``_async`` twin
@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from stepstone import histories, mailbox, serde
-from stepstone.actions import cancel_op, replay_op, rerun_op
+from stepstone.actions import cancel_op, replay_op, rerun_op, resume_op
 from stepstone.bridge import Call, Plan, Wakeup, async_face, coroutine_call, sync_face
 from stepstone.durations import Duration, parse_duration
 from stepstone.errors import (
@@ -113,6 +113,7 @@ class Run:
     steps: list[StepRecord] = field(default_factory=list)
     attempt: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
+    app_version: str | None = None  #: the version of the app whose worker last ran it
 
     @property
     def ended(self) -> bool:
@@ -146,6 +147,7 @@ def to_run(row: RunRow, steps: list[StepRow]) -> Run:
         steps=[_step_record(s) for s in steps],
         attempt=row.attempt,
         meta=serde.loads(row.meta) or {},
+        app_version=row.app_version,
     )
 
 
@@ -327,7 +329,12 @@ def _bulk(
             return False  # its singleton key is held by another active run (checked before any write)
         return True
 
-    return _Bulk(where, condition, cancel if action == "cancel" else replay)
+    def resume(tx: Tx, row: RunRow) -> bool:
+        resume_op(row.id, now)(tx)
+        return True
+
+    acts = {"cancel": cancel, "replay": replay, "resume": resume}
+    return _Bulk(where, condition, acts[action])
 
 
 def read_call(store: Store, op: Callable[[Tx], T]) -> Call[T]:
@@ -382,10 +389,12 @@ class Runs:
         until: Moment | None = None,
         limit: int = 100,
         before: str | None = None,
+        app_version: str | None = None,
     ) -> Plan[builtins.list[Run]]:
         """Newest first, at most ``limit`` (1 to 1000) runs; ``status`` one or several
         run statuses, ``since``/``until`` bounds on the creation time, ``before`` a
-        run id (the last of the previous page)."""
+        run id (the last of the previous page), ``app_version`` the version of the
+        app that last ran them."""
         where = _filter(
             function_id=function_id,
             event_id=event_id,
@@ -394,6 +403,7 @@ class Runs:
             until=until,
             limit=limit,
             before=before,
+            app_version=app_version,
         )
         runs: builtins.list[Run] = yield self._read(_list_op(where))
         return runs
@@ -411,6 +421,11 @@ class Runs:
     def _replay(self, run_id: str) -> Plan[None]:
         """Resume a failed or cancelled run from its last successful step."""
         yield from self._write(replay_op(run_id, self._now()))
+
+    def _resume(self, run_id: str) -> Plan[None]:
+        """Continue a paused run under the code deployed now (``InvalidStateError``
+        if it is not paused)."""
+        yield from self._write(resume_op(run_id, self._now()))
 
     def _rerun_from(self, run_id: str, step_id: str) -> Plan[str]:
         """Fork a new run that keeps the steps before ``step_id`` and re-executes from it."""
@@ -478,6 +493,28 @@ class Runs:
         )
         return (yield from self._drive(bulk, progress))
 
+    def _resume_many(
+        self,
+        *,
+        function_id: str | None = None,
+        since: Moment | None = None,
+        until: Moment | None = None,
+        if_: str | None = None,
+        progress: Progress | None = None,
+    ) -> Plan[int]:
+        """Resume every paused run matching the filters; returns how many were resumed."""
+        bulk = _bulk(
+            "resume",
+            self._now(),
+            self._matcher(),
+            function_id=function_id,
+            status=RunStatus.PAUSED,
+            since=since,
+            until=until,
+            if_=if_,
+        )
+        return (yield from self._drive(bulk, progress))
+
     def _drive(self, bulk: _Bulk, progress: Progress | None) -> Plan[int]:
         while not bulk.finished:
             yield from self._write(bulk.page_op())
@@ -509,6 +546,8 @@ class Runs:
     cancel_async = async_face(_cancel)
     replay = sync_face(_replay)
     replay_async = async_face(_replay)
+    resume = sync_face(_resume)
+    resume_async = async_face(_resume)
     rerun_from = sync_face(_rerun_from)
     rerun_from_async = async_face(_rerun_from)
     cancel_many = sync_face(_cancel_many)
@@ -517,6 +556,8 @@ class Runs:
     replay_many_async = async_face(_replay_many)
     signal = sync_face(_signal)
     signal_async = async_face(_signal)
+    resume_many = sync_face(_resume_many)
+    resume_many_async = async_face(_resume_many)
     wait = sync_face(_wait)
     wait_async = async_face(_wait)
 
@@ -559,6 +600,7 @@ def _filter(
     until: Moment | None = None,
     limit: int = 100,
     before: str | None = None,
+    app_version: str | None = None,
 ) -> RunFilter:
     statuses = (status,) if isinstance(status, str) else tuple(status or ())
     for item in statuses:
@@ -577,4 +619,5 @@ def _filter(
         until=hi,
         limit=limit,
         before_id=before,
+        app_version=app_version,
     )

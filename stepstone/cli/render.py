@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.table import Column, Table
 
 from stepstone.cli.common import console, errors
 from stepstone.errors import ErrorInfo
@@ -39,6 +39,7 @@ def run_json(run: Run) -> dict[str, Any]:
         "created_at": run.created_at.isoformat(),
         "started_at": _iso(run.started_at),
         "ended_at": _iso(run.ended_at),
+        "app_version": run.app_version,
         "steps": [
             {
                 "id": s.id,
@@ -71,12 +72,13 @@ def emit_json(value: Any) -> None:
 
 
 def runs_table(runs: Sequence[Run]) -> None:
-    table = Table("run", "function", "status", "created", "ended")
+    table = Table(Column("run", no_wrap=True), "function", "status", "version", "created", "ended")
     for r in runs:
         table.add_row(
             r.id,
             r.function_id,
             r.status,
+            r.app_version or "-",
             f"{r.created_at:%Y-%m-%d %H:%M:%S}",
             f"{r.ended_at:%H:%M:%S}" if r.ended_at else "",
         )

@@ -1,4 +1,4 @@
-"""``stepstone runs list|show|export|cancel|replay|rerun|signal|cancel-many|replay-many``."""
+"""``stepstone runs``: list, show, export, cancel, replay, resume, rerun, signal, and the bulk actions."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ TIME_HELP = "RFC 3339 date-time or epoch seconds"
 
 @click.group()
 def runs() -> None:
-    """List, inspect, cancel and replay runs."""
+    """List, inspect, cancel, replay and resume runs."""
 
 
 @runs.command("list")
@@ -29,6 +29,7 @@ def runs() -> None:
 @click.option("--since", default=None, help=f"Created at or after: {TIME_HELP}.")
 @click.option("--until", default=None, help=f"Created before: {TIME_HELP}.")
 @click.option("--limit", default=20, show_default=True)
+@click.option("--app-version", default=None, help="Only runs last run by this version of the app.")
 @target_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def runs_list(
@@ -37,6 +38,7 @@ def runs_list(
     since: str | None,
     until: str | None,
     limit: int,
+    app_version: str | None,
     database_url: str | None,
     url: str | None,
     api_key: str | None,
@@ -52,6 +54,7 @@ def runs_list(
                 since=parse_moment(since, "since"),
                 until=parse_moment(until, "until"),
                 limit=limit,
+                app_version=app_version,
             )
             if as_json:
                 render.emit_json([render.run_json(r) for r in found])
@@ -111,13 +114,28 @@ def runs_cancel(run_id: str, database_url: str | None, url: str | None, api_key:
 @target_options
 def runs_replay(run_id: str, database_url: str | None, url: str | None, api_key: str | None) -> None:
     """Resume a failed or cancelled run from its last successful step."""
+    _act("replay", "replaying", run_id, database_url, url, api_key)
+
+
+@runs.command("resume")
+@click.argument("run_id")
+@target_options
+def runs_resume(run_id: str, database_url: str | None, url: str | None, api_key: str | None) -> None:
+    """Continue a paused run under the code deployed now."""
+    _act("resume", "resuming", run_id, database_url, url, api_key)
+
+
+def _act(
+    action: str, doing: str, run_id: str, database_url: str | None, url: str | None, api_key: str | None
+) -> None:
+    """Replay or resume one run (``action`` names the ``runs`` method); prints ``doing RUN_ID``."""
     with open_target(database_url, url, api_key) as target:
 
-        def replay() -> None:
-            target.runs.replay(run_id)
-            click.echo(f"replaying {run_id}")
+        def act() -> None:
+            getattr(target.runs, action)(run_id)
+            click.echo(f"{doing} {run_id}")
 
-        guard(replay)
+        guard(act)
 
 
 @runs.command("rerun")
@@ -173,7 +191,12 @@ def _bulk(
     check_range(lo, hi)
     if isinstance(target, App):
         target.store.read_sync(lambda tx: require_function(tx, function_id))
-    method = target.runs.cancel_many if action == "cancel" else target.runs.replay_many
+    methods = {
+        "cancel": target.runs.cancel_many,
+        "replay": target.runs.replay_many,
+        "resume": target.runs.resume_many,
+    }
+    method = methods[action]
     with render.bulk_progress(f"{action} {function_id}", quiet=as_json) as progress:
         count = method(function_id=function_id, since=lo, until=hi, if_=if_, progress=progress, **extra)
     if as_json:
@@ -197,6 +220,23 @@ def runs_cancel_many(
     """Cancel a function's active runs (optionally in a time range, matching --if)."""
     with open_target(database_url, url, api_key) as target:
         guard(lambda: _bulk("cancel", target, function_id, since, until, if_, as_json))
+
+
+@runs.command("resume-many")
+@_bulk_options
+def runs_resume_many(
+    function_id: str,
+    since: str | None,
+    until: str | None,
+    if_: str | None,
+    as_json: bool,
+    database_url: str | None,
+    url: str | None,
+    api_key: str | None,
+) -> None:
+    """Resume a function's paused runs under the code deployed now."""
+    with open_target(database_url, url, api_key) as target:
+        guard(lambda: _bulk("resume", target, function_id, since, until, if_, as_json))
 
 
 @runs.command("replay-many")

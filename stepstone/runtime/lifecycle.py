@@ -93,10 +93,13 @@ def park_run(
     *,
     publish: Publish,
 ) -> RunStatus:
-    """Park the held ``run`` (sleep, wait, invoke, retry back-off) until ``wake_at``,
+    """Park the held ``run`` (sleep, wait, invoke, retry back-off) until ``wake_at``
+    (or pause it: out of the queue until resumed),
     or, if its cancellation was requested while it was held, end it cancelled
     in this same transaction. Returns the status the run is left in."""
     if not tx.reschedule(fence, status, wake_at, attempt, now):
+        if status == RunStatus.PAUSED:  # only an operator's resume queues it again
+            tx.unqueue_run(run.id, now)
         return status
     end_run(tx, run, RunStatus.CANCELLED, None, None, now, matcher, publish=publish, events=events)
     return RunStatus.CANCELLED

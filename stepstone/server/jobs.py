@@ -1,8 +1,8 @@
-"""Background jobs: bulk cancel and bulk replay started over HTTP.
+"""Background jobs: bulk cancel, replay and resume started over HTTP.
 
 A job is a row in the ``jobs`` table and an asyncio task in the server that
 created it. The task drives ``app.runs.cancel_many_async`` /
-``replay_many_async`` and records their progress after every page; a heartbeat
+``replay_many_async`` / ``resume_many_async`` and records their progress after every page; a heartbeat
 refreshes the row while the task lives. A job whose row stops being refreshed
 (its server died or restarted) is marked ``interrupted`` the next time anyone
 reads it; a server that shuts down cleanly marks its own jobs at once.
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from stepstone.app import App
 
 log = logging.getLogger("stepstone.server.jobs")
-CANCEL_MANY, REPLAY_MANY = "cancel_many", "replay_many"
+CANCEL_MANY, REPLAY_MANY, RESUME_MANY = "cancel_many", "replay_many", "resume_many"
 _SHUTDOWN = "interrupted: the server shut down"
 
 
@@ -125,6 +125,8 @@ class JobRunner:
         }
         if request.kind == CANCEL_MANY:
             return await self.app.runs.cancel_many_async(**filters)
+        if request.kind == RESUME_MANY:
+            return await self.app.runs.resume_many_async(**filters)
         return await self.app.runs.replay_many_async(status=request.statuses, **filters)
 
     async def _beat(self, progress: _Progress) -> None:

@@ -34,7 +34,7 @@ else:
     ReplayableStatus = Literal[rows.RunStatus.FAILED.value, rows.RunStatus.CANCELLED.value]
     JobStatus = Literal[tuple(s.value for s in rows.JobStatus)]
 _STATUS_HELP = ", ".join(rows.RUN_STATUSES[:-1]) + " or " + rows.RUN_STATUSES[-1]
-JobKind = Literal["cancel_many", "replay_many"]
+JobKind = Literal["cancel_many", "replay_many", "resume_many"]
 MAX_TS_MS = 2**53  # milliseconds; far beyond any real date, within every integer column
 Moment = Annotated[
     str | float, Field(description="RFC 3339 date-time (a naive one is UTC) or seconds since the epoch")
@@ -185,6 +185,7 @@ class RunOut(BaseModel):
     attempt: int = 0
     meta: dict[str, Any] = Field(default_factory=dict)
     steps: list[StepOut] = Field(default_factory=list)
+    app_version: str | None = Field(None, description="The version of the app that last ran it")
 
     @classmethod
     def of(cls, run: Run) -> RunOut:
@@ -201,6 +202,7 @@ class RunOut(BaseModel):
             attempt=run.attempt,
             meta=run.meta,
             steps=[StepOut.of(s) for s in run.steps],
+            app_version=run.app_version,
         )
 
     def to_run(self) -> Run:
@@ -217,6 +219,7 @@ class RunOut(BaseModel):
             steps=[s.to_step() for s in self.steps],
             attempt=self.attempt,
             meta=self.meta,
+            app_version=self.app_version,
         )
 
 
@@ -321,6 +324,10 @@ class ReplayManyIn(CancelManyIn):
     """Replay the failed (or cancelled) runs of a function."""
 
     status: list[ReplayableStatus] = Field(default_factory=_failed_only, min_length=1)
+
+
+class ResumeManyIn(CancelManyIn):
+    """Resume the paused runs of a function (the same filters as a bulk cancel)."""
 
 
 class JobOut(BaseModel):

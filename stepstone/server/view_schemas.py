@@ -13,7 +13,7 @@ from stepstone.server.insights import Bucket, FunctionLoad, Preview, Timeline
 from stepstone.server.schemas import FunctionOut
 from stepstone.store.rows import EventRow, EventRunRow, KeyBacklogRow
 
-BulkAction = Literal["cancel", "replay"]
+BulkAction = Literal["cancel", "replay", "resume"]
 
 
 def _at(ts: float) -> datetime:

@@ -481,6 +481,11 @@ class Tx(Protocol):
     def events_since(self, names: Sequence[str], since: float, now: float, limit: int) -> list[EventRow]:
         """At most ``limit`` events named one of ``names`` committed between
         ``since`` and ``now`` (``received_at``), oldest first."""
+
+    # --- deploy safety: paused runs (issue 13) ---------------------------------
+    def unqueue_run(self, run_id: str, now: float) -> None:
+        """Take a parked run out of the queue (a run paused on a divergence: no
+        lease, slot or timeout applies to it until ``requeue_run`` resumes it)."""
         ...
 
 

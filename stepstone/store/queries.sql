@@ -79,6 +79,7 @@ WHERE (CAST(:function_id AS TEXT) IS NULL OR r.function_id = :function_id)
   AND (CAST(:since AS DOUBLE PRECISION) IS NULL OR r.created_at >= :since)
   AND (CAST(:until AS DOUBLE PRECISION) IS NULL OR r.created_at < :until)
   AND (CAST(:before_id AS TEXT) IS NULL OR r.id < :before_id)
+  AND (CAST(:app_version AS TEXT) IS NULL OR r.app_version = :app_version)
   AND (CAST(:event_id AS TEXT) IS NULL OR r.id IN (
         SELECT re.run_id FROM run_events re JOIN events e ON e.seq = re.event_seq
         WHERE e.id = :event_id))
@@ -453,7 +454,7 @@ GROUP BY function_id;
 
 -- name: count_active_runs
 SELECT function_id, status, COUNT(*) AS n FROM runs
-WHERE status IN ('queued', 'running', 'sleeping', 'waiting')
+WHERE status IN ('queued', 'running', 'sleeping', 'waiting', 'paused')
 GROUP BY function_id, status;
 
 -- name: insert_job

@@ -25,13 +25,20 @@ class RunStatus(StrEnum):
     RUNNING = "running"  #: held by a worker, or due again after a retry back-off
     SLEEPING = "sleeping"  #: parked until a step.sleep wakes it
     WAITING = "waiting"  #: parked until an event or an invoked run wakes it
+    PAUSED = "paused"  #: stopped before a step its history does not hold, until resumed
     COMPLETED = "completed"  #: the handler returned
     FAILED = "failed"  #: out of retries, or a step failed for good
     CANCELLED = "cancelled"  #: cancelled before it ended
     SKIPPED = "skipped"  #: never started: a rate limit or a singleton skipped it
 
 
-ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.SLEEPING, RunStatus.WAITING)
+ACTIVE_STATUSES = (
+    RunStatus.QUEUED,
+    RunStatus.RUNNING,
+    RunStatus.SLEEPING,
+    RunStatus.WAITING,
+    RunStatus.PAUSED,  # live (it holds its singleton key), but holds no lease or slot
+)
 ENDED_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.SKIPPED)
 RUN_STATUSES = ACTIVE_STATUSES + ENDED_STATUSES
 
@@ -396,6 +403,7 @@ class RunFilter:
     until: float | None = None
     limit: int = 100
     before_id: str | None = None
+    app_version: str | None = None  #: the version of the app that last ran it
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -179,6 +179,7 @@ class SqlTx(SqlViews):
             "since": where.since,
             "until": where.until,
             "before_id": where.before_id,
+            "app_version": where.app_version,
             "event_id": where.event_id,
             "limit": where.limit,
         }
@@ -452,6 +453,10 @@ class SqlTx(SqlViews):
         if self._one("queue_item", {"run_id": run_id}) is None:
             spec = self.queue_spec(run_id) or QueueSpec(partition_key=run.function_id)
             self._enqueue(run_id, run.function_id, spec, now, now, None, None)
+
+    def unqueue_run(self, run_id: str, now: float) -> None:
+        row = self._exec("delete_queue_item", {"run_id": run_id}).fetchone()
+        self._released(row and {**dict(row), "available_at": None}, now)
 
     def queue_spec(self, run_id: str) -> QueueSpec | None:
         row = self._one("get_run", {"id": run_id})

@@ -13,7 +13,8 @@ import stepstone as ss
 from stepstone.store import faults
 
 DATABASE_URL = os.environ["STEPSTONE_DATABASE_URL"]
-app = ss.App("ledger", database_url=DATABASE_URL)
+APP_VERSION = os.environ.get("APP_VERSION")  # the deploy a worker process runs (see "versioned")
+app = ss.App("ledger", database_url=DATABASE_URL, app_version=APP_VERSION)
 LEDGER = os.environ["LEDGER_PATH"]
 STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.2"))
 # GATE_STEP's first execution in a run waits for the file GATE_PATH to exist;
@@ -159,3 +160,16 @@ def approval(ctx: ss.Context) -> list[object]:
     approved = ctx.step.wait_for_signal("approval", "approved", timeout="120s")
     provision = ctx.step.run("provision", effect, ctx.run_id, "provision")
     return [charge, approved, provision]
+
+
+@app.function(id="versioned", trigger=ss.on_event("versioned"), retries=0, on_nondeterminism="pause")
+def versioned(ctx: ss.Context) -> str:
+    """Three deploys of one workflow: v1 charges, then waits; v2 inserts an audit
+    step before the wait (a run from v1 diverges there); v3 audits after it."""
+    ctx.step.run("charge", effect, ctx.run_id, "charge")
+    if APP_VERSION == "v2":
+        ctx.step.run("audit", effect, ctx.run_id, "audit")
+    ctx.step.wait_for_event("hold", event="versioned.go-on", timeout="1h")
+    if APP_VERSION == "v3":
+        ctx.step.run("audit", effect, ctx.run_id, "audit")
+    return str(ctx.step.run("ship", effect, ctx.run_id, "ship"))

@@ -1,5 +1,5 @@
 """The filter form shared by the runs page and the bulk page: function, status,
-time range (a preset or explicit bounds), text search and a CEL condition.
+app version, time range (a preset or explicit bounds), text search and a CEL condition.
 Invalid input becomes a message on the page, never an error page."""
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ _SECONDS = {key: value for key, _label, value in RANGES}
 class RunQuery:
     function_id: str = ""
     status: str = ""
+    app_version: str = ""
     range: str = "24h"
     since_text: str = ""
     until_text: str = ""
@@ -46,6 +47,7 @@ class RunQuery:
         values = {
             "function_id": self.function_id,
             "status": self.status,
+            "app_version": self.app_version,
             "range": self.range,
             "since": self.since_text,
             "until": self.until_text,
@@ -71,6 +73,7 @@ def parse(request: Request, now: float, known_functions: set[str]) -> RunQuery:
     query = RunQuery(
         function_id=_field(request, "function_id"),
         status=_field(request, "status"),
+        app_version=_field(request, "app_version"),
         range=_field(request, "range") or "24h",
         since_text=_field(request, "since"),
         until_text=_field(request, "until"),

@@ -27,6 +27,7 @@ BULK_ACTIONS = (
     ("replay-failed", "Replay failed runs"),
     ("replay-cancelled", "Replay cancelled runs"),
     ("cancel", "Cancel active runs"),
+    ("resume", "Resume paused runs"),
 )
 
 
@@ -82,6 +83,7 @@ def build(state: ServerState) -> APIRouter:
                 "cancel": ACTIVE_STATUSES,
                 "replay-failed": (RunStatus.FAILED,),
                 "replay-cancelled": (RunStatus.CANCELLED,),
+                "resume": (RunStatus.PAUSED,),
             }[action]
             preview = await store.read(
                 insights.preview_op(query.function_id, statuses, query.since, query.until, query.condition)

@@ -45,6 +45,14 @@ async def _view(state: ServerState, run_id: str) -> RunView:
     return RunView(run, spans, await state.app.store.read(events))
 
 
+def _divergence(view: RunView) -> dict[str, object] | None:
+    """Why a paused run stopped: the latest ``paused`` warning of its trace."""
+    if view.run.status != RunStatus.PAUSED:
+        return None
+    found = [s.detail for s in view.spans if s.kind == "warning" and s.name == "paused"]
+    return found[-1] if found and isinstance(found[-1], dict) else None
+
+
 async def _timeline(state: ServerState, query: filters.RunQuery, now: float) -> Timeline | None:
     """The charts' data for the filters (the last day when unbounded); ``None``
     when the range cannot be charted (empty, over 366 days, absurd bounds)."""
@@ -73,6 +81,7 @@ def build(state: ServerState) -> APIRouter:
             since=query.since,
             until=query.until,
             before_id=query.before,
+            app_version=query.app_version or None,
         )
         found = await store.read(search_op(where, EventQuery(query.q or None, query.condition), PAGE))
         counts = await store.read(
@@ -120,6 +129,8 @@ def build(state: ServerState) -> APIRouter:
             live=view.run.status in ACTIVE_STATUSES,
             replayable=view.run.status in (RunStatus.FAILED, RunStatus.CANCELLED),
             cancellable=view.run.status in ACTIVE_STATUSES,
+            resumable=view.run.status == RunStatus.PAUSED,
+            divergence=_divergence(view),
             steps=[s.id for s in view.run.steps],
             output=mask(view.run.output),
         )

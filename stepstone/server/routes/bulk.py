@@ -1,4 +1,4 @@
-"""Bulk cancel and bulk replay: validated whole, then run as background jobs."""
+"""Bulk cancel, replay and resume: validated whole, then run as background jobs."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from starlette.status import HTTP_202_ACCEPTED
 
 from stepstone.expressions import compile_expression
 from stepstone.server.errors import documented
-from stepstone.server.jobs import CANCEL_MANY, REPLAY_MANY, BulkRequest
+from stepstone.server.jobs import CANCEL_MANY, REPLAY_MANY, RESUME_MANY, BulkRequest
 from stepstone.server.params import check_range, parse_moment
-from stepstone.server.schemas import CancelManyIn, JobOut, ReplayManyIn
+from stepstone.server.schemas import CancelManyIn, JobOut, ReplayManyIn, ResumeManyIn
 from stepstone.server.state import ServerState
 
 
@@ -48,5 +48,17 @@ def build(state: ServerState) -> APIRouter:
         """Starts a job replaying the function's runs with the given statuses (default
         failed); follow it at /api/v1/jobs/{id}."""
         return await start(REPLAY_MANY, body, tuple(body.status))
+
+    @router.post(
+        "/runs/resume-many",
+        response_model=JobOut,
+        status_code=HTTP_202_ACCEPTED,
+        responses=documented(413, 415),
+        summary="Resume many paused runs (a background job)",
+    )
+    async def resume_many(body: ResumeManyIn) -> JobOut:
+        """Starts a job resuming the function's paused runs created in [since, until)
+        whose first event satisfies `if`; follow it at /api/v1/jobs/{id}."""
+        return await start(RESUME_MANY, body)
 
     return router

@@ -1,4 +1,4 @@
-"""Acting on one run: cancel, replay, rerun from a step, signal."""
+"""Acting on one run: cancel, replay, resume, rerun from a step, signal."""
 
 from __future__ import annotations
 
@@ -33,6 +33,18 @@ def build(state: ServerState) -> APIRouter:
     )
     async def replay(run_id: RunId) -> RunStatusOut:
         await runs.replay_async(run_id)
+        return RunStatusOut(id=run_id, status=(await runs.get_async(run_id)).status)
+
+    @router.post(
+        "/runs/{run_id}/resume",
+        response_model=RunStatusOut,
+        responses=documented(404, 409),
+        summary="Resume a paused run",
+    )
+    async def resume(run_id: RunId) -> RunStatusOut:
+        """Queue a run paused on a divergence again, with its history, under the code
+        deployed now (it pauses again if that code still diverges)."""
+        await runs.resume_async(run_id)
         return RunStatusOut(id=run_id, status=(await runs.get_async(run_id)).status)
 
     @router.post(

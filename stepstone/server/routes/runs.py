@@ -36,6 +36,9 @@ def build(state: ServerState) -> APIRouter:
             Query(description="Text in the run id or its event's id, name or data (case-insensitive)"),
         ] = None,
         if_: Annotated[str | None, Query(alias="if", description="CEL over the run's `event`")] = None,
+        app_version: Annotated[
+            str | None, Query(description="Runs last run by this version of the app")
+        ] = None,
     ) -> RunPage:
         """With `q` or `if`, at most 2000 runs are examined per page: a page may hold
         fewer runs than `limit` and still have a `next_cursor` to search on."""
@@ -53,6 +56,7 @@ def build(state: ServerState) -> APIRouter:
                 since=lo,
                 until=hi,
                 before_id=before,
+                app_version=app_version,
             )
             hits = await state.app.store.read(search_op(where, event_query, limit))
             return RunPage(
@@ -67,6 +71,7 @@ def build(state: ServerState) -> APIRouter:
             until=hi,
             limit=limit + 1,
             before=before,
+            app_version=app_version,
         )
         page, more = found[:limit], len(found) > limit
         return RunPage(

@@ -87,7 +87,7 @@ def build(state: ServerState) -> APIRouter:
 
     @router.get("/stats/preview", response_model=PreviewOut, summary="Preview a bulk action")
     async def preview(
-        action: Annotated[BulkAction, Query(description="cancel (active runs) or replay")],
+        action: Annotated[BulkAction, Query(description="cancel (active), replay or resume (paused)")],
         function_id: Annotated[str, Query(min_length=1)],
         since: SinceQ = None,
         until: UntilQ = None,
@@ -96,11 +96,12 @@ def build(state: ServerState) -> APIRouter:
         ] = None,
         if_: Annotated[str | None, Query(alias="if", description="CEL over `event`")] = None,
     ) -> PreviewOut:
-        """How many runs `cancel-many` / `replay-many` with the same filters would act on
+        """How many runs `cancel-many` / `replay-many` / `resume-many` with the same filters would act on
         now (a CEL filter is evaluated over at most 5000 runs; `complete` says if it saw all)."""
         lo, hi = await bounds(function_id, since, until)
         condition = None if if_ is None else compile_expression(if_, field="if")
-        statuses = ACTIVE_STATUSES if action == "cancel" else tuple(status or [RunStatus.FAILED])
+        fixed: dict[str, tuple[str, ...]] = {"cancel": ACTIVE_STATUSES, "resume": (RunStatus.PAUSED,)}
+        statuses = fixed.get(action) or tuple(status or [RunStatus.FAILED])
         found = await state.app.store.read(insights.preview_op(function_id, statuses, lo, hi, condition))
         return PreviewOut.of(action, found)
 

@@ -88,6 +88,11 @@
       say(`Replaying: the run is ${result.status}.`);
       location.reload();
     },
+    async resume(button) {
+      const result = await api("POST", `/runs/${encodeURIComponent(button.dataset.run)}/resume`);
+      say(`Resuming: the run is ${result.status}.`);
+      location.reload();
+    },
     async cancel(button) {
       const result = await api("POST", `/runs/${encodeURIComponent(button.dataset.run)}/cancel`);
       say(result.status === "cancelled" ? "Cancelled." : "Cancelling after the step executing now.");

@@ -17,6 +17,7 @@ from stepstone.server import dashboard, errors
 from stepstone.server.auth import AuthConfig
 from stepstone.server.body import BodyLimit
 from stepstone.server.jobs import JobRunner
+from stepstone.server.loopback import LoopbackOnly
 from stepstone.server.routes import (
     bulk,
     event_log,
@@ -109,5 +110,7 @@ def create_app(
         api.include_router(module.build(state))
     dashboard.install(api, state)
     api.add_middleware(BodyLimit, max_bytes=max_body)
+    if auth.open:
+        api.add_middleware(LoopbackOnly)
     api.state.stepstone = state
     return api

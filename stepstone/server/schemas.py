@@ -74,9 +74,9 @@ def _integral(value: Any) -> Any:
 
 
 class EventIn(BaseModel):
-    """An event to record. Unknown fields are ignored."""
+    """An event to record. Unknown fields are refused (422 naming the field)."""
 
-    model_config = ConfigDict(strict=True)
+    model_config = ConfigDict(strict=True, extra="forbid")
 
     name: Annotated[
         str,
@@ -274,7 +274,7 @@ class RunStatusOut(BaseModel):
 
 
 class RerunIn(BaseModel):
-    model_config = ConfigDict(strict=True)
+    model_config = ConfigDict(strict=True, extra="forbid")
 
     step_id: Annotated[str, Field(min_length=1, description="Re-execute from this step")]
 
@@ -290,7 +290,7 @@ class CancelManyIn(BaseModel):
     """Cancel the active runs of a function, optionally limited in time and by a
     CEL condition over the run's first event (``event``)."""
 
-    model_config = ConfigDict(strict=True, populate_by_name=True)
+    model_config = ConfigDict(strict=True, populate_by_name=True, extra="forbid")
 
     function_id: Annotated[str, Field(min_length=1)]
     since: Moment | None = None

@@ -6,7 +6,7 @@ import logging
 
 import click
 
-from stepstone.cli import events, inventory, runs, serve, worker
+from stepstone.cli import event_log, events, inventory, queue, runs, serve, worker
 
 
 @click.group()
@@ -14,12 +14,15 @@ from stepstone.cli import events, inventory, runs, serve, worker
 def main(log_level: str) -> None:
     """Stepstone: durable functions on SQLite or PostgreSQL."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
 
 
 for command in (
     worker.worker,
     worker.migrate,
     events.send,
+    event_log.events,
+    queue.queue,
     runs.runs,
     inventory.functions,
     inventory.workers,

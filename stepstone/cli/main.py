@@ -6,7 +6,7 @@ import logging
 
 import click
 
-from stepstone.cli import event_log, events, inventory, queue, runs, serve, worker
+from stepstone.cli import event_log, events, init, inventory, queue, runs, serve, worker
 
 
 @click.group()
@@ -28,5 +28,6 @@ for command in (
     inventory.workers,
     serve.server,
     serve.dev,
+    init.init,
 ):
     main.add_command(command)

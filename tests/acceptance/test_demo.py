@@ -43,7 +43,7 @@ def demo_runs(target: str, key: str, env: dict[str, str]) -> list[dict[str, Any]
                 return None
             return runs
 
-        runs = poll(listed, timeout=30, what="the dev server")
+        runs: list[dict[str, Any]] = poll(listed, timeout=30, what="the dev server")
         for run in runs:
             run["trace"] = http.get(f"/api/v1/runs/{run['id']}/trace").json()["spans"]
         http.close()

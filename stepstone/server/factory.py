@@ -103,7 +103,10 @@ def create_app(
         version=_version(),
         lifespan=lifespan,
         description="Send events and manage durable runs. Every endpoint but /healthz "
-        "needs `Authorization: Bearer <key>`.",
+        "needs `Authorization: Bearer <key>`"
+        + (" (this server runs without keys: every endpoint is open)." if auth.open else "."),
+        docs_url=None,  # Swagger UI and ReDoc load from a CDN: dashboard.api_docs serves /docs
+        redoc_url=None,
     )
     errors.install(api)
     for module in _ROUTERS:

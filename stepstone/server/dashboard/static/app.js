@@ -98,6 +98,30 @@
       const result = await api("POST", `/runs/${encodeURIComponent(button.dataset.run)}/rerun`, { step_id: step });
       location.assign(`${base}/runs/${encodeURIComponent(result.id)}`);
     },
+    async send(button) {
+      const status = document.getElementById("send-status");
+      const name = document.getElementById("send-name");
+      const text = document.getElementById("send-data");
+      const data = eventData(name, text, status);
+      try {
+        if (data === undefined) return;
+        const result = await api("POST", "/events", { name: name.value.trim(), data });
+        status.textContent = `Sent ${name.value.trim()}: event ${result.ids[0]}.`;
+        status.classList.remove("err");
+      } catch (error) {
+        status.textContent = error.message;  // the server's own check, e.g. a reserved name
+        status.classList.add("err");
+      } finally {
+        button.disabled = false;
+      }
+    },
+    async resend(button) {
+      document.getElementById("send-name").value = button.dataset.name;
+      document.getElementById("send-data").value = JSON.stringify(JSON.parse(button.dataset.json), null, 2);
+      document.getElementById("send-status").textContent = "Edit the event if you like, then send it.";
+      document.getElementById("send-data").focus();
+      button.disabled = false;
+    },
     async bulk(button) {
       const d = button.dataset;
       const body = { function_id: d.function };
@@ -110,6 +134,29 @@
       await follow(job);
     },
   };
+
+  // The send form's JSON, checked before anything is sent; undefined (with the
+  // reason shown) when the name is blank or the data is not a JSON object.
+  function eventData(name, text, status) {
+    const fail = (field, message) => {
+      field.setAttribute("aria-invalid", "true");
+      status.textContent = message;
+      status.classList.add("err");
+      field.focus();
+      return undefined;
+    };
+    name.removeAttribute("aria-invalid");
+    text.removeAttribute("aria-invalid");
+    if (!name.value.trim()) return fail(name, "Give the event a name.");
+    let data;
+    try { data = JSON.parse(text.value.trim() || "{}"); } catch (error) {
+      return fail(text, `The data is not valid JSON: ${error.message}`);
+    }
+    if (data === null || typeof data !== "object" || Array.isArray(data)) {
+      return fail(text, "The data must be a JSON object, like {\"user_id\": 42}.");
+    }
+    return data;
+  }
 
   async function follow(job) {
     const box = document.getElementById("job-progress");
@@ -149,6 +196,8 @@
 
   document.addEventListener("DOMContentLoaded", () => {
     wire(document);
+    const form = document.getElementById("send-event");
+    if (form) form.addEventListener("submit", (event) => { event.preventDefault(); act(form.querySelector("[data-action=send]")); });
     for (const region of document.querySelectorAll("[data-live]")) live(region);
   });
 })();

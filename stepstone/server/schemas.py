@@ -389,6 +389,23 @@ class FunctionOut(BaseModel):
         )
 
 
+class InvokeIn(BaseModel):
+    """The data of the run to start (its event is ``stepstone/function.invoked``)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    data: dict[str, Any] = Field(
+        default_factory=dict, description=f"A JSON object, at most {limits.MAX_EVENT_BYTES} bytes"
+    )
+
+
+class InvokeOut(BaseModel):
+    event_id: str
+    run_id: str | None = Field(
+        description="The run started, or joined (debounce, batch); null when flow control skipped it"
+    )
+
+
 class FunctionList(BaseModel):
     functions: list[FunctionOut]
 

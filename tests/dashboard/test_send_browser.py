@@ -6,6 +6,8 @@ not get past."""
 
 from __future__ import annotations
 
+import re
+
 import httpx
 from playwright.sync_api import Page, expect
 
@@ -74,3 +76,23 @@ def test_sending_with_the_session_needs_the_csrf_token(shop: Shop) -> None:
     assert 'id="send-event"' in page
     client.close()
     assert httpx.post(f"{shop.live.url}/api/v1/events", json={"name": "hello"}).status_code == 401
+
+
+def test_invoke_a_function_from_its_page(page: Page, shop: Shop) -> None:
+    sign_in(page, shop, "/functions")
+    card = page.locator("section[data-function='greet']")
+    card.get_by_text("Invoke…").click()
+    assert_accessible_forms(page)
+    data = card.get_by_label("Data for a run of greet (a JSON object)")
+    invoke = card.get_by_role("button", name="Invoke greet")
+    data.fill("not json")
+    invoke.click()
+    expect(card.locator("[role=status]")).to_contain_text("not valid JSON")
+    data.fill('{"name": "ivy"}')
+    invoke.click()
+    expect(page).to_have_url(re.compile(r"/runs/\w+$"))
+    run_id = page.url.rsplit("/", 1)[1]
+    expect(page.locator(".run-head .badge").first).to_have_text("completed")
+    run = shop.http.get(f"/api/v1/runs/{run_id}").json()
+    assert run["function_id"] == "greet" and run["output"] == "hi ivy"
+    screenshot(page, "invoked-run")

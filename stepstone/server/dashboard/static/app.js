@@ -122,6 +122,23 @@
       document.getElementById("send-data").focus();
       button.disabled = false;
     },
+    async invoke(button) {
+      const status = document.getElementById(`invoke-status-${button.dataset.index}`);
+      const text = document.getElementById(`invoke-data-${button.dataset.index}`);
+      const data = jsonObject(text, status);
+      try {
+        if (data === undefined) return;
+        const fn = encodeURIComponent(button.dataset.function);
+        const result = await api("POST", `/functions/${fn}/invoke`, { data });
+        if (!result.run_id) { status.textContent = "No run started: the function's flow control skipped it."; return; }
+        location.assign(`${base}/runs/${encodeURIComponent(result.run_id)}`);
+      } catch (error) {
+        status.textContent = error.message;
+        status.classList.add("err");
+      } finally {
+        button.disabled = false;
+      }
+    },
     async bulk(button) {
       const d = button.dataset;
       const body = { function_id: d.function };
@@ -146,14 +163,26 @@
       return undefined;
     };
     name.removeAttribute("aria-invalid");
-    text.removeAttribute("aria-invalid");
     if (!name.value.trim()) return fail(name, "Give the event a name.");
+    return jsonObject(text, status);
+  }
+
+  // A textarea's JSON object, or undefined with the reason shown.
+  function jsonObject(text, status) {
+    const fail = (message) => {
+      text.setAttribute("aria-invalid", "true");
+      status.textContent = message;
+      status.classList.add("err");
+      text.focus();
+      return undefined;
+    };
+    text.removeAttribute("aria-invalid");
     let data;
     try { data = JSON.parse(text.value.trim() || "{}"); } catch (error) {
-      return fail(text, `The data is not valid JSON: ${error.message}`);
+      return fail(`The data is not valid JSON: ${error.message}`);
     }
     if (data === null || typeof data !== "object" || Array.isArray(data)) {
-      return fail(text, "The data must be a JSON object, like {\"user_id\": 42}.");
+      return fail("The data must be a JSON object, like {\"user_id\": 42}.");
     }
     return data;
   }

@@ -155,27 +155,23 @@
   // The send form's JSON, checked before anything is sent; undefined (with the
   // reason shown) when the name is blank or the data is not a JSON object.
   function eventData(name, text, status) {
-    const fail = (field, message) => {
-      field.setAttribute("aria-invalid", "true");
-      status.textContent = message;
-      status.classList.add("err");
-      field.focus();
-      return undefined;
-    };
     name.removeAttribute("aria-invalid");
-    if (!name.value.trim()) return fail(name, "Give the event a name.");
+    if (!name.value.trim()) return invalid(name, status, "Give the event a name.");
     return jsonObject(text, status);
+  }
+
+  // Marks `field` invalid and shows why in `status`; returns undefined.
+  function invalid(field, status, message) {
+    field.setAttribute("aria-invalid", "true");
+    status.textContent = message;
+    status.classList.add("err");
+    field.focus();
+    return undefined;
   }
 
   // A textarea's JSON object, or undefined with the reason shown.
   function jsonObject(text, status) {
-    const fail = (message) => {
-      text.setAttribute("aria-invalid", "true");
-      status.textContent = message;
-      status.classList.add("err");
-      text.focus();
-      return undefined;
-    };
+    const fail = (message) => invalid(text, status, message);
     text.removeAttribute("aria-invalid");
     let data;
     try { data = JSON.parse(text.value.trim() || "{}"); } catch (error) {

@@ -11,18 +11,29 @@ the step's checkpoint, so it exists exactly once, even if the process dies
 between the insert and the checkpoint.
 
 Run it with ``./scripts/demo.sh`` (or ``python examples/charge_and_provision.py``).
+The database stays in ``.stepstone/demo/`` (``$DEMO_DIR`` to move it), a path
+that does not change from one import to the next, so that
+``stepstone dev examples.charge_and_provision:app`` (the command the demo ends
+with) opens the same runs in the dashboard, and keeps them across its reloads.
+Running the demo itself starts from an empty database.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
 import sqlite3
 import sys
-import tempfile
+from pathlib import Path
 
 import stepstone as ss
 
-WORKDIR = os.environ.get("DEMO_DIR") or tempfile.mkdtemp(prefix="stepstone-demo-")
+ROOT = Path(__file__).resolve().parents[1]
+WORKDIR = Path(os.environ.get("DEMO_DIR") or ROOT / ".stepstone" / "demo")
+if __name__ == "__main__":  # the scenario starts afresh; importing (stepstone dev) reopens its runs
+    shutil.rmtree(WORKDIR, ignore_errors=True)
+WORKDIR.mkdir(parents=True, exist_ok=True)
 app = ss.App("shop", database_url=f"sqlite:///{WORKDIR}/stepstone.db")
 # The shop's own table lives in the Stepstone database: step.transaction writes it.
 with sqlite3.connect(f"{WORKDIR}/stepstone.db") as shop:
@@ -162,7 +173,21 @@ def main() -> int:
     finally:
         app.stop()
     print("\nEvery card was charged exactly once; every subscription row exists once.")
+    print_dashboard_command()
     return 0
+
+
+def print_dashboard_command(port: int = 8288) -> None:
+    """The one command that serves these runs (traces, failed attempts, the replay)."""
+    key = secrets.token_urlsafe(18)
+    target = "examples.charge_and_provision:app"
+    where = f"DEMO_DIR={WORKDIR} " if os.environ.get("DEMO_DIR") else ""
+    print(
+        "\nSee these runs in the dashboard (each trace, the failed attempts, the replay):\n"
+        f"  cd {ROOT} && {where}STEPSTONE_API_KEY={key} .venv/bin/stepstone dev {target} --port {port}\n"
+        f"then open http://127.0.0.1:{port}/ and sign in with the key {key}\n"
+        f"(API docs: http://127.0.0.1:{port}/docs)"
+    )
 
 
 if __name__ == "__main__":

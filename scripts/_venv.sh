@@ -9,9 +9,22 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PY" -m venv "$VENV"
 fi
 stamp="$VENV/.installed-$(cat "$ROOT/pyproject.toml" | sha1sum | cut -c1-12)-${EXTRAS}"
+# pip's output (editable-install warnings, progress) is shown only if it fails.
+quietly() {
+    local log
+    log="$(mktemp)"
+    if ! "$@" >"$log" 2>&1; then
+        cat "$log" >&2
+        rm -f "$log"
+        echo "failed: $*" >&2
+        return 1
+    fi
+    rm -f "$log"
+}
 if [ ! -f "$stamp" ]; then
-    "$VENV/bin/python" -m pip install --quiet --upgrade pip >/dev/null
-    "$VENV/bin/python" -m pip install --quiet -e "$ROOT[$EXTRAS]"
+    echo "Installing stepstone[$EXTRAS] into $VENV ..." >&2
+    quietly "$VENV/bin/python" -m pip install --upgrade pip
+    quietly "$VENV/bin/python" -m pip install -e "$ROOT[$EXTRAS]"
     touch "$stamp"
 fi
 export PATH="$VENV/bin:$PATH"

@@ -163,6 +163,8 @@ class Client(_Remote):
             raise _error(response)
         return response.json()
 
+    call = _sync(request)  # the blocking twin of ``request``
+
     # -- events --------------------------------------------------------------------------------
     async def send_async(self, events: Event | Sequence[Event]) -> builtins.list[str]:
         """Record events on the server; returns their ids (see ``App.send``)."""

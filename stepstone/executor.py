@@ -23,7 +23,6 @@ from stepstone.clock import Clock
 from stepstone.context import Context
 from stepstone.errors import (
     ErrorInfo,
-    LimitExceededError,
     NonRetriableError,
     RetryAfterError,
     StepError,
@@ -34,8 +33,8 @@ from stepstone.function import FunctionDef, OnNondeterminism
 from stepstone.interpreter import Interpreter
 from stepstone.journal import RunJournal
 from stepstone.middleware import Hooks, Middleware
-from stepstone.registry import INVOKE_EVENT, Registry
-from stepstone.runtime import end_run, ingest, park_run, prepare, start_run
+from stepstone.registry import Registry
+from stepstone.runtime import end_run, ingest, park_run, prepare, prepare_invoke, start_invoked
 from stepstone.runtime.waits import begin_wait, build_wait
 from stepstone.services import Ingest, StartChild
 from stepstone.signals import CancelSignal, LeaseLostSignal, PauseSignal, error_info, retry_at
@@ -110,13 +109,10 @@ class ExecEnv:
     def start_child(
         self, target: FunctionDef, data: dict[str, Any], now: float, parent: tuple[str, str]
     ) -> StartChild:
-        [event] = prepare(Event(INVOKE_EVENT, data), now, system=True)
-        if len(event.data_json.encode()) > limits.MAX_EVENT_BYTES:
-            raise LimitExceededError(f"step {parent[1]!r}: invoke data over {limits.MAX_EVENT_BYTES} bytes")
+        event = prepare_invoke(data, now, f"step {parent[1]!r}")
 
         def start(tx: Tx, matcher: Registry, run_id: str) -> str | None:
-            seq = tx.insert_event(event.id, event.name, event.data_json, event.ts, now)
-            return start_run(tx, target, [(seq, event)], now, matcher, parent=parent, run_id=run_id)
+            return start_invoked(tx, target, event, now, matcher, parent=parent, run_id=run_id)
 
         return start
 

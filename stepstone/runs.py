@@ -83,7 +83,9 @@ class StepRecord:
 
 @dataclass(frozen=True)
 class Span:
-    """One entry of a run's trace."""
+    """One entry of a run's trace. A step span's ``attempt`` is its number from 1
+    (``ctx.attempt + 1``), counted again from 1 after a replay; other spans' is 0
+    (the run's: its invocation attempt)."""
 
     kind: str
     name: str
@@ -156,7 +158,7 @@ def _to_span(row: SpanRow) -> Span:
         kind=row.kind,
         name=row.name,
         status=row.status,
-        attempt=row.attempt,
+        attempt=row.attempt + 1 if row.kind == "step" else row.attempt,  # stored as ctx.attempt
         started_at=_dt(row.started_at) or datetime.now(UTC),
         ended_at=_dt(row.ended_at),
         error=ErrorInfo.from_json(serde.loads(row.error)),
@@ -251,7 +253,7 @@ def _step_span(row: StepRow) -> Span:
         kind=_STEP_SPAN_KIND.get(row.kind, row.kind),
         name=row.step_id,
         status=row.status,
-        attempt=max(0, row.attempts - 1) if row.kind in _STEP_SPAN_KIND else 0,
+        attempt=max(1, row.attempts) if row.kind in _STEP_SPAN_KIND else 0,
         started_at=started,
         ended_at=_dt(row.ended_at),
         error=ErrorInfo.from_json(serde.loads(row.error)) if row.status == StepStatus.FAILED else None,

@@ -6,7 +6,7 @@ import logging
 
 import click
 
-from stepstone.cli import check, events, inventory, runs, serve, worker
+from stepstone.cli import check, event_log, events, init, inventory, queue, runs, serve, worker
 
 
 @click.group()
@@ -14,6 +14,7 @@ from stepstone.cli import check, events, inventory, runs, serve, worker
 def main(log_level: str) -> None:
     """Stepstone: durable functions on SQLite or PostgreSQL."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
 
 
 for command in (
@@ -21,10 +22,13 @@ for command in (
     worker.migrate,
     check.check,
     events.send,
+    event_log.events,
+    queue.queue,
     runs.runs,
     inventory.functions,
     inventory.workers,
     serve.server,
     serve.dev,
+    init.init,
 ):
     main.add_command(command)

@@ -1,6 +1,9 @@
 """``stepstone dev`` reloading: run the app in a child process, restart it when a
 Python file under the app's directory changes.
 
+A child that exits because its port is taken (``ports.PORT_IN_USE``) ends the
+loop with its status: no code change can free the port.
+
 The parent only polls file modification times (skipping hidden directories,
 virtual environments and caches) and manages the child; the child is a plain
 ``stepstone dev --no-reload``. A child that crashes (a syntax error, say) is
@@ -20,6 +23,7 @@ from pathlib import Path
 from types import FrameType
 
 from stepstone.cli.common import errors
+from stepstone.cli.ports import PORT_IN_USE
 
 _SKIP = {"__pycache__", "node_modules", "site-packages", "venv", "env", "build", "dist"}
 Snapshot = dict[str, tuple[int, int]]
@@ -93,6 +97,8 @@ class Supervisor:
                 errors.print("change detected: restarting", highlight=False)
                 self._stop(child)
                 child, reported = self._spawn(), False
+            elif child.poll() == PORT_IN_USE:
+                return PORT_IN_USE
             elif child.poll() is not None and not reported:
                 reported = True
                 errors.print(f"the app exited ({child.returncode}); waiting for a change", highlight=False)

@@ -1,4 +1,8 @@
-"""How the CLI shows things: rich tables for people, JSON (``--json``) for programs."""
+"""How the CLI shows things: rich tables for people, JSON (``--json``) for programs.
+
+Tables never cut an id (run, event, worker, function ids are whole on one line,
+ready to paste into the next command); other columns wrap when the terminal is
+narrow."""
 
 from __future__ import annotations
 
@@ -17,7 +21,25 @@ from stepstone.cli.common import console, errors
 from stepstone.errors import ErrorInfo
 from stepstone.inventory import FunctionInfo
 from stepstone.runs import Run, Span
+from stepstone.server.view_schemas import EventOut, FunctionLoadOut, KeyBacklogOut
 from stepstone.store.rows import WorkerRow
+
+Row = Sequence[str]
+
+
+def _print(headers: Sequence[str], rows: Sequence[Row], ids: Sequence[int] = (0,)) -> None:
+    """A table whose ``ids`` columns never wrap nor shrink below their longest cell."""
+    columns = []
+    for index, header in enumerate(headers):
+        if index in ids:
+            widest = max([len(header), *(len(row[index]) for row in rows)])
+            columns.append(Column(header, no_wrap=True, min_width=widest))
+        else:
+            columns.append(Column(header, overflow="fold"))
+    table = Table(*columns)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -72,9 +94,8 @@ def emit_json(value: Any) -> None:
 
 
 def runs_table(runs: Sequence[Run]) -> None:
-    table = Table(Column("run", no_wrap=True), "function", "status", "version", "created", "ended")
-    for r in runs:
-        table.add_row(
+    rows = [
+        (
             r.id,
             r.function_id,
             r.status,
@@ -82,41 +103,48 @@ def runs_table(runs: Sequence[Run]) -> None:
             f"{r.created_at:%Y-%m-%d %H:%M:%S}",
             f"{r.ended_at:%H:%M:%S}" if r.ended_at else "",
         )
-    console.print(table)
+        for r in runs
+    ]
+    _print(("run", "function", "status", "version", "created", "ended"), rows, ids=(0, 1))
 
 
 def run_details(run: Run) -> None:
     console.print(f"run {run.id} [bold]{run.status}[/] function {run.function_id}", highlight=False)
     if run.error:
         console.print(f"error: {run.error.type}: {run.error.message}", highlight=False)
-    table = Table("step", "status", "attempts", "output / error")
-    for s in run.steps:
-        detail = f"{s.error.type}: {s.error.message}" if s.error else json.dumps(s.output)
-        table.add_row(s.id, s.status, str(s.attempts), detail[:80])
-    console.print(table)
+    rows = [
+        (
+            s.id,
+            s.status,
+            str(s.attempts),
+            f"{s.error.type}: {s.error.message}" if s.error else json.dumps(s.output),
+        )
+        for s in run.steps
+    ]
+    _print(("step", "status", "attempts", "output / error"), rows)
 
 
 def spans_table(spans: Sequence[Span]) -> None:
-    table = Table("kind", "name", "status", "attempt", "started", "duration", "error / detail")
+    rows = []
     for s in spans:
         note = f"{s.error.type}: {s.error.message}" if s.error else str(s.detail or "")
         duration = "" if s.duration is None else f"{s.duration * 1000:.1f} ms"
-        table.add_row(
-            s.kind, s.name, s.status, str(s.attempt), f"{s.started_at:%H:%M:%S.%f}"[:-3], duration, note[:80]
+        rows.append(
+            (s.kind, s.name, s.status, str(s.attempt), f"{s.started_at:%H:%M:%S.%f}"[:-3], duration, note)
         )
-    console.print(table)
+    _print(("kind", "name", "status", "attempt", "started", "duration", "error / detail"), rows, ids=(1,))
 
 
 def functions_table(functions: Sequence[FunctionInfo]) -> None:
-    table = Table("function", "app", "triggers", "retries", "flow control", "retired")
+    rows = []
     for f in functions:
         triggers = ", ".join(_trigger(t) for t in f.triggers) or "-"
         flow = ", ".join(sorted(k for k, v in f.config.items() if v is not None)) or "-"
         retired = "-"
         if f.retired_at is not None:
             retired = f"{datetime.fromtimestamp(f.retired_at, UTC):%Y-%m-%d %H:%M}Z"
-        table.add_row(f.id, f.app, triggers, str(f.retries), flow, retired)
-    console.print(table)
+        rows.append((f.id, f.app, triggers, str(f.retries), flow, retired))
+    _print(("function", "app", "triggers", "retries", "flow control", "retired"), rows)
 
 
 def _trigger(raw: dict[str, Any]) -> str:
@@ -131,9 +159,8 @@ def functions_json(functions: Sequence[FunctionInfo]) -> list[dict[str, Any]]:
 
 def workers_table(workers: Sequence[WorkerRow]) -> None:
     now = datetime.now(UTC).timestamp()
-    table = Table("worker", "app", "version", "concurrency", "heartbeat", "functions")
-    for w in workers:
-        table.add_row(
+    rows = [
+        (
             w.id,
             w.app,
             w.app_version or "-",
@@ -141,11 +168,46 @@ def workers_table(workers: Sequence[WorkerRow]) -> None:
             f"{max(0.0, now - w.heartbeat_at):.1f}s ago",
             str(len(w.functions)),
         )
-    console.print(table)
+        for w in workers
+    ]
+    _print(("worker", "app", "version", "concurrency", "heartbeat", "functions"), rows)
 
 
 def workers_json(workers: Sequence[WorkerRow]) -> list[dict[str, Any]]:
     return [asdict(w) for w in workers]
+
+
+def events_table(events: Sequence[EventOut]) -> None:
+    rows = [
+        (
+            e.id,
+            e.name,
+            f"{e.received_at:%Y-%m-%d %H:%M:%S}",
+            " ".join(f"{r.id} ({r.function_id}, {r.status})" for r in e.runs) or "-",
+            json.dumps(e.data),
+        )
+        for e in events
+    ]
+    _print(("event", "name", "received", "runs", "data"), rows)
+
+
+def queue_table(loads: Sequence[FunctionLoadOut]) -> None:
+    """One row per function and concurrency key values with queue items."""
+    rows = [
+        (load.function.id, _key(k), str(k.due), str(k.leased), str(k.total))
+        for load in loads
+        for k in load.keys
+    ]
+    if not rows:
+        console.print("The queue is empty.")
+        return
+    _print(("function", "key", "due", "leased", "total"), rows)
+
+
+def _key(backlog: KeyBacklogOut) -> str:
+    pairs = ((backlog.ckey1, backlog.limit1), (backlog.ckey2, backlog.limit2))
+    shown = [f"{value} (limit {limit})" for value, limit in pairs if value is not None or limit is not None]
+    return " / ".join(shown) or "-"
 
 
 @contextmanager

@@ -7,12 +7,13 @@ from typing import Any
 import click
 
 from stepstone.app import App
-from stepstone.cli import render
+from stepstone.cli import render, views
 from stepstone.cli.common import guard, open_target, parse_json, target_options
 from stepstone.client import Client
 from stepstone.inventory import require_function
+from stepstone.runs import Run
 from stepstone.server.params import check_range, parse_moment
-from stepstone.store.rows import RUN_STATUSES, RunStatus
+from stepstone.store.rows import RUN_STATUSES, RunFilter, RunStatus
 
 STATUSES = tuple(s.value for s in RUN_STATUSES)
 TIME_HELP = "RFC 3339 date-time or epoch seconds"
@@ -28,6 +29,10 @@ def runs() -> None:
 @click.option("--status", type=click.Choice(STATUSES), multiple=True, help="Repeat for several.")
 @click.option("--since", default=None, help=f"Created at or after: {TIME_HELP}.")
 @click.option("--until", default=None, help=f"Created before: {TIME_HELP}.")
+@click.option("--event", "event_id", default=None, help="Only runs this event (id) triggered.")
+@click.option(
+    "--if", "if_", default=None, help="CEL over the run's first event, e.g. \"event.data.plan == 'pro'\"."
+)
 @click.option("--limit", default=20, show_default=True)
 @click.option("--app-version", default=None, help="Only runs last run by this version of the app.")
 @target_options
@@ -37,6 +42,8 @@ def runs_list(
     status: tuple[str, ...],
     since: str | None,
     until: str | None,
+    event_id: str | None,
+    if_: str | None,
     limit: int,
     app_version: str | None,
     database_url: str | None,
@@ -48,20 +55,35 @@ def runs_list(
     with open_target(database_url, url, api_key) as target:
 
         def show() -> None:
-            found = target.runs.list(
+            where = RunFilter(
                 function_id=function_id,
-                status=list(status) or None,
+                statuses=status,
+                event_id=event_id,
                 since=parse_moment(since, "since"),
                 until=parse_moment(until, "until"),
                 limit=limit,
                 app_version=app_version,
             )
+            found = _find(target, where, if_)
             if as_json:
                 render.emit_json([render.run_json(r) for r in found])
             else:
                 render.runs_table(found)
 
         guard(show)
+
+
+def _find(target: App | Client, where: RunFilter, if_: str | None) -> list[Run]:
+    if if_ is not None:
+        return views.runs_where(target, where, if_, where.limit)
+    return target.runs.list(
+        function_id=where.function_id,
+        event_id=where.event_id,
+        status=list(where.statuses) or None,
+        since=where.since,
+        until=where.until,
+        limit=where.limit,
+    )
 
 
 @runs.command("show")

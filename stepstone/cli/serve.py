@@ -13,6 +13,7 @@ import click
 
 from stepstone.app import App
 from stepstone.cli.common import console, errors, load_app, resolve_url
+from stepstone.cli.ports import check_port
 from stepstone.errors import ConfigError
 
 DEV_PORT = 8288
@@ -54,6 +55,7 @@ def server(
         raise click.UsageError(f"refusing to start: {exc}") from exc
     if auth.open:
         errors.print("[bold red]WARNING[/]: serving without authentication (--insecure-no-auth)")
+    check_port(host, port)
     app = App("stepstone-server", database_url=resolve_url(database_url))
     try:
         app.store  # noqa: B018 - open and migrate now: fail fast on a bad database
@@ -90,6 +92,7 @@ def dev(
     """Run MODULE:app for development: workers and the HTTP API in one process."""
     from stepstone.server.auth import API_KEY_ENV, EVENT_KEY_ENV
 
+    check_port(host, port)
     key = api_key or os.environ.get(API_KEY_ENV)
     if not key:
         key = secrets.token_urlsafe(24)

@@ -19,12 +19,14 @@ operations below.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from stepstone.errors import ErrorInfo
+from stepstone import limits
+from stepstone.errors import ErrorInfo, LimitExceededError
 from stepstone.events import Event
 from stepstone.flow.singleton import claim_singleton
 from stepstone.function import FunctionDef
-from stepstone.registry import Registry
+from stepstone.registry import INVOKE_EVENT, Registry
 from stepstone.runtime import admission, lifecycle
 from stepstone.runtime.incoming import PreparedEvent, prepare
 from stepstone.runtime.ingestion import ingest
@@ -39,6 +41,8 @@ __all__ = [
     "ingest",
     "park_run",
     "prepare",
+    "prepare_invoke",
+    "start_invoked",
     "start_run",
 ]
 
@@ -58,6 +62,31 @@ def start_run(
     return admission.start_run(
         tx, fn, events, now, registry, publish=ingest, parent=parent, available_at=available_at, run_id=run_id
     )
+
+
+def prepare_invoke(data: dict[str, Any], now: float, what: str) -> PreparedEvent:
+    """The ``stepstone/function.invoked`` event carrying ``data`` (raises
+    ``LimitExceededError`` naming ``what`` when the data is too large)."""
+    [event] = prepare(Event(INVOKE_EVENT, data), now, system=True)
+    if len(event.data_json.encode()) > limits.MAX_EVENT_BYTES:
+        raise LimitExceededError(f"{what}: invoke data over {limits.MAX_EVENT_BYTES} bytes")
+    return event
+
+
+def start_invoked(
+    tx: Tx,
+    fn: FunctionDef,
+    event: PreparedEvent,
+    now: float,
+    registry: Registry,
+    *,
+    parent: tuple[str, str] | None = None,
+    run_id: str | None = None,
+) -> str | None:
+    """Record the invoke ``event`` and start a run of ``fn`` (only ``fn``, whatever
+    its triggers) with it: ``step.invoke``'s child, or a run invoked by an operator."""
+    seq = tx.insert_event(event.id, event.name, event.data_json, event.ts, now)
+    return start_run(tx, fn, [(seq, event)], now, registry, parent=parent, run_id=run_id)
 
 
 def end_run(

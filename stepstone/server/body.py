@@ -1,16 +1,16 @@
-"""A cap on request bodies, enforced before any route sees them.
+"""A cap on request bodies, enforced as the body is read.
 
-The body is read up to the limit (a ``Content-Length`` over it is refused
-without reading); a larger body gets 413 and the application is never called.
+Nothing is read here: the receive channel is wrapped so that a declared
+``Content-Length`` over the limit, or a body that grows over it, fails the first
+read that would pass the limit with 413. Routes check the key before they read
+(``routing.guarded``), so a request without a key gets 401 whatever it
+declares, even if its body never arrives.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from stepstone.server.errors import error_response
 
 
 class BodyLimit:
@@ -22,31 +22,26 @@ class BodyLimit:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
-        declared = _content_length(scope)
-        body = None if declared is not None and declared > self.max_bytes else await self._read(receive)
-        if body is None:
-            response = error_response(
-                413, "LimitExceededError", f"request body over the limit of {self.max_bytes} bytes"
-            )
-            await response(scope, receive, send)
-            return
-        await self.app(scope, _replay(body, receive), send)
+        await self.app(scope, self._capped(_content_length(scope), receive), send)
 
-    async def _read(self, receive: Receive) -> bytes | None:
-        chunks: list[bytes] = []
+    def _capped(self, declared: int | None, receive: Receive) -> Receive:
         size = 0
-        while True:
+
+        async def capped() -> Message:
+            nonlocal size
+            if declared is not None and declared > self.max_bytes:
+                raise self._over()
             message = await receive()
-            if message["type"] != "http.request":
-                break  # the client went away: hand over what we have
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        return b"".join(chunks)
+            if message["type"] == "http.request":
+                size += len(message.get("body", b""))
+                if size > self.max_bytes:
+                    raise self._over()
+            return message
+
+        return capped
+
+    def _over(self) -> HTTPException:
+        return HTTPException(413, f"request body over the limit of {self.max_bytes} bytes")
 
 
 def _content_length(scope: Scope) -> int | None:
@@ -57,17 +52,3 @@ def _content_length(scope: Scope) -> int | None:
             except ValueError:
                 return None
     return None
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    sent = False
-
-    async def replayed() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            message: dict[str, Any] = {"type": "http.request", "body": body, "more_body": False}
-            return message
-        return await receive()
-
-    return replayed

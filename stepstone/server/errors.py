@@ -2,7 +2,8 @@
 
 Stepstone errors map by class (``NotFoundError`` 404, ``InvalidStateError`` 409,
 ``LimitExceededError`` 413, configuration and event errors 422, ...); request
-validation failures become 422 naming the field, malformed JSON 400.
+validation failures become 422 naming the field (an unknown field too, as an
+unknown query parameter), malformed or missing JSON 400 ``MalformedRequest``.
 """
 
 from __future__ import annotations
@@ -107,9 +108,12 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         detail = malformed[0].get("ctx", {}).get("error", "invalid JSON")
         return error_response(400, "MalformedRequest", f"malformed JSON: {detail}")
     first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
+    if first.get("type") == "missing" and tuple(first.get("loc", ())) == ("body",):
+        return error_response(400, "MalformedRequest", "malformed JSON: the body is empty")
     field = _field(first.get("loc", ()))
+    message = "unknown field" if first.get("type") == "extra_forbidden" else first.get("msg")
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-    return error_response(422, "ConfigError", f"{field}: {first.get('msg')}{more}", field)
+    return error_response(422, "ConfigError", f"{field}: {message}{more}", field)
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:

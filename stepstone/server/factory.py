@@ -17,6 +17,7 @@ from stepstone.server import dashboard, errors
 from stepstone.server.auth import AuthConfig
 from stepstone.server.body import BodyLimit
 from stepstone.server.jobs import JobRunner
+from stepstone.server.loopback import LoopbackOnly
 from stepstone.server.routes import (
     bulk,
     event_log,
@@ -102,12 +103,17 @@ def create_app(
         version=_version(),
         lifespan=lifespan,
         description="Send events and manage durable runs. Every endpoint but /healthz "
-        "needs `Authorization: Bearer <key>`.",
+        "needs `Authorization: Bearer <key>`"
+        + (" (this server runs without keys: every endpoint is open)." if auth.open else "."),
+        docs_url=None,  # Swagger UI and ReDoc load from a CDN: dashboard.api_docs serves /docs
+        redoc_url=None,
     )
     errors.install(api)
     for module in _ROUTERS:
         api.include_router(module.build(state))
     dashboard.install(api, state)
     api.add_middleware(BodyLimit, max_bytes=max_body)
+    if auth.open:
+        api.add_middleware(LoopbackOnly)
     api.state.stepstone = state
     return api

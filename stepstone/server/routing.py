@@ -7,6 +7,8 @@ parameter), so a misspelt filter never silently widens a listing.
 Given a ``SessionKeeper``, a request without an ``Authorization`` header may
 instead carry the dashboard's session cookie; a state-changing request made so
 must also carry the session's CSRF token (403 otherwise).
+
+Each guarded operation names its key in the OpenAPI schema (``x-stepstone-key``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from stepstone.server.auth import AuthConfig, Scope
 from stepstone.server.sessions import COOKIE, CSRF_HEADER, SAFE_METHODS, SessionKeeper
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+KEY_EXTENSION = "x-stepstone-key"  # in OpenAPI: "api" or "ingest"; absent on open operations
 
 
 def _check_query(request: Request, known: frozenset[str]) -> None:
@@ -52,6 +55,11 @@ def guarded(auth: AuthConfig, scope: Scope, sessions: SessionKeeper | None = Non
     parameter names."""
 
     class GuardedRoute(APIRoute):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            if not auth.open:  # the docs page says which key each operation needs
+                kwargs["openapi_extra"] = {**(kwargs.get("openapi_extra") or {}), KEY_EXTENSION: scope.value}
+            super().__init__(*args, **kwargs)
+
         def get_route_handler(self) -> Handler:
             handler = super().get_route_handler()
             known = frozenset(p.alias for p in self.dependant.query_params)

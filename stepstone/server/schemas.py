@@ -74,9 +74,9 @@ def _integral(value: Any) -> Any:
 
 
 class EventIn(BaseModel):
-    """An event to record. Unknown fields are ignored."""
+    """An event to record. Unknown fields are refused (422 naming the field)."""
 
-    model_config = ConfigDict(strict=True)
+    model_config = ConfigDict(strict=True, extra="forbid")
 
     name: Annotated[
         str,
@@ -277,7 +277,7 @@ class RunStatusOut(BaseModel):
 
 
 class RerunIn(BaseModel):
-    model_config = ConfigDict(strict=True)
+    model_config = ConfigDict(strict=True, extra="forbid")
 
     step_id: Annotated[str, Field(min_length=1, description="Re-execute from this step")]
 
@@ -308,7 +308,7 @@ class CancelManyIn(BaseModel):
     """Cancel the active runs of a function, optionally limited in time and by a
     CEL condition over the run's first event (``event``)."""
 
-    model_config = ConfigDict(strict=True, populate_by_name=True)
+    model_config = ConfigDict(strict=True, populate_by_name=True, extra="forbid")
 
     function_id: Annotated[str, Field(min_length=1)]
     since: Moment | None = None
@@ -409,6 +409,23 @@ class FunctionOut(BaseModel):
         return FunctionInfo(
             self.id, self.app, triggers, self.retries, self.failure_of, self.config, retired_at
         )
+
+
+class InvokeIn(BaseModel):
+    """The data of the run to start (its event is ``stepstone/function.invoked``)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    data: dict[str, Any] = Field(
+        default_factory=dict, description=f"A JSON object, at most {limits.MAX_EVENT_BYTES} bytes"
+    )
+
+
+class InvokeOut(BaseModel):
+    event_id: str
+    run_id: str | None = Field(
+        description="The run started, or joined (debounce, batch); null when flow control skipped it"
+    )
 
 
 class FunctionList(BaseModel):

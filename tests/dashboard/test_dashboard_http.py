@@ -143,7 +143,7 @@ def test_pages_show_runs_functions_events_workers_and_a_preview(shop: Shop, sess
     absurd = session.get("/", params={"since": "1e308"})
     assert absurd.status_code == 200 and "cannot be charted" in absurd.text
     page = session.get(f"/runs/{failed['id']}").text
-    assert "kaboom" in page and "Traceback" in page and 'data-span="step:fragile:0"' in page
+    assert "kaboom" in page and "Traceback" in page and 'data-span="step:fragile:1"' in page
     assert "order-7" in page and 'data-action="replay"' in page
     assert session.get("/runs/nope").status_code == 404
     events = session.get("/events", params={"name": "boom"}).text
@@ -197,10 +197,10 @@ def test_the_waterfall_shows_retries_with_their_errors_and_sleeps(
     page = client.get(f"/runs/{run.id}").text
     client.close()
     assert 'data-span="sleep:nap:0"' in page
-    failed_attempt = page.index('data-span="step:wobble:0"')
+    failed_attempt = page.index('data-span="step:wobble:1"')
     assert 'class="t-retrying"' in page[failed_attempt : failed_attempt + 900]
     assert "first attempt breaks" in page[failed_attempt:]
-    assert 'data-span="step:wobble:1"' in page and "wobble (attempt 2)" in page
+    assert 'data-span="step:wobble:2"' in page and "wobble (attempt 2)" in page
     assert page.count('data-span="queued:') == 1
 
 

@@ -151,7 +151,7 @@ def test_fix_the_bug_and_replay_resumes_from_the_failed_step(app: ss.App) -> Non
     trace = app.runs.trace(run.id)
     assert [s.kind for s in trace].count("replay") == 1
     attempts = [(s.status, s.attempt) for s in trace if s.name == "provision"]
-    assert attempts == [("retrying", 0), ("failed", 1), ("completed", 0)]  # the failure stays visible
+    assert attempts == [("retrying", 1), ("failed", 2), ("completed", 1)]  # the failure stays visible
 
 
 def _completed_run(app: ss.App) -> str:

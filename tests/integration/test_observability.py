@@ -46,9 +46,9 @@ def test_trace_of_a_run_with_retries_a_sleep_and_a_wait() -> None:
     assert [(s.kind, s.name, s.status, s.attempt) for s in trace] == [
         ("run", "traced", "completed", 0),
         ("queued", "queue", "done", 0),
-        ("step", "flaky", "retrying", 0),
         ("step", "flaky", "retrying", 1),
-        ("step", "flaky", "completed", 2),
+        ("step", "flaky", "retrying", 2),
+        ("step", "flaky", "completed", 3),
         ("sleep", "nap", "completed", 0),
         ("wait", "approval", "completed", 0),
     ]

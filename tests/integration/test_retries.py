@@ -254,10 +254,10 @@ def test_trace_has_every_attempt_in_order(app: ss.App) -> None:
     assert [(s.kind, s.name, s.status, s.attempt) for s in trace] == [
         ("run", "f", "completed", 0),
         ("queued", "queue", "done", 0),
-        ("step", "first", "completed", 0),
-        ("step", "flaky", "retrying", 0),
+        ("step", "first", "completed", 1),
         ("step", "flaky", "retrying", 1),
-        ("step", "flaky", "completed", 2),
+        ("step", "flaky", "retrying", 2),
+        ("step", "flaky", "completed", 3),
     ]
     assert trace[3].error is not None and trace[3].error.message == "attempt 1"
     assert trace[3].error.traceback and "RuntimeError: attempt 1" in trace[3].error.traceback

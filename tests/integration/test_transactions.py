@@ -128,9 +128,9 @@ def test_a_failing_fn_leaves_no_row_and_is_retried_until_it_succeeds(
     assert "u1" not in str(query(db_url, "SELECT output FROM steps"))
     steps = [s for s in app.runs.trace(run.id) if s.kind == "step"]
     assert [(s.attempt, s.status, s.error and s.error.message) for s in steps] == [
-        (0, "retrying", "attempt 1 broke"),
-        (1, "retrying", "attempt 2 broke"),
-        (2, "completed", None),
+        (1, "retrying", "attempt 1 broke"),
+        (2, "retrying", "attempt 2 broke"),
+        (3, "completed", None),
     ]
 
 

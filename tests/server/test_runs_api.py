@@ -88,7 +88,7 @@ def test_trace_has_every_span_with_errors_and_tracebacks(shop: Shop) -> None:
     by_name = {s["name"]: s for s in trace["spans"]}
     assert [s["kind"] for s in trace["spans"]][:2] == ["run", "queued"]
     fragile = by_name["fragile"]
-    assert fragile["kind"] == "step" and fragile["status"] == "failed" and fragile["attempt"] == 0
+    assert fragile["kind"] == "step" and fragile["status"] == "failed" and fragile["attempt"] == 1
     assert fragile["error"]["type"] == "NonRetriableError"
     assert "kaboom" in fragile["error"]["traceback"]
     assert by_name["before"]["status"] == "completed" and by_name["before"]["duration"] >= 0

@@ -34,3 +34,18 @@ def test_watch_root_finds_the_module_without_importing_it(
     monkeypatch.chdir(tmp_path)
     assert watch_root("shop.jobs:app") == tmp_path / "shop"
     assert watch_root("missing_module:app") == Path(os.getcwd())
+
+
+def test_the_reload_loop_ends_when_its_child_finds_the_port_taken(tmp_path: Path) -> None:
+    """A child that exits with ``PORT_IN_USE`` (the port was taken after the
+    parent checked it) ends the loop at once instead of waiting for a change."""
+    import sys
+    import time
+
+    from stepstone.cli.ports import PORT_IN_USE
+    from stepstone.cli.reload import Supervisor
+
+    child = [sys.executable, "-c", f"raise SystemExit({PORT_IN_USE})"]
+    started = time.monotonic()
+    assert Supervisor(child, {}, tmp_path, interval=0.05).run() == PORT_IN_USE
+    assert time.monotonic() - started < 10

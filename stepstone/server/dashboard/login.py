@@ -1,4 +1,5 @@
-"""The login form (the API key in, a signed session cookie out) and logout."""
+"""The login form (the API key in, a signed session cookie out) and logout.
+Failed logins are throttled per client address (``throttle.LoginThrottle``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from fastapi.responses import RedirectResponse, Response
 from stepstone.server.dashboard.web import SECURITY_HEADERS, base_path, render
 from stepstone.server.sessions import COOKIE, SessionKeeper
 from stepstone.server.state import ServerState
+from stepstone.server.throttle import LoginThrottle
 
 MAX_FORM = 8192
 
@@ -41,9 +43,23 @@ def _cookie(request: Request, response: Response, token: str, sessions: SessionK
     )
 
 
+def _too_many(request: Request, target: str, wait: int) -> Response:
+    response = render(
+        request,
+        "login.html",
+        None,
+        next=target,
+        status_code=429,
+        error=f"Too many failed attempts from your address: try again in {wait} s.",
+    )
+    response.headers["Retry-After"] = str(wait)
+    return response
+
+
 def build(state: ServerState) -> APIRouter:
     router = APIRouter(include_in_schema=False)
     sessions = state.sessions
+    throttle = LoginThrottle()
 
     @router.get("/login")
     async def login_form(request: Request, next: str | None = None) -> Response:
@@ -57,8 +73,13 @@ def build(state: ServerState) -> APIRouter:
         target = safe_next(form.get("next"))
         if sessions is None or not sessions.required:
             return RedirectResponse(base_path(request) + target, status_code=303)
+        address = request.client.host if request.client else "unknown"
+        wait = throttle.retry_after(address)
+        if wait is not None:
+            return _too_many(request, target, wait)
         token = sessions.login(form.get("api_key", ""))
         if token is None:
+            throttle.failed(address)
             return render(
                 request,
                 "login.html",

@@ -67,8 +67,8 @@ def _tone(span: Span) -> str:
 
 
 def _label(span: Span) -> str:
-    if span.kind == "step" and span.attempt:
-        return f"{span.name} (attempt {span.attempt + 1})"
+    if span.kind == "step" and span.attempt > 1:
+        return f"{span.name} (attempt {span.attempt})"
     if span.kind == "queued":
         return "queue delay"
     return span.name

@@ -122,6 +122,47 @@
         button.disabled = false;
       }
     },
+    async send(button) {
+      const status = document.getElementById("send-status");
+      const name = document.getElementById("send-name");
+      const text = document.getElementById("send-data");
+      const data = eventData(name, text, status);
+      try {
+        if (data === undefined) return;
+        const result = await api("POST", "/events", { name: name.value.trim(), data });
+        status.textContent = `Sent ${name.value.trim()}: event ${result.ids[0]}.`;
+        status.classList.remove("err");
+      } catch (error) {
+        status.textContent = error.message;  // the server's own check, e.g. a reserved name
+        status.classList.add("err");
+      } finally {
+        button.disabled = false;
+      }
+    },
+    async resend(button) {
+      document.getElementById("send-name").value = button.dataset.name;
+      document.getElementById("send-data").value = JSON.stringify(JSON.parse(button.dataset.json), null, 2);
+      document.getElementById("send-status").textContent = "Edit the event if you like, then send it.";
+      document.getElementById("send-data").focus();
+      button.disabled = false;
+    },
+    async invoke(button) {
+      const status = document.getElementById(`invoke-status-${button.dataset.index}`);
+      const text = document.getElementById(`invoke-data-${button.dataset.index}`);
+      const data = jsonObject(text, status);
+      try {
+        if (data === undefined) return;
+        const fn = encodeURIComponent(button.dataset.function);
+        const result = await api("POST", `/functions/${fn}/invoke`, { data });
+        if (!result.run_id) { status.textContent = "No run started: the function's flow control skipped it."; return; }
+        location.assign(`${base}/runs/${encodeURIComponent(result.run_id)}`);
+      } catch (error) {
+        status.textContent = error.message;
+        status.classList.add("err");
+      } finally {
+        button.disabled = false;
+      }
+    },
     async bulk(button) {
       const d = button.dataset;
       const body = { function_id: d.function };
@@ -134,6 +175,37 @@
       await follow(job);
     },
   };
+
+  // The send form's JSON, checked before anything is sent; undefined (with the
+  // reason shown) when the name is blank or the data is not a JSON object.
+  function eventData(name, text, status) {
+    name.removeAttribute("aria-invalid");
+    if (!name.value.trim()) return invalid(name, status, "Give the event a name.");
+    return jsonObject(text, status);
+  }
+
+  // Marks `field` invalid and shows why in `status`; returns undefined.
+  function invalid(field, status, message) {
+    field.setAttribute("aria-invalid", "true");
+    status.textContent = message;
+    status.classList.add("err");
+    field.focus();
+    return undefined;
+  }
+
+  // A textarea's JSON object, or undefined with the reason shown.
+  function jsonObject(text, status) {
+    const fail = (message) => invalid(text, status, message);
+    text.removeAttribute("aria-invalid");
+    let data;
+    try { data = JSON.parse(text.value.trim() || "{}"); } catch (error) {
+      return fail(`The data is not valid JSON: ${error.message}`);
+    }
+    if (data === null || typeof data !== "object" || Array.isArray(data)) {
+      return fail("The data must be a JSON object, like {\"user_id\": 42}.");
+    }
+    return data;
+  }
 
   async function follow(job) {
     const box = document.getElementById("job-progress");
@@ -182,6 +254,8 @@
 
   document.addEventListener("DOMContentLoaded", () => {
     wire(document);
+    const form = document.getElementById("send-event");
+    if (form) form.addEventListener("submit", (event) => { event.preventDefault(); act(form.querySelector("[data-action=send]")); });
     for (const region of document.querySelectorAll("[data-live]")) live(region);
   });
 })();

@@ -36,7 +36,7 @@ from stepstone.function import (
     build_flow,
 )
 from stepstone.registry import Registry
-from stepstone.store.base import Store, Tx
+from stepstone.store.base import FunctionsTx, Store
 from stepstone.triggers import Trigger, on_cron, on_event
 
 log = logging.getLogger("stepstone.catalog")
@@ -131,7 +131,7 @@ class Catalog:
             self._merged = None
 
     def _load(self, store: Store) -> Registry:
-        def op(tx: Tx) -> tuple[dict[str, tuple[str, str]], dict[str, float]]:
+        def op(tx: FunctionsTx) -> tuple[dict[str, tuple[str, str]], dict[str, float]]:
             return tx.load_functions(), tx.retired_functions()
 
         rows, retired = store.read_sync(op)

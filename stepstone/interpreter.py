@@ -46,7 +46,7 @@ from stepstone.signals import (
     error_info,
     retry_at,
 )
-from stepstone.store.base import Tx
+from stepstone.store.base import Tx, WaitsTx
 from stepstone.store.rows import RunStatus, SpanRow, StepKind, StepRow, StepStatus, WaitKind, WaitRow
 
 T = TypeVar("T")
@@ -421,7 +421,7 @@ class Interpreter:
             fingerprint=self._fingerprint(step_id),
         )
 
-        def insert_wait(tx: Tx) -> None:
+        def insert_wait(tx: WaitsTx) -> None:
             tx.start_wait(wait)  # nothing if this is a repeated commit
 
         self._save(row, None, insert_wait)

@@ -22,7 +22,7 @@ from stepstone.runtime.incoming import PreparedEvent
 from stepstone.runtime.lifecycle import Publish, cancel_run
 from stepstone.runtime.waits import build_wait, canonical
 from stepstone.scheduler import gcra
-from stepstone.store.base import Tx
+from stepstone.store.base import AccumulatorKind, FlowTx, Tx, WaitsTx
 from stepstone.store.rows import ENDED_STATUSES, NewRun, QueueSpec, RunStatus, WaitKind
 
 FOREVER = 100 * 365 * 86400.0  # a claim held until released
@@ -137,7 +137,7 @@ def start_run(
     return run_id
 
 
-def _rate_limited(tx: Tx, fn: FunctionDef, variables: dict[str, Any], now: float) -> str | None:
+def _rate_limited(tx: FlowTx, fn: FunctionDef, variables: dict[str, Any], now: float) -> str | None:
     if fn.flow.rate_limit is None:
         return None
     config, period, expression = fn.flow.rate_limit
@@ -152,7 +152,7 @@ def _accumulator_key(kind: str, fn: FunctionDef, expression: Any, variables: dic
     return f"{kind}:{fn.id}:{canonical(expression.key(variables) if expression else None)}"
 
 
-def _open(tx: Tx, kind: str, key: str) -> tuple[str, int, float] | None:
+def _open(tx: FlowTx, kind: AccumulatorKind, key: str) -> tuple[str, int, float] | None:
     """The key's pending accumulator run, locked for this transaction."""
     tx.lock(key)
     found = tx.get_accumulator(kind, key)
@@ -160,7 +160,7 @@ def _open(tx: Tx, kind: str, key: str) -> tuple[str, int, float] | None:
 
 
 def _join_debounce(
-    tx: Tx,
+    tx: FlowTx,
     fn: FunctionDef,
     events: Sequence[tuple[int, PreparedEvent]],
     now: float,
@@ -181,7 +181,7 @@ def _join_debounce(
 
 
 def _join_batch(
-    tx: Tx,
+    tx: FlowTx,
     fn: FunctionDef,
     events: Sequence[tuple[int, PreparedEvent]],
     now: float,
@@ -205,7 +205,9 @@ def _join_batch(
     return run_id
 
 
-def _open_accumulators(tx: Tx, fn: FunctionDef, run_id: str, variables: dict[str, Any], now: float) -> None:
+def _open_accumulators(
+    tx: FlowTx, fn: FunctionDef, run_id: str, variables: dict[str, Any], now: float
+) -> None:
     if fn.flow.debounce is not None:
         key = _accumulator_key("debounce", fn, fn.flow.debounce[3], variables)
         tx.put_accumulator("debounce", key, run_id, 1, now)
@@ -214,7 +216,7 @@ def _open_accumulators(tx: Tx, fn: FunctionDef, run_id: str, variables: dict[str
         tx.put_accumulator("batch", key, run_id, 1, now)
 
 
-def _cancel_waits(tx: Tx, fn: FunctionDef, run_id: str, variables: dict[str, Any], now: float) -> None:
+def _cancel_waits(tx: WaitsTx, fn: FunctionDef, run_id: str, variables: dict[str, Any], now: float) -> None:
     for i, (cancel, _condition, timeout) in enumerate(fn.flow.cancel_on):
         tx.insert_wait(
             build_wait(

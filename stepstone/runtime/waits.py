@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stepstone.expressions import compile_expression, compile_stored, equality_shape
-from stepstone.store.base import Tx
+from stepstone.store.base import WaitsTx
 from stepstone.store.rows import WaitKind, WaitRow
 
 MATCH_VARS = frozenset({"event", "async"})
@@ -131,7 +131,7 @@ def build_wait(
 
 
 def match_event(
-    tx: Tx,
+    tx: WaitsTx,
     name: str,
     data: dict[str, Any],
     variables: dict[str, Any],

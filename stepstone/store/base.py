@@ -1,4 +1,10 @@
-"""The narrow, domain-level storage interface.
+"""The domain-level storage interface, as role protocols.
+
+``Tx`` is split by role (``RunsTx``, ``QueueTx``, ``JournalTx``, ``WaitsTx``,
+``FlowTx``, ``ViewsTx``, ``JobsTx``, ...): a consumer takes the one role it
+uses, so its signature says what it may touch and a fake store need only
+implement the roles its tests exercise. ``Tx`` is their union, for the stores
+and for code that needs most of them.
 
 A ``Store`` runs *operations*: plain functions ``op(tx) -> T`` that call the
 domain methods of a ``Tx`` inside one transaction. ``await store.transact(op)``
@@ -18,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from stepstone.store.rows import (
     BacklogRow,
@@ -27,6 +33,7 @@ from stepstone.store.rows import (
     EventRunRow,
     Fence,
     JobRow,
+    JobStatus,
     KeyBacklogRow,
     LeasedRun,
     NewRun,
@@ -35,8 +42,10 @@ from stepstone.store.rows import (
     RunCountRow,
     RunFilter,
     RunRow,
+    RunStatus,
     SpanRow,
     StepRow,
+    StepStatus,
     TimedOut,
     TimelineRow,
     WaitRow,
@@ -45,12 +54,12 @@ from stepstone.store.rows import (
 
 T = TypeVar("T")
 Op = Callable[["Tx"], T]
+AccumulatorKind = Literal["debounce", "batch"]  # a flow option that gathers events into one run
 
 
-class Tx(Protocol):
-    """Domain operations inside one transaction."""
+class FunctionsTx(Protocol):
+    """The registry of deployed functions (workers, the CLI, the server)."""
 
-    # --- functions registry ---------------------------------------------------
     def register_functions(
         self, app: str, configs: dict[str, str], now: float, *, retire_others: bool = False
     ) -> None:
@@ -69,13 +78,10 @@ class Tx(Protocol):
         """The retired functions: ``{id: retired_at}``."""
         ...
 
-    # --- dedupe keys ------------------------------------------------------------
-    def claim_key(self, key: str, ref: str, expires_at: float, now: float) -> str | None:
-        """Claim ``key`` until ``expires_at``. Returns ``None`` when claimed now,
-        or the ``ref`` of the live claim that already holds it."""
-        ...
 
-    # --- events and runs ----------------------------------------------------------
+class RunsTx(Protocol):
+    """Events, runs and a run's records: what ingestion writes and every reader reads."""
+
     def insert_event(
         self, event_id: str, name: str, data: str, ts: int, now: float, trace: str | None = None
     ) -> int:
@@ -87,19 +93,67 @@ class Tx(Protocol):
         """Insert a run, its links to events and (unless it ended) its queue item."""
         ...
 
-    def get_run(self, run_id: str) -> RunRow | None: ...
+    def get_run(self, run_id: str) -> RunRow | None:
+        """The run, or ``None`` if there is no such run."""
+        ...
 
-    def get_steps(self, run_id: str) -> list[StepRow]: ...
+    def get_steps(self, run_id: str) -> list[StepRow]:
+        """The run's step memos, in the order they were first recorded."""
+        ...
 
-    def get_events(self, run_id: str) -> list[EventRow]: ...
+    def get_step(self, run_id: str, step_id: str) -> StepRow | None:
+        """One step memo of the run, or ``None``."""
+        ...
+
+    def get_events(self, run_id: str) -> list[EventRow]:
+        """The events that started the run, in order."""
+        ...
 
     def list_runs(self, where: RunFilter) -> list[RunRow]:
         """Newest first; ``before_id`` continues a previous page."""
         ...
 
-    def get_spans(self, run_id: str) -> list[SpanRow]: ...
+    def get_spans(self, run_id: str) -> list[SpanRow]:
+        """The run's trace spans, oldest first."""
+        ...
 
-    # --- queue and leases -------------------------------------------------------
+
+class LocksTx(Protocol):
+    """Transaction-scoped key locks and the database's clock."""
+
+    def lock(self, key: str) -> None:
+        """Hold a lock on ``key`` until the transaction ends, so concurrent
+        read-then-write of its state (GCRA, accumulators, slot counts) cannot
+        interleave (a no-op where writers are already serial, as in SQLite)."""
+        ...
+
+    def try_lock(self, key: str) -> bool:
+        """``lock`` without waiting: ``False`` if another transaction holds it."""
+        ...
+
+    def server_time(self) -> float | None:
+        """The database server's clock now, in epoch seconds; ``None`` when the
+        database runs on this machine's clock (SQLite)."""
+        ...
+
+
+class GcraTx(LocksTx, Protocol):
+    """GCRA state (theoretical arrival times) of throttle and rate-limit keys,
+    read and written under ``lock``."""
+
+    def gcra_tat(self, key: str) -> float | None:
+        """The theoretical arrival time of a throttle or rate-limit key."""
+        ...
+
+    def set_gcra_tat(self, key: str, tat: float) -> None:
+        """Store the theoretical arrival time of a throttle or rate-limit key."""
+        ...
+
+
+class QueueTx(GcraTx, Protocol):
+    """The queue and its leases: what a lease pass (which applies throttles) and a
+    heartbeat need."""
+
     def due_partitions(self, function_ids: Sequence[str], now: float, limit: int) -> list[str]:
         """Partitions of ``function_ids`` that may have due work, least recently
         served first (locked for this transaction where the database can)."""
@@ -136,48 +190,6 @@ class Tx(Protocol):
         """When a partition of ``function_ids`` is next due."""
         ...
 
-    # --- flow control state -----------------------------------------------------------
-    def lock(self, key: str) -> None:
-        """Hold a lock on ``key`` until the transaction ends, so concurrent
-        read-then-write of its state (GCRA, accumulators, slot counts) cannot
-        interleave (a no-op where writers are already serial, as in SQLite)."""
-        ...
-
-    def server_time(self) -> float | None:
-        """The database server's clock now, in epoch seconds; ``None`` when the
-        database runs on this machine's clock (SQLite)."""
-        ...
-
-    def try_lock(self, key: str) -> bool:
-        """``lock`` without waiting: ``False`` if another transaction holds it."""
-        ...
-
-    def gcra_tat(self, key: str) -> float | None:
-        """The theoretical arrival time of a throttle or rate-limit key."""
-        ...
-
-    def set_gcra_tat(self, key: str, tat: float) -> None: ...
-
-    def get_accumulator(self, kind: str, key: str) -> tuple[str, int, float] | None:
-        """The open debounce or batch run for a key: (run id, size, first_at)."""
-        ...
-
-    def put_accumulator(self, kind: str, key: str, run_id: str, size: int, first_at: float) -> None: ...
-
-    def close_batch(self, key: str) -> None: ...
-
-    def pending_item(self, run_id: str) -> bool:
-        """Queued and never leased (a debounced or batching run may still change)."""
-        ...
-
-    def move_item(self, run_id: str, at: float, sort_at: float) -> None:
-        """Change when a queued item is due."""
-        ...
-
-    def set_run_events(self, run_id: str, events: Sequence[tuple[int, str]], replace: bool) -> None:
-        """Replace a run's event (debounce) or append one (batch)."""
-        ...
-
     def extend_leases(self, owner: str, run_ids: Sequence[str], until: float, now: float) -> list[str]:
         """Push the leases this owner still holds live at ``now``; returns their run
         ids. A lease that lapsed is never extended (others may have acted on it)."""
@@ -187,7 +199,11 @@ class Tx(Protocol):
         """Give back every lease of ``owner`` so others may take the runs now."""
         ...
 
-    # --- checkpoints (fenced) -----------------------------------------------------
+
+class JournalTx(Protocol):
+    """Writes of a leased run under its fence: checkpoints, park and end (the
+    executor's journal and the run lifecycle)."""
+
     def checkpoint(self, fence: Fence, steps: Sequence[StepRow], spans: Sequence[SpanRow]) -> CancelFlag:
         """Save step memos and trace spans. Raises ``LeaseLostError`` if the
         fence no longer holds (heartbeats extend leases, not checkpoints; on
@@ -203,7 +219,7 @@ class Tx(Protocol):
     def reschedule(
         self,
         fence: Fence,
-        status: str,
+        status: RunStatus,
         available_at: float | None,
         attempt: int | None,
         now: float,
@@ -221,7 +237,7 @@ class Tx(Protocol):
         self,
         fence: Fence | None,
         run_id: str,
-        status: str,
+        status: RunStatus,
         output: str | None,
         error: str | None,
         now: float,
@@ -234,7 +250,10 @@ class Tx(Protocol):
         """The token of the fence whose park or end last wrote the run."""
         ...
 
-    # --- operator actions ---------------------------------------------------------
+
+class ActionsTx(Protocol):
+    """Operator actions on a run: replay, cancel."""
+
     def requeue_run(self, run_id: str, now: float, reset_steps: Sequence[str] | None) -> None:
         """Put an ended run back in the queue (replay). ``reset_steps`` lists step
         ids to forget (failed ones, or every step from a rerun point)."""
@@ -263,7 +282,10 @@ class Tx(Protocol):
         """The reason a pending cancel was flagged with (JSON), if any."""
         ...
 
-    # --- waits (events, cancellations, invoked children) ----------------------------------
+
+class WaitsTx(Protocol):
+    """Waits for events, cancellations and invoked children, and the wake-ups they cause."""
+
     def insert_wait(self, wait: WaitRow) -> None:
         """Start waiting; events received after this commit can resolve it. A
         step has at most one wait: if it has one already (a repeated commit),
@@ -298,14 +320,16 @@ class Tx(Protocol):
         """Delete a step's waits; ``True`` if any was still there (timeouts)."""
         ...
 
-    def delete_run_waits(self, run_id: str) -> None: ...
+    def delete_run_waits(self, run_id: str) -> None:
+        """Delete every wait of a run (it ended)."""
+        ...
 
     def child_waits(self, child_run_id: str) -> list[WaitRow]:
         """Parents' ``invoke`` waits on a child run."""
         ...
 
     def complete_waiting_step(
-        self, run_id: str, step_id: str, status: str, output: str | None, error: str | None, now: float
+        self, run_id: str, step_id: str, status: StepStatus, output: str | None, error: str | None, now: float
     ) -> bool:
         """Resolve a ``waiting`` step memo; ``False`` if it was not waiting."""
         ...
@@ -315,9 +339,54 @@ class Tx(Protocol):
         lease lapsed, also ask that its park make the run due at once."""
         ...
 
-    def get_step(self, run_id: str, step_id: str) -> StepRow | None: ...
 
-    # --- cron and timeouts -----------------------------------------------------------------
+class FlowTx(GcraTx, Protocol):
+    """Flow-control state admission reads and writes: debounce and batch
+    accumulators, idempotency and singleton keys (and GCRA times)."""
+
+    def claim_key(self, key: str, ref: str, expires_at: float, now: float) -> str | None:
+        """Claim ``key`` until ``expires_at``. Returns ``None`` when claimed now,
+        or the ``ref`` of the live claim that already holds it."""
+        ...
+
+    def release_key(self, key: str, ref: str) -> None:
+        """Drop a claim if ``ref`` still holds it."""
+        ...
+
+    def prune_keys(self, now: float) -> None:
+        """Delete expired claims."""
+        ...
+
+    def get_accumulator(self, kind: AccumulatorKind, key: str) -> tuple[str, int, float] | None:
+        """The open debounce or batch run for a key: (run id, size, first_at)."""
+        ...
+
+    def put_accumulator(
+        self, kind: AccumulatorKind, key: str, run_id: str, size: int, first_at: float
+    ) -> None:
+        """Open (or update) the debounce or batch run of a key."""
+        ...
+
+    def close_batch(self, key: str) -> None:
+        """Close a key's batch: the next event opens a new one."""
+        ...
+
+    def pending_item(self, run_id: str) -> bool:
+        """Queued and never leased (a debounced or batching run may still change)."""
+        ...
+
+    def move_item(self, run_id: str, at: float, sort_at: float) -> None:
+        """Change when a queued item is due."""
+        ...
+
+    def set_run_events(self, run_id: str, events: Sequence[tuple[int, str]], replace: bool) -> None:
+        """Replace a run's event (debounce) or append one (batch)."""
+        ...
+
+
+class CronTx(Protocol):
+    """Cron schedules and run deadlines (the maintenance loops)."""
+
     def ensure_cron(self, function_id: str, schedule: str, next_at: float) -> None:
         """Create the schedule's row if missing (keeps an existing ``next_at``)."""
         ...
@@ -347,28 +416,34 @@ class Tx(Protocol):
         """Runs past their start or finish deadline."""
         ...
 
-    def next_deadline(self) -> float | None: ...
+    def next_deadline(self) -> float | None:
+        """The earliest start or finish deadline of any run, or ``None``."""
+        ...
 
     def clear_deadlines(self, run_id: str) -> None:
         """Forget a run's timeouts (it has been told to cancel)."""
         ...
 
-    def release_key(self, key: str, ref: str) -> None:
-        """Drop a claim if ``ref`` still holds it."""
+
+class WorkersTx(Protocol):
+    """The worker registry."""
+
+    def upsert_worker(self, worker: WorkerRow) -> None:
+        """Record a worker's heartbeat and description."""
         ...
 
-    def prune_keys(self, now: float) -> None:
-        """Delete expired claims."""
+    def remove_worker(self, worker_id: str) -> None:
+        """Forget a worker (it stopped)."""
         ...
 
-    # --- workers ----------------------------------------------------------------------
-    def upsert_worker(self, worker: WorkerRow) -> None: ...
+    def list_workers(self, alive_since: float) -> list[WorkerRow]:
+        """The workers whose last heartbeat is at or after ``alive_since``."""
+        ...
 
-    def remove_worker(self, worker_id: str) -> None: ...
 
-    def list_workers(self, alive_since: float) -> list[WorkerRow]: ...
+class ViewsTx(Protocol):
+    """Read-only operator views: metrics and the dashboard."""
 
-    # --- operator views (metrics) ------------------------------------------------------
     def run_backlog(self, now: float) -> list[BacklogRow]:
         """Per function: queue items due by ``now`` that no live lease holds."""
         ...
@@ -377,7 +452,6 @@ class Tx(Protocol):
         """Runs not yet ended, counted per function and status."""
         ...
 
-    # --- operator views (dashboard) -------------------------------------------------------
     def count_runs(
         self, function_id: str | None, since: float | None, until: float | None
     ) -> list[RunCountRow]:
@@ -408,10 +482,17 @@ class Tx(Protocol):
         """The runs linked to the given events."""
         ...
 
-    # --- background jobs ----------------------------------------------------------------
-    def create_job(self, job: JobRow) -> None: ...
 
-    def get_job(self, job_id: str) -> JobRow | None: ...
+class JobsTx(Protocol):
+    """Background operator jobs (bulk actions)."""
+
+    def create_job(self, job: JobRow) -> None:
+        """Insert a background operator job."""
+        ...
+
+    def get_job(self, job_id: str) -> JobRow | None:
+        """The job, or ``None`` if there is no such job."""
+        ...
 
     def list_jobs(self, limit: int) -> list[JobRow]:
         """Newest first."""
@@ -421,7 +502,7 @@ class Tx(Protocol):
         self,
         job_id: str,
         *,
-        status: str,
+        status: JobStatus,
         done: int,
         examined: int,
         error: str | None,
@@ -435,6 +516,25 @@ class Tx(Protocol):
     def interrupt_stale_jobs(self, stale_before: float, now: float, reason: str) -> int:
         """Mark active jobs not refreshed since ``stale_before`` as ``interrupted``."""
         ...
+
+
+class Tx(
+    FunctionsTx,
+    RunsTx,
+    QueueTx,
+    JournalTx,
+    ActionsTx,
+    WaitsTx,
+    FlowTx,
+    CronTx,
+    WorkersTx,
+    ViewsTx,
+    JobsTx,
+    Protocol,
+):
+    """Every domain operation inside one transaction: the union of the roles.
+    Code that needs one role takes that role; ``Tx`` is for code that needs
+    most of them (a store operation that ends a run) and for the stores."""
 
 
 class Store(Protocol):

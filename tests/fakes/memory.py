@@ -530,15 +530,21 @@ class MemoryStore:
     def __init__(self) -> None:
         self.state = MemoryState()
         self._serial = threading.Lock()
+        self._inside = threading.local()
 
     def transact_sync(self, op: Callable[[Any], T]) -> T:
+        if getattr(self._inside, "active", False):
+            raise RuntimeError("a transaction inside a transaction (the real stores would deadlock too)")
         with self._serial:
+            self._inside.active = True
             saved = copy.deepcopy(self.state)
             try:
                 return op(MemoryTx(self.state))
             except BaseException:
                 self.state = saved
                 raise
+            finally:
+                self._inside.active = False
 
     read_sync = transact_sync
 

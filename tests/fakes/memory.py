@@ -562,6 +562,15 @@ class MemoryStore:
             future.set_exception(exc)
         return future
 
+    def migrate(self) -> list[str]:
+        return []
+
+    def change_token(self) -> Any:
+        return None
+
+    def subscribe(self, callback: Callable[[], Any]) -> Callable[[], None]:
+        return lambda: None
+
     def close(self) -> None:
         return None
 

@@ -4,10 +4,13 @@ finish) as one-line calls. Time never passes unless a test moves it."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import stepstone as ss
+from stepstone.executor import ExecEnv, Outcome, execute
 from stepstone.registry import Registry
 from stepstone.runtime import ingest, prepare
 from stepstone.scheduler.leasing import lease
@@ -17,11 +20,34 @@ from tests.fakes.memory import MemoryStore
 T0 = 1_000_000.0
 
 
+class _Clock:
+    """The world's hand-moved time, as a ``Clock``."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def now(self) -> float:
+        return self.world.now
+
+
 class World:
     def __init__(self) -> None:
         self.app = ss.App("unit", database_url="sqlite:///never-opened.db")  # only its registry is used
         self.store = MemoryStore()
         self.now = T0
+        self.threads = ThreadPoolExecutor(2)
+
+    def handler(self, function_id: str, event: str | None = None, **options: Any) -> Callable[..., Any]:
+        """Decorate a handler of ``function_id``, triggered by ``event`` (default: its id)."""
+        return self.app.function(id=function_id, trigger=ss.on_event(event or function_id), **options)
+
+    def execute(self, owner: str = "w") -> Outcome | None:
+        """Lease the next due run and run one invocation of it, as a worker does."""
+        [leased] = self.lease(owner, wanted=1)
+        env = ExecEnv(
+            self.store, self.registry, _Clock(self), owner, 30.0, self.threads, lambda: self.registry
+        )
+        return asyncio.run(execute(leased, env))
 
     @property
     def registry(self) -> Registry:

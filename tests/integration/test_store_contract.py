@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,34 +33,16 @@ from stepstone.store.rows import (
     WaitRow,
     WorkerRow,
 )
-from tests.conftest import BACKENDS
-from tests.fakes.memory import MemoryStore
+from tests.conftest import BACKENDS, MEMORY, backend_url
 
 NOW = 1_000_000.0
-MEMORY = "memory"
 SQL_ONLY = pytest.mark.parametrize("db_url", BACKENDS, indirect=True)
 
 
 @pytest.fixture(params=[*BACKENDS, MEMORY])
-def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
-    if request.param == MEMORY:
-        return MEMORY
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/stepstone.db"
-    url: str = request.getfixturevalue("pg_url")
-    return url
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Any]:
-    """A migrated SQL store on ``db_url``, or the in-memory fake."""
-    if db_url == MEMORY:
-        yield MemoryStore()
-        return
-    opened = make_store(db_url)
-    opened.migrate()
-    yield opened
-    opened.close()
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Every backend, and the in-memory fake (conftest's ``store`` opens it)."""
+    return backend_url(request, request.param, tmp_path)
 
 
 def registry(*function_ids: str) -> Registry:

@@ -20,7 +20,16 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from stepstone.errors import LeaseLostError
-from stepstone.store.base import AccumulatorKind, ActionsTx, FlowTx, JournalTx, QueueTx, RunsTx, WaitsTx
+from stepstone.store.base import (
+    AccumulatorKind,
+    ActionsTx,
+    FlowTx,
+    JournalTx,
+    QueueTx,
+    RunsTx,
+    Store,
+    WaitsTx,
+)
 from stepstone.store.rows import (
     ACTIVE_STATUSES,
     ENDED_STATUSES,
@@ -581,3 +590,7 @@ class MemoryRoles(RunsTx, QueueTx, JournalTx, ActionsTx, WaitsTx, FlowTx, Protoc
 
 def _implements(tx: MemoryTx) -> MemoryRoles:
     return tx  # a type error here means the fake no longer matches a role's signatures
+
+
+def _a_store(store: MemoryStore) -> Store:
+    return store  # ... or the Store protocol

@@ -41,7 +41,7 @@ from stepstone.registry import Registry
 from stepstone.runs import Runs, write_call
 from stepstone.runtime import ingest, prepare
 from stepstone.store import make_store
-from stepstone.store.base import Store, Tx
+from stepstone.store.base import FunctionsTx, Store, Tx, WorkersTx
 from stepstone.store.rows import WorkerRow
 from stepstone.triggers import Trigger
 from stepstone.worker import Worker
@@ -75,7 +75,7 @@ class Workers:
     def list(self, alive_within: float = 60.0) -> list[WorkerRow]:
         since = self._app.clock.now() - alive_within
 
-        def op(tx: Tx) -> list[WorkerRow]:
+        def op(tx: WorkersTx) -> list[WorkerRow]:
             return tx.list_workers(since)
 
         return self._app._store_ready().read_sync(op)
@@ -229,7 +229,7 @@ class App:
         configs = {fn.id: serde.dumps(fn.describe(), what="function config") for fn in self.registry}
         name, now = self.name, self.clock.now()
 
-        def op(tx: Tx) -> None:
+        def op(tx: FunctionsTx) -> None:
             tx.register_functions(name, configs, now, retire_others=retire_others)
 
         store.transact_sync(op)

@@ -24,7 +24,7 @@ from stepstone.errors import StoreUnavailableError
 from stepstone.flow import build_flow, load_settings
 from stepstone.function import Backoff, FunctionDef
 from stepstone.registry import Registry
-from stepstone.store.base import Store, Tx
+from stepstone.store.base import FunctionsTx, Store
 from stepstone.triggers import Trigger, on_cron, on_event
 
 log = logging.getLogger("stepstone.catalog")
@@ -94,7 +94,7 @@ class Catalog:
             self._merged = None
 
     def _load(self, store: Store) -> Registry:
-        def op(tx: Tx) -> tuple[dict[str, tuple[str, str]], dict[str, float]]:
+        def op(tx: FunctionsTx) -> tuple[dict[str, tuple[str, str]], dict[str, float]]:
             return tx.load_functions(), tx.retired_functions()
 
         rows, retired = store.read_sync(op)

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 
 from stepstone.clock import Clock, DatabaseClock
-from stepstone.store.base import Store, Tx
+from stepstone.store.base import LocksTx, Store, Tx
 
 log = logging.getLogger("stepstone.clock")
 START_SAMPLES = 3
@@ -24,7 +24,7 @@ Sample = tuple[float, float, float] | None  # (server, sent, received)
 
 
 def measure_op(local: Clock) -> Callable[[Tx], Sample]:
-    def op(tx: Tx) -> Sample:
+    def op(tx: LocksTx) -> Sample:
         sent = local.now()
         server = tx.server_time()
         received = local.now()

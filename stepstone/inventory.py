@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stepstone.errors import ConfigError
-from stepstone.store.base import Tx
+from stepstone.store.base import FunctionsTx
 
 _SHAPE_KEYS = ("id", "triggers", "retries", "failure_of")
 
@@ -45,7 +45,7 @@ def _info(function_id: str, app: str, config_json: str, retired_at: float | None
     )
 
 
-def list_functions(tx: Tx) -> list[FunctionInfo]:
+def list_functions(tx: FunctionsTx) -> list[FunctionInfo]:
     """Every function registered in the store, by id, retired ones included
     (their queued runs are still there to see and cancel)."""
     retired = tx.retired_functions()
@@ -55,7 +55,7 @@ def list_functions(tx: Tx) -> list[FunctionInfo]:
     ]
 
 
-def require_function(tx: Tx, function_id: str, field_name: str = "function_id") -> None:
+def require_function(tx: FunctionsTx, function_id: str, field_name: str = "function_id") -> None:
     """Raise ``ConfigError`` naming ``field_name`` if no app registered ``function_id``."""
     if function_id not in tx.load_functions():
         raise ConfigError(field_name, f"unknown function {function_id!r}")

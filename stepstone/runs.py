@@ -32,7 +32,7 @@ from stepstone.ids import new_id
 from stepstone.middleware import Hooks
 from stepstone.registry import Registry
 from stepstone.runtime import cancel_run
-from stepstone.store.base import Store, Tx
+from stepstone.store.base import RunsTx, Store, Tx
 from stepstone.store.rows import (
     ACTIVE_STATUSES,
     ENDED_STATUSES,
@@ -170,7 +170,7 @@ def _to_span(row: SpanRow) -> Span:
 
 
 def _get_op(run_id: str) -> Callable[[Tx], Run]:
-    def op(tx: Tx) -> Run:
+    def op(tx: RunsTx) -> Run:
         row = tx.get_run(run_id)
         if row is None:
             raise NotFoundError(f"no run {run_id!r}")
@@ -191,7 +191,7 @@ def _export_op(run_id: str) -> Callable[[Tx], dict[str, Any]]:
 
 
 def _list_op(where: RunFilter) -> Callable[[Tx], list[Run]]:
-    def op(tx: Tx) -> list[Run]:
+    def op(tx: RunsTx) -> list[Run]:
         return [to_run(row, tx.get_steps(row.id)) for row in tx.list_runs(where)]
 
     return op
@@ -201,7 +201,7 @@ def _trace_op(run_id: str) -> Callable[[Tx], list[Span]]:
     """The trace: stored spans (retried attempts, warnings, operator actions) plus
     the final state of every step, plus the run's time in the queue."""
 
-    def op(tx: Tx) -> list[Span]:
+    def op(tx: RunsTx) -> list[Span]:
         run = tx.get_run(run_id)
         if run is None:
             raise NotFoundError(f"no run {run_id!r}")

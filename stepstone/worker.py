@@ -51,7 +51,7 @@ from stepstone.scheduler.maintenance import (
     schedules_of,
     timeouts_op,
 )
-from stepstone.store.base import Store, Tx
+from stepstone.store.base import Store, Tx, WorkersTx
 from stepstone.store.rows import ENDED_STATUSES, LeasedRun, WorkerRow
 
 log = logging.getLogger("stepstone.worker")
@@ -451,7 +451,7 @@ class Worker:
             functions=self._function_ids,
         )
 
-        def op(tx: Tx) -> bool:
+        def op(tx: WorkersTx) -> bool:
             twin = any(w.id == self.id for w in tx.list_workers(now - self.lease_ttl))
             tx.upsert_worker(row)
             return twin

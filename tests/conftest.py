@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 FAST = ss.Backoff(initial="5ms", factor=1, max="5ms", jitter=0)
 BACKENDS = ("sqlite", "postgres")
+MEMORY = "memory"  # the in-memory fake store of the unit tier (tests/fakes/memory.py)
 TEMPLATE = "stepstone_template"
 _databases = itertools.count()
 
@@ -52,20 +53,32 @@ def pg_url(pg_cluster: PgCluster) -> str:
     return pg_cluster.create_database(f"t_{next(_databases)}", template=TEMPLATE)
 
 
-@pytest.fixture(params=BACKENDS)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
+def backend_url(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> str:
+    """The URL of a fresh database of ``backend`` ('memory': the unit tier's fake)."""
+    if backend == MEMORY:
+        return MEMORY
+    if backend == "sqlite":
         return f"sqlite:///{tmp_path}/stepstone.db"
     url: str = request.getfixturevalue("pg_url")
     return url
 
 
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return backend_url(request, request.param, tmp_path)
+
+
 @pytest.fixture
 def store(db_url: str) -> Iterator[Store]:
     """A migrated store on ``db_url`` (both backends), for tests that drive
-    store operations directly."""
+    store operations directly; the in-memory fake where a module adds the
+    ``memory`` backend to ``db_url`` (the store contract)."""
     from stepstone.store import make_store
+    from tests.fakes.memory import MemoryStore
 
+    if db_url == MEMORY:
+        yield MemoryStore()
+        return
     opened = make_store(db_url)
     opened.migrate()
     yield opened

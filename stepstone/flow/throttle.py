@@ -14,7 +14,7 @@ from stepstone.expressions import Expression
 from stepstone.flow.base import Admission, Option, Placement, Rule
 from stepstone.flow.checks import key_expression, positive_duration, positive_int
 from stepstone.scheduler import gcra
-from stepstone.store.base import Tx
+from stepstone.store.base import GcraTx
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class ResolvedThrottle(Rule):
     def place(self, adm: Admission, placement: Placement) -> None:
         placement.throttle_key = f"throttle:{adm.function_id}:{adm.key(self.key)}"
 
-    def start_at(self, tx: Tx, throttle_key: str, now: float) -> float | None:
+    def start_at(self, tx: GcraTx, throttle_key: str, now: float) -> float | None:
         """When a never-started run under ``throttle_key`` may start (``None``:
         now, and the start is counted)."""
         interval = self.period / self.limit

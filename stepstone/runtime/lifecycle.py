@@ -22,7 +22,7 @@ from stepstone.errors import ErrorInfo
 from stepstone.events import Event
 from stepstone.registry import CANCELLED_EVENT, FAILED_EVENT, FINISHED_EVENT, Registry
 from stepstone.runtime.incoming import PreparedEvent, prepare
-from stepstone.store.base import Tx
+from stepstone.store.base import Tx, WaitsTx
 from stepstone.store.rows import ENDED_STATUSES, Fence, RunRow, RunStatus, StepStatus
 
 # Ingest prepared events in the transaction: ``ingest(tx, events, matcher, now)``.
@@ -106,7 +106,7 @@ def park_run(
 
 
 def _resolve_parents(
-    tx: Tx, child_id: str, status: RunStatus, output: str | None, error: ErrorInfo | None, now: float
+    tx: WaitsTx, child_id: str, status: RunStatus, output: str | None, error: ErrorInfo | None, now: float
 ) -> None:
     for wait in tx.child_waits(child_id):
         if wait.id is None or not tx.claim_wait(wait.id):
@@ -124,7 +124,7 @@ def _resolve_parents(
 
 
 def system_events(
-    tx: Tx,
+    tx: WaitsTx,
     matcher: Registry,
     run: RunRow,
     status: RunStatus,

@@ -30,7 +30,7 @@ from typing import Any
 
 from stepstone import serde
 from stepstone.expressions import compile_expression, compile_stored, equality_shape
-from stepstone.store.base import Tx
+from stepstone.store.base import Tx, WaitsTx
 from stepstone.store.rows import StepStatus, WaitKind, WaitRow
 
 MATCH_VARS = frozenset({"event", "async"})
@@ -139,7 +139,7 @@ def build_wait(
 
 
 def match_event(
-    tx: Tx,
+    tx: WaitsTx,
     name: str,
     data: dict[str, Any],
     variables: dict[str, Any],

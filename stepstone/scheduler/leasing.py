@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from stepstone.flow.throttle import ResolvedThrottle
 from stepstone.registry import Registry
-from stepstone.store.base import Tx
+from stepstone.store.base import QueueTx
 from stepstone.store.rows import LeasedRun, QueueItem
 
 SCAN_SLACK = 16  # extra items read per partition, to step over ones a second key blocks
@@ -26,7 +26,7 @@ BLOCKED_RECHECK = 5.0  # at most this long between looks at a partition whose ke
 
 @dataclass
 class _Pass:
-    tx: Tx
+    tx: QueueTx
     owner: str
     functions: Registry
     wanted: int
@@ -95,7 +95,7 @@ class _Pass:
 
 
 def lease(
-    tx: Tx,
+    tx: QueueTx,
     owner: str,
     functions: Registry,
     wanted: int,

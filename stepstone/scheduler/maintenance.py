@@ -19,7 +19,7 @@ from stepstone.function import FunctionDef
 from stepstone.registry import Registry
 from stepstone.runtime import end_run, prepare, start_run
 from stepstone.scheduler.cron import latest_tick, next_tick
-from stepstone.store.base import Tx
+from stepstone.store.base import CronTx, Tx
 from stepstone.store.rows import RunStatus
 
 CRON_EVENT = "stepstone/cron"
@@ -45,7 +45,7 @@ def register_crons_op(functions: Sequence[FunctionDef], now: float) -> Callable[
     """
     hosted = set(schedules_of(functions))
 
-    def op(tx: Tx) -> None:
+    def op(tx: CronTx) -> None:
         for fn in functions:
             for trigger in fn.cron_triggers:
                 tx.ensure_cron(fn.id, trigger.cron, next_tick(trigger.expression, trigger.timezone, now))
@@ -123,7 +123,7 @@ def next_duty_op(schedules: Sequence[tuple[str, str]]) -> Callable[[Tx], float |
     """When the next duty is due: the earliest of the caller's own schedules
     (``(function id, schedule)`` pairs) and the earliest run deadline."""
 
-    def op(tx: Tx) -> float | None:
+    def op(tx: CronTx) -> float | None:
         times = [t for t in (tx.next_cron(schedules), tx.next_deadline()) if t is not None]
         return min(times) if times else None
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from stepstone.expressions import Expression
 from stepstone.inventory import FunctionInfo, list_functions
 from stepstone.server.search import event_variables
-from stepstone.store.base import Tx
+from stepstone.store.base import RunsTx, Tx, ViewsTx
 from stepstone.store.rows import (
     ACTIVE_STATUSES,
     ENDED_STATUSES,
@@ -37,7 +37,7 @@ def status_counts_op(
 ) -> Callable[[Tx], dict[str, int]]:
     """Runs created in [since, until) per status (every status present, zeros included)."""
 
-    def op(tx: Tx) -> dict[str, int]:
+    def op(tx: ViewsTx) -> dict[str, int]:
         counts: dict[str, int] = dict.fromkeys(ACTIVE_STATUSES + ENDED_STATUSES, 0)
         for row in tx.count_runs(function_id, since, until):
             counts[row.status] = counts.get(row.status, 0) + row.count
@@ -120,7 +120,7 @@ def timeline_op(
     origin = math.floor(since / width) * width
     count = max(1, math.ceil((until - origin) / width))
 
-    def op(tx: Tx) -> Timeline:
+    def op(tx: ViewsTx) -> Timeline:
         buckets = [Bucket(float(origin + i * width)) for i in range(count)]
         for row in tx.run_timeline(function_id, origin, until, width):
             bucket = buckets[min(max(row.bucket, 0), count - 1)]
@@ -167,7 +167,7 @@ def preview_op(
     return op
 
 
-def _scan(tx: Tx, where: RunFilter, condition: Expression, scan: int) -> Preview:
+def _scan(tx: RunsTx, where: RunFilter, condition: Expression, scan: int) -> Preview:
     matched: list[str] = []
     examined, before = 0, None
     while examined < scan:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from stepstone.errors import NotFoundError, StepstoneError
 from stepstone.ids import new_id
-from stepstone.store.base import Tx
+from stepstone.store.base import JobsTx
 from stepstone.store.rows import JOB_ACTIVE_STATUSES, JobRow, JobStatus
 from stepstone.worker import default_instance_id
 
@@ -83,7 +83,7 @@ class JobRunner:
             owner=self.owner,
         )
 
-        def create(tx: Tx) -> None:
+        def create(tx: JobsTx) -> None:
             tx.create_job(job)
 
         await self.app.store.transact(create)
@@ -135,14 +135,16 @@ class JobRunner:
             with contextlib.suppress(StepstoneError):
                 await self._record(progress, JobStatus.RUNNING, None, final=False)
 
-    async def _record(self, progress: _Progress, status: str, error: str | None, *, final: bool) -> None:
+    async def _record(
+        self, progress: _Progress, status: JobStatus, error: str | None, *, final: bool
+    ) -> None:
         await self.app.store.transact(self._update_op(progress, status, error, final=final))
 
-    def _update_op(self, progress: _Progress, status: str, error: str | None, *, final: bool) -> Any:
+    def _update_op(self, progress: _Progress, status: JobStatus, error: str | None, *, final: bool) -> Any:
         now = self.app.clock.now()
         done, examined = progress.done, progress.examined
 
-        def op(tx: Tx) -> bool:
+        def op(tx: JobsTx) -> bool:
             return tx.update_job(
                 progress.job_id,
                 status=status,

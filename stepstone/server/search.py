@@ -20,7 +20,7 @@ from typing import Any
 from stepstone import serde
 from stepstone.expressions import Expression
 from stepstone.runs import Run, to_run
-from stepstone.store.base import Tx
+from stepstone.store.base import RunsTx, Tx
 from stepstone.store.rows import EventRow, RunFilter, RunRow
 
 SCAN_LIMIT = 2000
@@ -56,7 +56,7 @@ def _contains(row: RunRow, event: EventRow | None, needle: str) -> bool:
     return any(needle in item.casefold() for item in haystack)
 
 
-def _matches(tx: Tx, row: RunRow, event_query: EventQuery) -> bool:
+def _matches(tx: RunsTx, row: RunRow, event_query: EventQuery) -> bool:
     if not event_query.active:
         return True
     events = tx.get_events(row.id)
@@ -75,7 +75,7 @@ def search_op(
 ) -> Callable[[Tx], Found]:
     """Up to ``limit`` matching runs, newest first, examining at most ``scan_limit``."""
 
-    def op(tx: Tx) -> Found:
+    def op(tx: RunsTx) -> Found:
         found: list[RunRow] = []
         examined, last, exhausted = 0, where.before_id, False
         while len(found) <= limit and examined < scan_limit and not exhausted:

@@ -1,11 +1,16 @@
 """The store contract: every ``Tx`` operation and the ``Store`` plumbing, run
-against each backend (``db_url`` is parametrized over SQLite and PostgreSQL)."""
+against each backend: SQLite, PostgreSQL and the in-memory fake of the unit
+tier (tests/fakes/memory.py), so the fake cannot drift from the real stores.
+Tests of what the fake does not implement (the function and worker
+registries, SQL drivers, many connections) are pinned to the SQL stores with
+``@SQL_ONLY``."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,10 +31,20 @@ from stepstone.store.rows import (
     StepKind,
     StepRow,
     StepStatus,
+    WaitKind,
+    WaitRow,
     WorkerRow,
 )
+from tests.conftest import BACKENDS, MEMORY, backend_url
 
 NOW = 1_000_000.0
+SQL_ONLY = pytest.mark.parametrize("db_url", BACKENDS, indirect=True)
+
+
+@pytest.fixture(params=[*BACKENDS, MEMORY])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Every backend, and the in-memory fake (conftest's ``store`` opens it)."""
+    return backend_url(request, request.param, tmp_path)
 
 
 def registry(*function_ids: str) -> Registry:
@@ -248,7 +263,7 @@ def test_requeue_forgets_the_given_steps(store: Store) -> None:
     [leased] = store.transact_sync(lambda tx: lease(tx, "w", 1, NOW, NOW + 5))
     fence = Fence(run_id="r", owner="w", epoch=leased.epoch)
     store.transact_sync(lambda tx: tx.checkpoint(fence, [step("r", "a"), step("r", "b", position=1)], []))
-    store.transact_sync(lambda tx: tx.finish_run(fence, "r", "failed", None, '{"type": "E"}', NOW))
+    store.transact_sync(lambda tx: tx.finish_run(fence, "r", RunStatus.FAILED, None, '{"type": "E"}', NOW))
     store.transact_sync(lambda tx: tx.requeue_run("r", NOW + 1, ["b"]))
     run = store.read_sync(lambda tx: tx.get_run("r"))
     assert run is not None and (run.status, run.error, run.ended_at) == (RunStatus.RUNNING, None, None)
@@ -256,6 +271,7 @@ def test_requeue_forgets_the_given_steps(store: Store) -> None:
     assert [lr.run.id for lr in store.transact_sync(lambda tx: lease(tx, "w", 1, NOW + 1, NOW + 9))] == ["r"]
 
 
+@SQL_ONLY
 def test_worker_registry(store: Store) -> None:
     for name, beat in (("a", NOW), ("b", NOW - 100)):
         row = WorkerRow(
@@ -274,6 +290,7 @@ def test_worker_registry(store: Store) -> None:
     assert store.read_sync(lambda tx: tx.list_workers(NOW - 60)) == []
 
 
+@SQL_ONLY
 def test_functions_registry(store: Store) -> None:
     store.transact_sync(lambda tx: tx.register_functions("app", {"f": '{"id": "f"}'}, NOW))
     store.transact_sync(lambda tx: tx.register_functions("other", {"f": '{"id": "f", "x": 1}'}, NOW))
@@ -329,6 +346,7 @@ def test_a_stale_checkpoint_fails_alone_among_others(store: Store) -> None:
     assert landed == {"c"}
 
 
+@SQL_ONLY
 def test_driver_errors_become_store_errors_with_their_cause(store: Store) -> None:
     def broken(tx: Tx) -> None:
         tx.conn.execute("SELECT no_such_column FROM runs")  # type: ignore[attr-defined]
@@ -340,6 +358,7 @@ def test_driver_errors_become_store_errors_with_their_cause(store: Store) -> Non
     assert store.transact_sync(lambda tx: tx.next_due(["f"])) is None  # the store still works
 
 
+@SQL_ONLY
 def test_concurrent_leases_from_many_connections_are_disjoint(db_url: str, store: Store) -> None:
     """A barrier race (huey's concurrent dequeue): workers with their own
     connections lease at the same moment; no run is handed out twice."""
@@ -389,6 +408,7 @@ def _bad_write(tx: Tx) -> None:
     tx.conn.execute("INSERT INTO runs (id) VALUES ('no-function-id')")  # type: ignore[attr-defined]
 
 
+@SQL_ONLY
 def test_a_rejected_write_fails_its_own_operation_only(store: Store) -> None:
     def bad(tx: Tx) -> None:
         add_run(tx, "doomed")
@@ -410,3 +430,128 @@ def test_a_rejected_write_fails_its_own_operation_only(store: Store) -> None:
         store.transact_sync(bad)  # alone in its transaction, too
     assert store.read_sync(lambda tx: tx.get_run("doomed")) is None
     assert all(store.read_sync(lambda tx: tx.get_run(r)) for r in ("one", "two"))
+
+
+# -- waits and flow-control state (the roles the unit tier's fake implements too) --------------
+
+
+def wait(run_id: str, step_id: str, **kwargs: Any) -> WaitRow:
+    kwargs.setdefault("kind", WaitKind.EVENT)
+    kwargs.setdefault("event_name", "paid")
+    return WaitRow(run_id=run_id, step_id=step_id, created_at=NOW, **kwargs)
+
+
+def waiting(run_id: str, step_id: str) -> StepRow:
+    return StepRow(run_id=run_id, step_id=step_id, position=0, kind=StepKind.WAIT, status=StepStatus.WAITING)
+
+
+def test_waits_match_by_key_until_they_expire_and_are_claimed_once(store: Store) -> None:
+    add_runs(store, ["r", "s"])
+    store.transact_sync(lambda tx: tx.insert_wait(wait("r", "w", match_key="order", match_value="7")))
+    store.transact_sync(lambda tx: tx.insert_wait(wait("r", "w", match_key="order", match_value="8")))  # kept
+    store.transact_sync(lambda tx: tx.insert_wait(wait("s", "w", expires_at=NOW + 5)))
+    assert sorted(store.read_sync(lambda tx: tx.wait_keys("paid"))) == ["", "order"]
+    [found] = store.read_sync(lambda tx: tx.match_waits("paid", "order", "7", NOW))
+    assert (found.run_id, found.step_id, found.id is not None) == ("r", "w", True)
+    assert store.read_sync(lambda tx: tx.match_waits("paid", "order", "8", NOW)) == []
+    assert len(store.read_sync(lambda tx: tx.match_waits("paid", "", "", NOW + 4))) == 1
+    assert store.read_sync(lambda tx: tx.match_waits("paid", "", "", NOW + 5)) == []  # expired
+    assert found.id is not None
+    wait_id = found.id
+    assert store.transact_sync(lambda tx: tx.claim_wait(wait_id)) is True
+    assert store.transact_sync(lambda tx: tx.claim_wait(wait_id)) is False  # one claimer only
+    assert store.transact_sync(lambda tx: tx.claim_step_waits("s", "w")) is True
+    assert store.transact_sync(lambda tx: tx.claim_step_waits("s", "w")) is False
+
+
+def test_a_step_wait_starts_only_while_the_step_is_waiting(store: Store) -> None:
+    add_runs(store, ["r"])
+
+    def start(tx: Tx, step_id: str) -> bool:
+        tx.save_steps([waiting("r", step_id)], [])
+        return tx.start_wait(wait("r", step_id))()
+
+    assert store.transact_sync(lambda tx: start(tx, "a")) is True
+    assert store.transact_sync(lambda tx: start(tx, "a")) is False  # a repeated commit inserts nothing
+    assert store.transact_sync(
+        lambda tx: tx.complete_waiting_step("r", "a", StepStatus.COMPLETED, "1", None, NOW)
+    )
+    assert store.transact_sync(lambda tx: tx.claim_step_waits("r", "a")) is True
+    assert store.transact_sync(lambda tx: start(tx, "a")) is False  # resolved: the repeat changes nothing
+    memo = store.read_sync(lambda tx: tx.get_step("r", "a"))
+    assert memo is not None and (memo.status, memo.output, memo.ended_at) == (StepStatus.COMPLETED, "1", NOW)
+    assert (
+        store.transact_sync(lambda tx: tx.complete_waiting_step("r", "a", StepStatus.FAILED, None, "e", NOW))
+        is False
+    )
+    assert store.transact_sync(lambda tx: tx.start_wait(wait("r", "never-saved"))()) is False
+
+
+def test_invoke_waits_follow_their_child_and_go_with_their_run(store: Store) -> None:
+    add_runs(store, ["parent"])
+    store.transact_sync(
+        lambda tx: tx.insert_wait(wait("parent", "call", kind=WaitKind.INVOKE, event_name=""))
+    )
+    store.transact_sync(lambda tx: tx.set_wait_match("parent", "call", "child-1"))
+    [found] = store.read_sync(lambda tx: tx.child_waits("child-1"))
+    assert (found.run_id, found.step_id, found.kind) == ("parent", "call", WaitKind.INVOKE)
+    store.transact_sync(lambda tx: tx.delete_run_waits("parent"))
+    assert store.read_sync(lambda tx: tx.child_waits("child-1")) == []
+
+
+def test_wake_run_makes_a_parked_run_due_and_a_held_one_due_at_its_park(store: Store) -> None:
+    add_runs(store, ["r"])
+    [leased] = store.transact_sync(lambda tx: lease(tx, "w1", 1, NOW, NOW + 5))
+    fence = Fence(run_id="r", owner="w1", epoch=leased.epoch)
+    store.transact_sync(lambda tx: tx.reschedule(fence, RunStatus.WAITING, None, None, NOW))
+    assert store.transact_sync(lambda tx: lease(tx, "w2", 1, NOW + 100, NOW + 105)) == []  # parked for good
+    store.transact_sync(lambda tx: tx.wake_run("r", NOW + 100))
+    [again] = store.transact_sync(lambda tx: lease(tx, "w2", 1, NOW + 100, NOW + 105))
+    store.transact_sync(lambda tx: tx.wake_run("r", NOW + 101))  # while held: remembered for its park
+    held = Fence(run_id="r", owner="w2", epoch=again.epoch)
+    assert (
+        store.transact_sync(lambda tx: tx.reschedule(held, RunStatus.WAITING, None, None, NOW + 102)) is False
+    )
+    assert [lr.run.id for lr in store.transact_sync(lambda tx: lease(tx, "w3", 1, NOW + 102, NOW + 110))] == [
+        "r"
+    ]
+
+
+def test_gcra_times_and_accumulators_round_trip(store: Store) -> None:
+    assert store.read_sync(lambda tx: tx.gcra_tat("t")) is None
+    store.transact_sync(lambda tx: tx.set_gcra_tat("t", NOW + 1.5))
+    assert store.read_sync(lambda tx: tx.gcra_tat("t")) == NOW + 1.5
+    add_runs(store, ["d", "b"], at=NOW + 10)
+    store.transact_sync(lambda tx: tx.put_accumulator("debounce", "k", "d", 1, NOW))
+    store.transact_sync(lambda tx: tx.put_accumulator("batch", "k", "b", 3, NOW - 1))
+    assert store.read_sync(lambda tx: tx.get_accumulator("debounce", "k")) == ("d", 1, NOW)
+    assert store.read_sync(lambda tx: tx.get_accumulator("batch", "k")) == ("b", 3, NOW - 1)
+    assert store.transact_sync(lambda tx: tx.pending_item("d")) is True
+    store.transact_sync(lambda tx: tx.move_item("d", NOW, NOW))
+    store.transact_sync(lambda tx: tx.close_batch("k"))
+    assert store.read_sync(lambda tx: tx.get_accumulator("batch", "k")) is None
+    assert [lr.run.id for lr in store.transact_sync(lambda tx: lease(tx, "w", 5, NOW, NOW + 5))] == ["d"]
+    assert store.transact_sync(lambda tx: tx.pending_item("d")) is False  # leased: its events are fixed
+    assert store.read_sync(lambda tx: tx.get_accumulator("debounce", "k")) is None  # a lease closes it
+
+
+def test_set_run_events_replaces_or_appends(store: Store) -> None:
+    add_runs(store, ["r"])
+
+    def add_event(tx: Tx, event_id: str, replace: bool) -> None:
+        seq = tx.insert_event(event_id, "go", "{}", 1, NOW)
+        tx.set_run_events("r", [(seq, event_id)], replace=replace)
+
+    store.transact_sync(lambda tx: add_event(tx, "e2", True))
+    store.transact_sync(lambda tx: add_event(tx, "e3", False))
+    run = store.read_sync(lambda tx: tx.get_run("r"))
+    assert run is not None and run.event_ids == ["e2", "e3"]
+    assert [e.id for e in store.read_sync(lambda tx: tx.get_events("r"))] == ["e2", "e3"]
+
+
+def test_a_waiting_memo_never_overwrites_a_recorded_step(store: Store) -> None:
+    add_runs(store, ["r"])
+    store.transact_sync(lambda tx: tx.save_steps([step("r", "a", '"done"')], []))
+    store.transact_sync(lambda tx: tx.save_steps([waiting("r", "a")], []))
+    memo = store.read_sync(lambda tx: tx.get_step("r", "a"))
+    assert memo is not None and (memo.status, memo.output) == (StepStatus.COMPLETED, '"done"')

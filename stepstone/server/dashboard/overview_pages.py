@@ -17,7 +17,7 @@ from stepstone.server.params import encode_cursor
 from stepstone.server.routes.event_log import event_seq, with_runs
 from stepstone.server.state import ServerState
 from stepstone.server.view_schemas import EventOut
-from stepstone.store.base import Tx
+from stepstone.store.base import ViewsTx
 from stepstone.store.rows import ACTIVE_STATUSES, RunStatus
 
 EVENTS_PAGE = 50
@@ -50,7 +50,7 @@ def build(state: ServerState) -> APIRouter:
         except ConfigError:
             before = None
 
-        def op(tx: Tx) -> tuple[list[EventOut], bool]:
+        def op(tx: ViewsTx) -> tuple[list[EventOut], bool]:
             rows = tx.list_events(name or None, None, before, EVENTS_PAGE + 1)
             return with_runs(tx, rows[:EVENTS_PAGE]), len(rows) > EVENTS_PAGE
 

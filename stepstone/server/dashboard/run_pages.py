@@ -22,7 +22,7 @@ from stepstone.server.params import encode_cursor
 from stepstone.server.routes.stats import check_window
 from stepstone.server.search import EventQuery, search_op
 from stepstone.server.state import ServerState
-from stepstone.store.base import Tx
+from stepstone.store.base import RunsTx
 from stepstone.store.rows import ACTIVE_STATUSES, RUN_STATUSES, EventRow, RunFilter, RunStatus
 
 PAGE = 50
@@ -39,7 +39,7 @@ async def _view(state: ServerState, run_id: str) -> RunView:
     run = await state.app.runs.get_async(run_id)
     spans = await state.app.runs.trace_async(run_id)
 
-    def events(tx: Tx) -> list[EventRow]:
+    def events(tx: RunsTx) -> list[EventRow]:
         return tx.get_events(run_id)
 
     return RunView(run, spans, await state.app.store.read(events))

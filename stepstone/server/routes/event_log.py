@@ -13,7 +13,7 @@ from stepstone.server.params import decode_cursor, encode_cursor
 from stepstone.server.routes.runs import RunId
 from stepstone.server.state import ServerState
 from stepstone.server.view_schemas import EventOut, EventPage
-from stepstone.store.base import Tx
+from stepstone.store.base import Tx, ViewsTx
 from stepstone.store.rows import EventRow
 
 
@@ -26,7 +26,7 @@ def event_seq(cursor: str | None) -> int | None:
     return int(before)
 
 
-def with_runs(tx: Tx, rows: list[EventRow]) -> list[EventOut]:
+def with_runs(tx: ViewsTx, rows: list[EventRow]) -> list[EventOut]:
     links = tx.event_runs([r.seq for r in rows])
     return [EventOut.of(row, [link for link in links if link.event_seq == row.seq]) for row in rows]
 
@@ -44,7 +44,7 @@ def build(state: ServerState) -> APIRouter:
         """Each event with the runs it started (or joined: batches, debounces)."""
         before = event_seq(cursor)
 
-        def op(tx: Tx) -> EventPage:
+        def op(tx: ViewsTx) -> EventPage:
             rows = tx.list_events(name, event_id, before, limit + 1)
             page = rows[:limit]
             more = len(rows) > limit

@@ -8,10 +8,10 @@ from fastapi.responses import JSONResponse
 from stepstone.errors import StoreError
 from stepstone.server.schemas import Health
 from stepstone.server.state import ServerState
-from stepstone.store.base import Tx
+from stepstone.store.base import RunsTx
 
 
-def _ping(tx: Tx) -> None:
+def _ping(tx: RunsTx) -> None:
     tx.get_run("")  # one indexed read: the database answers
 
 

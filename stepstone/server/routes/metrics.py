@@ -6,7 +6,7 @@ from fastapi import APIRouter, Response
 
 from stepstone import metrics
 from stepstone.server.state import ServerState
-from stepstone.store.base import Tx
+from stepstone.store.base import ViewsTx
 
 
 def build(state: ServerState) -> APIRouter:
@@ -28,7 +28,7 @@ def build(state: ServerState) -> APIRouter:
         the backlog per function and active runs per function and status."""
         now = state.app.clock.now()
 
-        def op(tx: Tx) -> metrics.StoreSnapshot:
+        def op(tx: ViewsTx) -> metrics.StoreSnapshot:
             return metrics.StoreSnapshot(now, tx.run_backlog(now), tx.count_active_runs())
 
         snapshot = await state.app.store.read(op)

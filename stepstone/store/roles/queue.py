@@ -1,0 +1,96 @@
+"""The queue role: transaction-scoped key locks, GCRA state, and the queue
+and its leases (what a lease pass, which applies throttles, and a heartbeat need)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from stepstone.store.rows import LeasedRun, QueueItem
+
+
+class LocksTx(Protocol):
+    """Transaction-scoped key locks and the database's clock."""
+
+    def lock(self, key: str) -> None:
+        """Hold a lock on ``key`` until the transaction ends, so concurrent
+        read-then-write of its state (GCRA, accumulators, slot counts) cannot
+        interleave (a no-op where writers are already serial, as in SQLite)."""
+        ...
+
+    def try_lock(self, key: str) -> bool:
+        """``lock`` without waiting: ``False`` if another transaction holds it."""
+        ...
+
+    def server_time(self) -> float | None:
+        """The database server's clock now, in epoch seconds; ``None`` when the
+        database runs on this machine's clock (SQLite)."""
+        ...
+
+
+class GcraTx(LocksTx, Protocol):
+    """GCRA state (theoretical arrival times) of throttle and rate-limit keys,
+    read and written under ``lock``."""
+
+    def gcra_tat(self, key: str) -> float | None:
+        """The theoretical arrival time of a throttle or rate-limit key."""
+        ...
+
+    def set_gcra_tat(self, key: str, tat: float) -> None:
+        """Store the theoretical arrival time of a throttle or rate-limit key."""
+        ...
+
+
+class QueueTx(GcraTx, Protocol):
+    """The queue and its leases: what a lease pass (which applies throttles) and a
+    heartbeat need."""
+
+    def due_partitions(self, function_ids: Sequence[str], now: float, limit: int) -> list[str]:
+        """Partitions of ``function_ids`` that may have due work, least recently
+        served first (locked for this transaction where the database can)."""
+        ...
+
+    def partition_items(self, key: str, now: float, limit: int) -> list[QueueItem]:
+        """A partition's due items in queue order (``sort_at``: priority applied)."""
+        ...
+
+    def live_leases(self, slot: int, ckey: str, now: float) -> int:
+        """Runs holding a live lease under concurrency key ``ckey`` (slot 1 or 2)."""
+        ...
+
+    def take(
+        self, owner: str, run_id: str, now: float, until: float, app_version: str | None = None
+    ) -> LeasedRun | None:
+        """Lease one item until ``until``, bumping the run's epoch so older owners
+        are fenced out; marks the run running (recording ``app_version``, when
+        given, as the version of the code running it) and reads its events and memos."""
+        ...
+
+    def settle_partition(self, key: str, now: float, next_at: float | None, recheck: float) -> None:
+        """After a lease pass: set the partition's next due time (``None``: its
+        earliest future item) and mark it served; drop it if empty. With
+        ``next_at`` ``None``, a due item the pass did not see (another
+        transaction held its row) makes the partition due again at ``recheck``."""
+        ...
+
+    def lower_partition(self, key: str, function_id: str, ckey: str | None, at: float) -> None:
+        """Make sure the partition is looked at no later than ``at``."""
+        ...
+
+    def next_due(self, function_ids: Sequence[str]) -> float | None:
+        """When a partition of ``function_ids`` is next due."""
+        ...
+
+    def extend_leases(self, owner: str, run_ids: Sequence[str], until: float, now: float) -> list[str]:
+        """Push the leases this owner still holds live at ``now``; returns their run
+        ids. A lease that lapsed is never extended (others may have acted on it)."""
+        ...
+
+    def release_leases(self, owner: str, now: float) -> int:
+        """Give back every lease of ``owner`` so others may take the runs now."""
+        ...
+
+    def unqueue_run(self, run_id: str, now: float) -> None:
+        """Take a parked run out of the queue (a run paused on a divergence: no
+        lease, slot or timeout applies to it until ``requeue_run`` resumes it)."""
+        ...

@@ -1,0 +1,46 @@
+"""The runs role: events and runs, and the records of a run every reader reads."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from stepstone.store.rows import EventRow, NewRun, RunFilter, RunRow, SpanRow, StepRow
+
+
+class RunsTx(Protocol):
+    """Events, runs and a run's records: what ingestion writes and every reader reads."""
+
+    def insert_event(
+        self, event_id: str, name: str, data: str, ts: int, now: float, trace: str | None = None
+    ) -> int:
+        """Append an event to the log (with the sender's trace context, if any);
+        returns its sequence number."""
+        ...
+
+    def create_run(self, run: NewRun) -> None:
+        """Insert a run, its links to events and (unless it ended) its queue item."""
+        ...
+
+    def get_run(self, run_id: str) -> RunRow | None:
+        """The run, or ``None`` if there is no such run."""
+        ...
+
+    def get_steps(self, run_id: str) -> list[StepRow]:
+        """The run's step memos, in the order they were first recorded."""
+        ...
+
+    def get_step(self, run_id: str, step_id: str) -> StepRow | None:
+        """One step memo of the run, or ``None``."""
+        ...
+
+    def get_events(self, run_id: str) -> list[EventRow]:
+        """The events that started the run, in order."""
+        ...
+
+    def list_runs(self, where: RunFilter) -> list[RunRow]:
+        """Newest first; ``before_id`` continues a previous page."""
+        ...
+
+    def get_spans(self, run_id: str) -> list[SpanRow]:
+        """The run's trace spans, oldest first."""
+        ...

@@ -5,6 +5,7 @@ each as a ratio to the 10³ figure measured in the same run.
     .venv/bin/python bench/bench_depth.py                        # both stores, up to 10⁶
     .venv/bin/python bench/bench_depth.py --store sqlite --max 100000
     .venv/bin/python bench/bench_depth.py --database-url postgresql://...  # an existing server
+    .venv/bin/python bench/bench_depth.py --parked   # the depth is sleeping runs ahead of due ones
 
 The queue is filled with bulk INSERTs straight into ``runs`` and ``queue`` (one
 transaction per size step; ``generate_series`` on PostgreSQL), not through
@@ -43,6 +44,8 @@ FUNCTION = "f"
 WANTED = 10  # a worker's default concurrency
 NOW = time.time()
 UNTIL = NOW + 3600
+DUE_IDS = 10**8  # ids (and queue order) of the due runs added behind parked ones
+Fill = Callable[[int, int, float], None]  # (first id, end id, available_at)
 
 
 def registry() -> Any:
@@ -52,9 +55,9 @@ def registry() -> Any:
 
 
 # -- filling the queue ------------------------------------------------------------------
-def fill_sqlite(path: str, start: int, stop: int) -> None:
+def fill_sqlite(path: str, start: int, stop: int, at: float) -> None:
     runs = ((f"r{i:08d}", NOW) for i in range(start, stop))
-    items = ((f"r{i:08d}", NOW - 1, NOW - 1 + i * 1e-6) for i in range(start, stop))
+    items = ((f"r{i:08d}", at, NOW - 1 + i * 1e-6) for i in range(start, stop))
     with sqlite3.connect(path) as conn:
         conn.executemany(
             "INSERT INTO runs (id, function_id, status, event_ids, created_at) VALUES (?, 'f', 'queued', '[]', ?)",
@@ -69,11 +72,11 @@ def fill_sqlite(path: str, start: int, stop: int) -> None:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
-def fill_postgres(url: str, start: int, stop: int) -> None:
+def fill_postgres(url: str, start: int, stop: int, at: float) -> None:
     import psycopg
 
     with psycopg.connect(url) as conn:
-        params = {"start": start, "stop": stop - 1, "now": NOW}
+        params = {"start": start, "stop": stop - 1, "now": NOW, "at": at}
         conn.execute(
             "INSERT INTO runs (id, function_id, status, event_ids, created_at) "
             "SELECT 'r' || lpad(g::text, 8, '0'), 'f', 'queued', '[]', %(now)s "
@@ -82,7 +85,7 @@ def fill_postgres(url: str, start: int, stop: int) -> None:
         )
         conn.execute(
             "INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at) "
-            "SELECT 'r' || lpad(g::text, 8, '0'), 'f', 'f', %(now)s - 1, %(now)s - 1 + g * 1e-6 "
+            "SELECT 'r' || lpad(g::text, 8, '0'), 'f', 'f', %(at)s, %(now)s - 1 + g * 1e-6 "
             "FROM generate_series(%(start)s::int, %(stop)s::int) g",
             params,
         )
@@ -144,31 +147,30 @@ def measure(store: Store, functions: Any, samples: int, tag: str) -> tuple[float
 
 # -- the stores -------------------------------------------------------------------------
 @contextmanager
-def sqlite_target() -> Iterator[tuple[str, Callable[[int, int], None]]]:
+def sqlite_target() -> Iterator[tuple[str, Fill]]:
     with tempfile.TemporaryDirectory() as folder:
         path = f"{folder}/depth.db"
-        yield f"sqlite:///{path}", lambda start, stop: fill_sqlite(path, start, stop)
+        yield f"sqlite:///{path}", lambda start, stop, at: fill_sqlite(path, start, stop, at)
 
 
 @contextmanager
-def postgres_target(url: str | None) -> Iterator[tuple[str, Callable[[int, int], None]]]:
+def postgres_target(url: str | None) -> Iterator[tuple[str, Fill]]:
     if url is not None:
-        yield url, lambda start, stop: fill_postgres(url, start, stop)
+        yield url, lambda start, stop, at: fill_postgres(url, start, stop, at)
         return
     from tests.pgcluster import PgCluster
 
     cluster = PgCluster.start_new(settings={})  # PostgreSQL's durable defaults
     try:
         db = cluster.create_database("depth")
-        yield db, lambda start, stop: fill_postgres(db, start, stop)
+        yield db, lambda start, stop, at: fill_postgres(db, start, stop, at)
     finally:
         cluster.stop()
 
 
-def curve(name: str, url: str, fill: Callable[[int, int], None], sizes: list[int], samples: int) -> None:
+def curve(name: str, url: str, fill: Fill, sizes: list[int], samples: int, parked: bool) -> None:
     store = make_store(url)
     store.migrate()
-    store.transact_sync(lambda tx: tx.lower_partition(FUNCTION, FUNCTION, None, NOW - 1))
     functions = registry()
     base: tuple[float, float] | None = None
     filled = 0
@@ -176,7 +178,14 @@ def curve(name: str, url: str, fill: Callable[[int, int], None], sizes: list[int
     try:
         for size in sizes:
             t = time.perf_counter()
-            fill(filled, size)
+            if parked:  # sleeping a day, ahead of the due runs in queue order
+                fill(filled, size, NOW + 86_400)
+                fill(DUE_IDS + filled, DUE_IDS + filled + samples * WANTED, NOW - 1)
+            else:
+                fill(filled, size, NOW - 1)
+            store.transact_sync(
+                lambda tx: tx.lower_partition(FUNCTION, FUNCTION, None, NOW - 1)
+            )  # as a send does
             filled, fill_seconds = size, time.perf_counter() - t
             cost = measure(store, functions, samples, str(size))
             base = base or cost
@@ -194,15 +203,18 @@ def main() -> int:
     parser.add_argument("--store", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument("--max", type=int, default=1_000_000)
     parser.add_argument("--samples", type=int, default=30)
+    parser.add_argument(
+        "--parked", action="store_true", help="the depth is runs sleeping ahead of the due ones"
+    )
     parser.add_argument("--database-url", default=None, help="an existing, empty PostgreSQL database")
     args = parser.parse_args()
     sizes = [n for n in (1_000, 10_000, 100_000, 1_000_000) if n <= args.max]
     if args.store in ("sqlite", "both"):
         with sqlite_target() as (url, fill):
-            curve("sqlite", url, fill, sizes, args.samples)
+            curve("sqlite", url, fill, sizes, args.samples, args.parked)
     if args.store in ("postgres", "both"):
         with postgres_target(args.database_url) as (url, fill):
-            curve("postgres", url, fill, sizes, args.samples)
+            curve("postgres", url, fill, sizes, args.samples, args.parked)
     return 0
 
 

@@ -342,14 +342,25 @@ LIMIT :limit {lock};
 -- Those writers lock queue rows before the partition row this lease pass
 -- holds, so waiting could deadlock; each of them lowers the partition hint
 -- once it commits, so the item is looked at again.)
--- Read in queue order through queue_by_partition_order, never a sort of all the
--- partition's due items (its cost would grow with the queue's depth): the unary
--- + keeps the planner off the available_at range of queue_by_partition, and
--- tests/integration/test_depth_plans.py holds the plan on both databases.
-SELECT run_id, function_id, ckey1, limit1, ckey2, limit2, throttle_key, fresh
-FROM queue WHERE partition_key = :key AND +available_at <= :now
+-- Two reads merged (migration 0020): never-leased runs in queue order through
+-- queue_by_partition_fresh (the unary + keeps the planner off the available_at
+-- range, which would read and sort every due item), and resumed runs by due
+-- time through queue_by_partition_resumed (sleeping and waiting ones are not
+-- read). Each is cheap at any depth; tests/integration/test_depth_plans.py
+-- holds the plans on both databases.
+SELECT run_id, function_id, ckey1, limit1, ckey2, limit2, throttle_key, fresh, sort_at FROM (
+    SELECT run_id, function_id, ckey1, limit1, ckey2, limit2, throttle_key, fresh, sort_at
+    FROM queue WHERE partition_key = :key AND fresh = 1 AND +available_at <= :now
+    ORDER BY sort_at, run_id LIMIT :limit {lock}
+) AS never_leased
+UNION ALL
+SELECT run_id, function_id, ckey1, limit1, ckey2, limit2, throttle_key, fresh, sort_at FROM (
+    SELECT run_id, function_id, ckey1, limit1, ckey2, limit2, throttle_key, fresh, sort_at
+    FROM queue WHERE partition_key = :key AND fresh = 0 AND available_at <= :now
+    ORDER BY sort_at, run_id LIMIT :limit {lock}
+) AS resumed
 ORDER BY sort_at, run_id
-LIMIT :limit {lock};
+LIMIT :limit;
 
 -- name: live_ckey1
 SELECT COUNT(*) AS n FROM queue WHERE ckey1 = :ckey AND owner IS NOT NULL AND available_at > :now;

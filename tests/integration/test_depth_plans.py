@@ -13,6 +13,7 @@ rows per partition and may sort them: see docs/benchmarks.md).
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Callable
 from typing import Any
@@ -34,9 +35,10 @@ def sqlite_plans(path: str) -> Plans:
     from stepstone.store.sqlite import DIALECT
 
     conn = sqlite3.connect(path)
-    conn.executemany(
-        "INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at) VALUES (?, 'f', 'f', 1, ?)",
-        ((f"r{i}", float(i)) for i in range(DEPTH)),
+    conn.executemany(  # DEPTH due runs never leased, DEPTH sleeping ones ahead of them
+        "INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at, fresh) "
+        "VALUES (?, 'f', 'f', ?, ?, ?)",
+        ((f"r{i}", 1.0 if i % 2 else 1e12, float(i), i % 2) for i in range(2 * DEPTH)),
     )
     conn.commit()
 
@@ -55,8 +57,9 @@ def postgres_plans(url: str) -> Plans:
     dialect: Dialect = PG
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
-            "INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at) "
-            "SELECT 'r' || g, 'f', 'f', 1, g FROM generate_series(1, %(depth)s::int) g",
+            "INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at, fresh) "
+            "SELECT 'r' || g, 'f', 'f', CASE WHEN mod(g, 2) = 1 THEN 1 ELSE 1e12 END, g, mod(g, 2) "
+            "FROM generate_series(1, 2 * %(depth)s::int) g",
             {"depth": DEPTH},
         )
         conn.execute("ANALYZE queue")  # as autovacuum does after a bulk insert
@@ -79,19 +82,40 @@ def plans(db_url: str) -> Plans:
     return postgres_plans(db_url)
 
 
-def scans_or_sorts(plan: list[str]) -> list[str]:
-    """The plan lines that read a whole table or sort: the cost that grows with depth."""
-    bad = ("SCAN queue", "TEMP B-TREE", "Seq Scan", "Sort")
-    return [line for line in plan if any(word in line for word in bad)]
+# where a subquery's plan starts or ends (SQLite: CO-ROUTINE ... SCAN; PostgreSQL: Subquery Scan)
+SUBQUERY = re.compile(r"(CO-ROUTINE|Subquery Scan on|SCAN) (never_leased|resumed)\b")
+SORTS = ("TEMP B-TREE", "Sort")  # SQLite, PostgreSQL
+SCANS = ("SCAN queue", "Seq Scan")
 
 
-def test_a_partitions_due_items_are_read_in_index_order(plans: Plans) -> None:
+def lines_with(plan: list[str], words: tuple[str, ...]) -> list[str]:
+    return [line for line in plan if any(word in line for word in words)]
+
+
+def branch(plan: list[str], name: str) -> list[str]:
+    """The plan lines of the subquery ``name``, up to the next subquery's."""
+    first = next(i for i, line in enumerate(plan) if (m := SUBQUERY.search(line)) and m[2] == name)
+    rest = plan[first + 1 :]
+    end = next((i for i, line in enumerate(rest) if SUBQUERY.search(line)), len(rest))
+    return plan[first : first + 1 + end]
+
+
+def test_a_partitions_never_leased_runs_are_read_in_index_order(plans: Plans) -> None:
     plan = plans("partition_items")
-    assert scans_or_sorts(plan) == [], plan
-    assert any("queue_by_partition_order" in line for line in plan), plan
+    assert lines_with(plan, SCANS) == [], plan
+    fresh = branch(plan, "never_leased")
+    assert lines_with(fresh, ("queue_by_partition_fresh",)), plan
+    assert lines_with(fresh, SORTS) == [], plan  # read in order: no sort of the due runs
+
+
+def test_a_partitions_resumed_runs_are_read_by_due_time(plans: Plans) -> None:
+    plan = plans("partition_items")
+    resumed = branch(plan, "resumed")
+    assert lines_with(resumed, ("queue_by_partition_resumed",)), plan  # sleeping runs are not read
+    assert lines_with(resumed, ("queue_by_partition ", "queue_by_partition)", "queue_by_due")) == [], plan
 
 
 def test_a_partitions_times_are_index_seeks(plans: Plans) -> None:
     plan = plans("partition_times")
-    assert scans_or_sorts(plan) == [], plan
+    assert lines_with(plan, SCANS + SORTS) == [], plan
     assert any("INDEX" in line.upper() for line in plan), plan

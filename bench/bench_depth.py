@@ -14,7 +14,7 @@ is what a worker's pass does (``scheduler.leasing.lease`` for ten runs plus
 ``next_due``), in its own transaction; a checkpoint is one completed step
 committed on a leased run. Each figure is the median of ``--samples`` passes.
 After each fill the database is settled (SQLite: the WAL checkpointed;
-PostgreSQL: VACUUM and CHECKPOINT), as a queue grown over time would be, so
+PostgreSQL: VACUUM ANALYZE and CHECKPOINT), as a queue grown over time would be, so
 the figures are not the bulk load's own write-back.
 """
 
@@ -57,15 +57,16 @@ def registry() -> Any:
 # -- filling the queue ------------------------------------------------------------------
 def fill_sqlite(path: str, start: int, stop: int, at: float) -> None:
     runs = ((f"r{i:08d}", NOW) for i in range(start, stop))
-    items = ((f"r{i:08d}", at, NOW - 1 + i * 1e-6) for i in range(start, stop))
+    fresh = int(at <= NOW)  # a run due later slept there: it was leased before
+    items = ((f"r{i:08d}", at, NOW - 1 + i * 1e-6, fresh) for i in range(start, stop))
     with sqlite3.connect(path) as conn:
         conn.executemany(
             "INSERT INTO runs (id, function_id, status, event_ids, created_at) VALUES (?, 'f', 'queued', '[]', ?)",
             runs,
         )
         conn.executemany(
-            "INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at) "
-            "VALUES (?, 'f', 'f', ?, ?)",
+            "INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at, fresh) "
+            "VALUES (?, 'f', 'f', ?, ?, ?)",
             items,
         )
     with sqlite3.connect(path) as conn:  # as a queue filled over time would have been
@@ -76,7 +77,7 @@ def fill_postgres(url: str, start: int, stop: int, at: float) -> None:
     import psycopg
 
     with psycopg.connect(url) as conn:
-        params = {"start": start, "stop": stop - 1, "now": NOW, "at": at}
+        params = {"start": start, "stop": stop - 1, "now": NOW, "at": at, "fresh": int(at <= NOW)}
         conn.execute(
             "INSERT INTO runs (id, function_id, status, event_ids, created_at) "
             "SELECT 'r' || lpad(g::text, 8, '0'), 'f', 'queued', '[]', %(now)s "
@@ -84,16 +85,17 @@ def fill_postgres(url: str, start: int, stop: int, at: float) -> None:
             params,
         )
         conn.execute(
-            "INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at) "
-            "SELECT 'r' || lpad(g::text, 8, '0'), 'f', 'f', %(at)s, %(now)s - 1 + g * 1e-6 "
+            "INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at, fresh) "
+            "SELECT 'r' || lpad(g::text, 8, '0'), 'f', 'f', %(at)s, %(now)s - 1 + g * 1e-6, %(fresh)s "
             "FROM generate_series(%(start)s::int, %(stop)s::int) g",
             params,
         )
     with psycopg.connect(url, autocommit=True) as conn:
         # What autovacuum and the checkpointer do after a bulk load, done before
-        # measuring rather than during it (no ANALYZE: the plans are the ones
-        # PostgreSQL picks before it has statistics for the new rows).
-        conn.execute("VACUUM queue, runs")
+        # measuring rather than during it. (Until autovacuum has analyzed the
+        # new rows the planner guesses a few per partition and may sort them:
+        # see docs/benchmarks.md.)
+        conn.execute("VACUUM ANALYZE queue, runs")
         conn.execute("CHECKPOINT")
 
 

@@ -56,9 +56,9 @@ def registry() -> Any:
 
 # -- filling the queue ------------------------------------------------------------------
 def fill_sqlite(path: str, start: int, stop: int, at: float) -> None:
-    runs = ((f"r{i:08d}", NOW) for i in range(start, stop))
+    runs = ((f"r{i:09d}", NOW) for i in range(start, stop))
     fresh = int(at <= NOW)  # a run due later slept there: it was leased before
-    items = ((f"r{i:08d}", at, NOW - 1 + i * 1e-6, fresh) for i in range(start, stop))
+    items = ((f"r{i:09d}", at, NOW - 1 + i * 1e-6, fresh) for i in range(start, stop))
     with sqlite3.connect(path) as conn:
         conn.executemany(
             "INSERT INTO runs (id, function_id, status, event_ids, created_at) VALUES (?, 'f', 'queued', '[]', ?)",
@@ -80,13 +80,13 @@ def fill_postgres(url: str, start: int, stop: int, at: float) -> None:
         params = {"start": start, "stop": stop - 1, "now": NOW, "at": at, "fresh": int(at <= NOW)}
         conn.execute(
             "INSERT INTO runs (id, function_id, status, event_ids, created_at) "
-            "SELECT 'r' || lpad(g::text, 8, '0'), 'f', 'queued', '[]', %(now)s "
+            "SELECT 'r' || lpad(g::text, 9, '0'), 'f', 'queued', '[]', %(now)s "
             "FROM generate_series(%(start)s::int, %(stop)s::int) g",
             params,
         )
         conn.execute(
             "INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at, fresh) "
-            "SELECT 'r' || lpad(g::text, 8, '0'), 'f', 'f', %(at)s, %(now)s - 1 + g * 1e-6, %(fresh)s "
+            "SELECT 'r' || lpad(g::text, 9, '0'), 'f', 'f', %(at)s, %(now)s - 1 + g * 1e-6, %(fresh)s "
             "FROM generate_series(%(start)s::int, %(stop)s::int) g",
             params,
         )

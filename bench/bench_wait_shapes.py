@@ -38,7 +38,12 @@ SHAPES: dict[str, tuple[str, Any, Any]] = {
         lambda i: {"k": i, "kind": "order"},
         lambda i: {"k": i, "kind": "order"},
     ),
-    "in a list": (
+    "run's value in event's list": (
+        "event.data.k in async.data.ks",
+        lambda i: {"k": i},
+        lambda i: {"ks": [i, -i - 1]},
+    ),
+    "event's value in run's list": (
         "async.data.k in event.data.ks",
         lambda i: {"ks": [i, -i - 1]},
         lambda i: {"k": i},

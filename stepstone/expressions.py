@@ -126,6 +126,16 @@ _EQUALITY = re.compile(
 )
 
 
+_MEMBERSHIP = re.compile(r"^\s*event\.data\.([A-Za-z_][\w.]*)\s+in\s+async\.data\.([A-Za-z_][\w.]*)\s*$")
+
+
+def membership_shape(source: str) -> tuple[str, str] | None:
+    """For ``event.data.Y in async.data.X`` (the waiting run's value among the
+    incoming event's list elements or map keys) return ``("X", "Y")``."""
+    match = _MEMBERSHIP.match(source)
+    return None if match is None else (match.group(2), match.group(1))
+
+
 def equality_shape(source: str) -> tuple[str, str] | None:
     """For ``async.data.X == event.data.Y`` (either order) return ``("X", "Y")``."""
     match = _EQUALITY.match(source)

@@ -4,8 +4,10 @@ A wait whose condition is (or contains, joined by ``&&``) the equality
 ``async.data.X == event.data.Y`` is indexed: its row stores ``X`` and the index
 value of the waiting run's ``event.data.Y``, so an incoming event is matched
 with one indexed probe per distinct ``X`` in use for its name, whatever the
-number of waiting runs. Other conditions are evaluated on every wait for the
-event name.
+number of waiting runs. So is (failing an equality) the membership
+``event.data.Y in async.data.X``: its row's key is ``in:X`` and an incoming event
+probes once per distinct element (list) or key (map) of its ``X``. Other
+conditions are evaluated on every wait for the event name.
 
 The index only narrows the candidates; the condition, evaluated with CEL,
 decides. So the index value must give CEL-equal values the same text
@@ -29,12 +31,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from stepstone import serde
-from stepstone.expressions import compile_expression, compile_stored, equality_shape
+from stepstone.expressions import compile_expression, compile_stored, equality_shape, membership_shape
 from stepstone.store.base import Tx, WaitsTx
 from stepstone.store.rows import StepStatus, WaitKind, WaitRow
 
 MATCH_VARS = frozenset({"event", "async"})
 LOOKBACK_SCAN = 1000  # events a lookback examines at most, oldest first
+MEMBER = "in:"  # a match key naming a membership (field paths never contain ':')
 NEVER = "!missing"  # an index value no probe carries (canonical JSON never starts with '!')
 _MISSING = object()
 
@@ -116,14 +119,11 @@ def build_wait(
     key, value, expression = "", "", condition
     if condition is not None:
         compile_expression(condition, field=field, variables=MATCH_VARS)
-        conjuncts = split_conjuncts(condition)
-        for conjunct in conjuncts:
-            shape = equality_shape(conjunct)
-            if shape is not None:
-                key = shape[0]
-                expected = _lookup((run_event or {}).get("data"), shape[1])
-                value = NEVER if expected is _MISSING else index_value(expected)
-                break
+        indexed = _indexed_shape(split_conjuncts(condition))
+        if indexed is not None:
+            key = indexed[0]
+            expected = _lookup((run_event or {}).get("data"), indexed[1])
+            value = NEVER if expected is _MISSING else index_value(expected)
     return WaitRow(
         run_id=run_id,
         step_id=step_id,
@@ -138,6 +138,20 @@ def build_wait(
     )
 
 
+def _indexed_shape(conjuncts: list[str]) -> tuple[str, str] | None:
+    """(match key, the waiting run's field) of the first equality among
+    ``conjuncts`` (one probe), else of the first membership (one per element)."""
+    for conjunct in conjuncts:
+        shape = equality_shape(conjunct)
+        if shape is not None:
+            return shape
+    for conjunct in conjuncts:
+        shape = membership_shape(conjunct)
+        if shape is not None:
+            return MEMBER + shape[0], shape[1]
+    return None
+
+
 def match_event(
     tx: WaitsTx,
     name: str,
@@ -148,13 +162,11 @@ def match_event(
 ) -> None:
     """Resolve every wait the event satisfies (each exactly once)."""
     for key in tx.wait_keys(name):
-        value = _probe(data, key)
-        if value is None:
-            continue
-        for wait in tx.match_waits(name, key, value, now):
-            # A wait on several names has a row per name: claiming deletes them all.
-            if _holds(wait, variables["event"]) and tx.claim_step_waits(wait.run_id, wait.step_id):
-                on_match(wait)
+        for value in _probes(data, key):
+            for wait in tx.match_waits(name, key, value, now):
+                # A wait on several names has a row per name: claiming deletes them all.
+                if _holds(wait, variables["event"]) and tx.claim_step_waits(wait.run_id, wait.step_id):
+                    on_match(wait)
 
 
 def _holds(wait: WaitRow, incoming: dict[str, Any]) -> bool:
@@ -192,10 +204,17 @@ def earlier_event(tx: Tx, waits: Sequence[WaitRow], since: float, now: float) ->
     return None
 
 
-def _probe(data: dict[str, Any], key: str) -> str | None:
-    """The index value to look up for ``key``; ``None`` when the event lacks the
-    field (the equality is then an error in CEL: no wait on ``key`` can match)."""
+def _probes(data: dict[str, Any], key: str) -> list[str]:
+    """The index values to look up for ``key``: none when the event lacks the
+    field (the equality or membership is then an error in CEL: no wait on
+    ``key`` can match), or when a membership's field is neither list nor map."""
     if not key:
-        return ""
-    found = _lookup(data, key)
-    return None if found is _MISSING else index_value(found)
+        return [""]
+    found = _lookup(data, key.removeprefix(MEMBER))
+    if found is _MISSING:
+        return []
+    if not key.startswith(MEMBER):
+        return [index_value(found)]
+    if isinstance(found, list | dict):
+        return sorted({index_value(item) for item in found})  # a map: its keys
+    return []

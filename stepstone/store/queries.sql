@@ -366,10 +366,25 @@ LIMIT :limit {lock};
 -- Those writers lock queue rows before the partition row this lease pass
 -- holds, so waiting could deadlock; each of them lowers the partition hint
 -- once it commits, so the item is looked at again.)
-SELECT run_id, function_id, ckey1, limit1, ckey2, limit2, throttle_key, fresh
-FROM queue WHERE partition_key = :key AND available_at <= :now
+-- Two reads merged (migration 0020): never-leased runs in queue order through
+-- queue_by_partition_fresh (the unary + keeps the planner off the available_at
+-- range, which would read and sort every due item), and resumed runs by due
+-- time through queue_by_partition_resumed (sleeping and waiting ones are not
+-- read). Each is cheap at any depth; tests/integration/test_depth_plans.py
+-- holds the plans on both databases.
+SELECT run_id, function_id, ckey1, limit1, ckey2, limit2, throttle_key, fresh, sort_at FROM (
+    SELECT run_id, function_id, ckey1, limit1, ckey2, limit2, throttle_key, fresh, sort_at
+    FROM queue WHERE partition_key = :key AND fresh = 1 AND +available_at <= :now
+    ORDER BY sort_at, run_id LIMIT :limit {lock}
+) AS never_leased
+UNION ALL
+SELECT run_id, function_id, ckey1, limit1, ckey2, limit2, throttle_key, fresh, sort_at FROM (
+    SELECT run_id, function_id, ckey1, limit1, ckey2, limit2, throttle_key, fresh, sort_at
+    FROM queue WHERE partition_key = :key AND fresh = 0 AND available_at <= :now
+    ORDER BY sort_at, run_id LIMIT :limit {lock}
+) AS resumed
 ORDER BY sort_at, run_id
-LIMIT :limit {lock};
+LIMIT :limit;
 
 -- name: live_ckey1
 SELECT COUNT(*) AS n FROM queue WHERE ckey1 = :ckey AND owner IS NOT NULL AND available_at > :now;
@@ -384,9 +399,10 @@ WHERE run_id = :run_id
 RETURNING run_id, epoch, cancel_requested, start_deadline;
 
 -- name: partition_times
--- (A plain read: it sees the rows a lease pass skipped as locked.)
-SELECT MIN(CASE WHEN available_at > :now THEN available_at END) AS next_at, MIN(available_at) AS first_at
-FROM queue WHERE partition_key = :key;
+-- (A plain read: it sees the rows a lease pass skipped as locked. Two index
+-- seeks on queue_by_partition, not a pass over the partition's items.)
+SELECT (SELECT MIN(available_at) FROM queue WHERE partition_key = :key AND available_at > :now) AS next_at,
+       (SELECT MIN(available_at) FROM queue WHERE partition_key = :key) AS first_at;
 
 -- name: settle_partition
 UPDATE partitions SET next_at = :next_at, last_served = :now WHERE key = :key;

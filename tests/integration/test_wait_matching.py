@@ -177,6 +177,52 @@ def test_cancel_on_through_send_ignores_events_lacking_the_field(make_app: Calla
     assert app.runs.get(runs[no_user]).status == "queued"
 
 
+MEMBERSHIP = "event.data.y in async.data.x"
+
+
+def test_a_membership_is_indexed_and_an_equality_preferred() -> None:
+    def key_of(condition: str) -> str:
+        wait = build_wait(
+            run_id="r",
+            step_id="w",
+            kind=WaitKind.EVENT,
+            event_name="reply",
+            condition=condition,
+            run_event=run_event("r", {"y": 1, "z": 2}),
+            now=NOW,
+            expires_at=None,
+            field="if_",
+        )
+        return f"{wait.match_key}={wait.match_value}"
+
+    assert key_of(MEMBERSHIP) == "in:x=1"
+    assert key_of(f"true && {MEMBERSHIP}") == "in:x=1"
+    assert key_of(f"{MEMBERSHIP} && async.data.k == event.data.z") == "k=2"  # one probe, not one per element
+    assert key_of("async.data.x in event.data.y") == "="  # the run's list: not indexed
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_membership_matches_elements_and_map_keys_as_cel_does(store: Store, kind: str) -> None:
+    assert engine_says(store, kind, MEMBERSHIP, 2, [1, 2.0, 3])
+    assert engine_says(store, kind, MEMBERSHIP, "b", {"a": 1, "b": 2})
+    assert engine_says(store, kind, MEMBERSHIP, [1], [[1.0], 2])
+    assert not engine_says(store, kind, MEMBERSHIP, 4, [1, 2, 3])
+    assert not engine_says(store, kind, MEMBERSHIP, 1, {"1": 1})  # a map's keys are strings here
+    assert not engine_says(store, kind, MEMBERSHIP, True, [1])  # CEL: a bool is no number
+    assert not engine_says(store, kind, MEMBERSHIP, "a", "abc")  # not a list or map: CEL errs
+    assert not engine_says(store, kind, MEMBERSHIP, 1, MISSING)
+    assert not engine_says(store, kind, MEMBERSHIP, MISSING, [1])
+
+
+def test_an_event_listing_many_waits_resolves_each_once(store: Store) -> None:
+    reply = f"reply-{next(_ids)}"
+    runs = {y: park(store, "event", reply, MEMBERSHIP, {"y": y}) for y in range(5)}
+    deliver(store, reply, {"x": [0, 1, 1.0, 3, 9]})
+    assert {y for y, run_id in runs.items() if resolved(store, "event", run_id)} == {0, 1, 3}
+    deliver(store, reply, {"x": [2, 4]})
+    assert all(resolved(store, "event", run_id) for run_id in runs.values())
+
+
 # -- the class: the engine agrees with CEL on every pair of values ---------------------------------
 
 SCALARS = st.one_of(
@@ -233,9 +279,15 @@ def twin(value: Any) -> Any:
     return value
 
 
-PAIRS = st.one_of(st.tuples(MAYBE, MAYBE), MAYBE.map(lambda v: (v, v)), MAYBE.map(lambda v: (v, twin(v))))
+PAIRS = st.one_of(
+    st.tuples(MAYBE, MAYBE),
+    MAYBE.map(lambda v: (v, v)),
+    MAYBE.map(lambda v: (v, twin(v))),
+    st.tuples(VALUES, st.lists(VALUES, max_size=2)).map(lambda p: (p[0], [*p[1], twin(p[0])])),
+    st.tuples(st.sampled_from(["a", "1", 1]), VALUES).map(lambda p: (p[0], {"a": p[1], "1": p[1]})),
+)
 CONDITIONS = st.sampled_from(
-    [EQUALITY, "event.data.y == async.data.x", "async.data.x == event.data.y && true"]
+    [EQUALITY, "event.data.y == async.data.x", "async.data.x == event.data.y && true", MEMBERSHIP]
 )
 
 

@@ -1,0 +1,137 @@
+"""Cost in wait count by condition shape (issue 18, target 3): matching one
+incoming event against 10 and against 100,000 waiting runs, for each common
+shape of ``if_`` condition, as a ratio measured in the same run.
+
+    .venv/bin/python bench/bench_wait_shapes.py [--waits 100000] [--samples 3]
+
+The waits are written straight through the store (``build_wait`` and
+``insert_wait`` in one transaction), not by parking real runs: only their
+number and condition matter here. A send is what ingestion does to match an
+event (``runtime.waits.match_event`` in one write transaction); each resolves
+exactly one wait.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+from stepstone.runtime.waits import build_wait, match_event
+from stepstone.store import make_store
+from stepstone.store.base import Store, Tx
+from stepstone.store.rows import WaitKind, WaitRow
+
+NOW = time.time()
+# shape name -> (condition, the waiting run's event data for wait i, the incoming data resolving wait i)
+SHAPES: dict[str, tuple[str, Any, Any]] = {
+    "equality (indexed)": (
+        "async.data.k == event.data.k",
+        lambda i: {"k": i},
+        lambda i: {"k": i},
+    ),
+    "&& of equalities (indexed)": (
+        "async.data.k == event.data.k && async.data.kind == event.data.kind",
+        lambda i: {"k": i, "kind": "order"},
+        lambda i: {"k": i, "kind": "order"},
+    ),
+    "run's value in event's list": (
+        "event.data.k in async.data.ks",
+        lambda i: {"k": i},
+        lambda i: {"ks": [i, -i - 1]},
+    ),
+    "event's value in run's list": (
+        "async.data.k in event.data.ks",
+        lambda i: {"ks": [i, -i - 1]},
+        lambda i: {"k": i},
+    ),
+    "string prefix": (
+        "async.data.path.startsWith(event.data.prefix)",
+        lambda i: {"prefix": f"/orders/{i}/"},
+        lambda i: {"path": f"/orders/{i}/paid"},
+    ),
+    "comparison": (
+        "async.data.n > event.data.n && async.data.n < event.data.n + 1",
+        lambda i: {"n": i},
+        lambda i: {"n": i + 0.5},
+    ),
+}
+
+
+def park(store: Store, condition: str, run_event: Any, count: int) -> None:
+    def op(tx: Tx) -> None:
+        for i in range(count):
+            tx.insert_wait(
+                build_wait(
+                    run_id=f"r{i}",
+                    step_id="done",
+                    kind=WaitKind.EVENT,
+                    event_name="bench.done",
+                    condition=condition,
+                    run_event={"name": "bench.start", "data": run_event(i)},
+                    now=NOW,
+                    expires_at=None,
+                    field="if_",
+                )
+            )
+
+    store.transact_sync(op)
+
+
+def send(store: Store, data: dict[str, Any], n: int) -> list[WaitRow]:
+    """Match one incoming event (its own write transaction, as ingestion)."""
+    variables = {"event": {"name": "bench.done", "data": data, "id": f"e{n}", "ts": 0}}
+    matched: list[WaitRow] = []
+    store.transact_sync(lambda tx: match_event(tx, "bench.done", data, variables, NOW, matched.append))
+    return matched
+
+
+def send_cost(store: Store, incoming: Any, count: int, samples: int) -> float:
+    costs = []
+    for n in range(samples):
+        i = count - 1 - n * max(1, count // samples)
+        t = time.perf_counter()
+        matched = send(store, incoming(i), n)
+        costs.append(time.perf_counter() - t)
+        assert [w.run_id for w in matched] == [f"r{i}"], matched
+    return statistics.median(costs)
+
+
+def measure(url_of: Any, shape: str, count: int, samples: int) -> float:
+    condition, run_event, incoming = SHAPES[shape]
+    store = make_store(url_of())
+    try:
+        store.migrate()
+        park(store, condition, run_event, count)
+        return send_cost(store, incoming, count, samples)
+    finally:
+        store.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--waits", type=int, default=100_000)
+    parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--shape", choices=sorted(SHAPES), action="append")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        names = iter(range(1_000_000))
+
+        def url_of() -> str:
+            return f"sqlite:///{folder}/waits{next(names)}.db"
+
+        print(f"{'shape':<28} {'10 waits':>10} {args.waits:>9,} waits  ratio")
+        for shape in args.shape or SHAPES:
+            small = measure(url_of, shape, 10, 10)
+            big = measure(url_of, shape, args.waits, args.samples)
+            print(
+                f"{shape:<28} {small * 1e3:>7.2f} ms {big * 1e3:>10.2f} ms {big / small:>6.1f}x", flush=True
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

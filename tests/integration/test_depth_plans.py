@@ -1,0 +1,123 @@
+"""The plans of a lease pass's partition reads (issue 18: flat in queue depth).
+
+A lease pass reads a partition's first due items in queue order and, settling
+it, the partition's earliest times. Both must stay index seeks that read a few
+entries however deep the queue is: a sequential scan or a sort of the
+partition's items made a lease pass cost ~1 s with a million queued runs. These
+tests EXPLAIN the statements as the store sends them, over a deep partition,
+on both databases, so a change to the query or the indexes cannot silently
+bring that back. SQLite plans without statistics (nothing runs ANALYZE on it);
+PostgreSQL with them, as autovacuum keeps them (without any, it guesses a few
+rows per partition and may sort them: see docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from stepstone.store import make_store
+from stepstone.store.sqlbase import Dialect
+
+DEPTH = 50_000  # deep enough that a scan or a sort is not the cheap plan
+LEASE_READS: dict[str, dict[str, Any]] = {
+    "partition_items": {"key": "f", "now": 1e10, "limit": 26},
+    "partition_times": {"key": "f", "now": 1e10},
+}
+Plans = Callable[[str], list[str]]
+
+
+def sqlite_plans(path: str) -> Plans:
+    from stepstone.store.sqlite import DIALECT
+
+    conn = sqlite3.connect(path)
+    conn.executemany(  # DEPTH due runs never leased, DEPTH sleeping ones ahead of them
+        "INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at, fresh) "
+        "VALUES (?, 'f', 'f', ?, ?, ?)",
+        ((f"r{i}", 1.0 if i % 2 else 1e12, float(i), i % 2) for i in range(2 * DEPTH)),
+    )
+    conn.commit()
+
+    def plan(name: str) -> list[str]:
+        rows = conn.execute("EXPLAIN QUERY PLAN " + DIALECT.sql(name), LEASE_READS[name]).fetchall()
+        return [str(row[3]) for row in rows]
+
+    return plan
+
+
+def postgres_plans(url: str) -> Plans:
+    import psycopg
+
+    from stepstone.store.postgres import DIALECT as PG  # type: ignore[import-not-found,unused-ignore]
+
+    dialect: Dialect = PG
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at, fresh) "
+            "SELECT 'r' || g, 'f', 'f', CASE WHEN mod(g, 2) = 1 THEN 1 ELSE 1e12 END, g, mod(g, 2) "
+            "FROM generate_series(1, 2 * %(depth)s::int) g",
+            {"depth": DEPTH},
+        )
+        conn.execute("ANALYZE queue")  # as autovacuum does after a bulk insert
+
+    def plan(name: str) -> list[str]:
+        with psycopg.connect(url) as conn:
+            rows = conn.execute(("EXPLAIN " + dialect.sql(name)).encode(), LEASE_READS[name]).fetchall()
+        return [str(row[0]).strip() for row in rows]
+
+    return plan
+
+
+@pytest.fixture
+def plans(db_url: str) -> Plans:
+    store = make_store(db_url)
+    store.migrate()
+    store.close()
+    if db_url.startswith("sqlite:"):
+        return sqlite_plans(db_url.removeprefix("sqlite:///"))  # no statistics: nothing runs ANALYZE
+    return postgres_plans(db_url)
+
+
+# where a subquery's plan starts or ends (SQLite: CO-ROUTINE ... SCAN; PostgreSQL: Subquery Scan)
+SUBQUERY = re.compile(r"(CO-ROUTINE|Subquery Scan on|SCAN) (never_leased|resumed)\b")
+SORTS = ("TEMP B-TREE", "Sort")  # SQLite, PostgreSQL
+SCANS = ("SCAN queue", "Seq Scan")
+
+
+def lines_with(plan: list[str], words: tuple[str, ...]) -> list[str]:
+    return [line for line in plan if any(word in line for word in words)]
+
+
+def branch(plan: list[str], name: str) -> list[str]:
+    """The plan lines of the subquery ``name``, up to the next subquery's."""
+    first = next(i for i, line in enumerate(plan) if (m := SUBQUERY.search(line)) and m[2] == name)
+    rest = plan[first + 1 :]
+    end = next((i for i, line in enumerate(rest) if SUBQUERY.search(line)), len(rest))
+    return plan[first : first + 1 + end]
+
+
+def test_a_partitions_never_leased_runs_are_read_in_index_order(plans: Plans) -> None:
+    plan = plans("partition_items")
+    assert lines_with(plan, SCANS) == [], plan
+    fresh = branch(plan, "never_leased")
+    assert lines_with(fresh, ("queue_by_partition_fresh",)), plan
+    assert lines_with(fresh, SORTS) == [], plan  # read in order: no sort of the due runs
+
+
+def test_a_partitions_resumed_runs_are_read_by_due_time(plans: Plans) -> None:
+    plan = plans("partition_items")
+    resumed = branch(plan, "resumed")
+    assert lines_with(resumed, ("queue_by_partition_resumed",)), plan  # sleeping runs are not read
+    assert lines_with(resumed, ("queue_by_partition ", "queue_by_partition)", "queue_by_due")) == [], plan
+
+
+def test_a_partitions_times_are_index_seeks(plans: Plans) -> None:
+    plan = plans("partition_times")
+    assert lines_with(plan, SCANS + SORTS) == [], plan
+    # the earliest future item is a seek past :now, not a pass over the partition
+    seeks = [line for line in plan if "INDEX" in line.upper() or "Index Cond" in line]
+    assert any(re.search(r"available_at ?> ?", line) for line in seeks), plan

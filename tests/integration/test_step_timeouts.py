@@ -50,7 +50,7 @@ def test_an_async_step_past_its_timeout_is_cancelled_and_retried(app: ss.App) ->
     assert cancelled.is_set() and attempts == [0, 1]
     assert run.steps[0].attempts == 2
     [timed_out] = [s for s in app.runs.trace(run.id) if s.kind == "step" and s.status == "retrying"]
-    assert timed_out.name == "charge" and timed_out.attempt == 0
+    assert timed_out.name == "charge" and timed_out.attempt == 1  # attempts count from 1
     assert timed_out.error is not None and timed_out.error.type == "StepTimeoutError"
     assert "200ms" not in timed_out.error.message and "0.2s" in timed_out.error.message
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -51,6 +52,23 @@ def load_app(target: str) -> App:
 
 def resolve_url(url: str | None) -> str:
     return url or os.environ.get("STEPSTONE_DATABASE_URL") or DEFAULT_DATABASE_URL
+
+
+class JsonObject(click.ParamType[dict[str, Any]]):
+    """An option whose value is a JSON object (``'{"a": 1}'``), parsed into a dict."""
+
+    name = "JSON"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> dict[str, Any]:
+        if isinstance(value, dict):
+            return value
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError as exc:
+            self.fail(f"not JSON: {exc}", param, ctx)
+        if not isinstance(parsed, dict):
+            self.fail("must be a JSON object", param, ctx)
+        return parsed
 
 
 def guard(action: Callable[[], Any]) -> None:

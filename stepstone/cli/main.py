@@ -6,7 +6,7 @@ import logging
 
 import click
 
-from stepstone.cli import events, inventory, runs, serve, worker
+from stepstone.cli import events, inventory, runs, serve, stats, worker
 
 
 @click.group()
@@ -23,6 +23,7 @@ for command in (
     runs.runs,
     inventory.functions,
     inventory.workers,
+    stats.stats,
     serve.server,
     serve.dev,
 ):

@@ -30,13 +30,16 @@ from stepstone.store.rows import (
     KeyBacklogRow,
     LeasedRun,
     NewRun,
+    Pruned,
     QueueItem,
     QueueSpec,
     RunCountRow,
     RunFilter,
     RunRow,
+    RunStatus,
     SpanRow,
     StepRow,
+    TableSize,
     TimedOut,
     TimelineRow,
     WaitRow,
@@ -442,6 +445,47 @@ class Tx(Protocol):
         ``seconds`` (``store/usertx.py``): if it raises or runs too long, its
         writes are rolled back and the error is raised; else they commit with
         the transaction."""
+        ...
+
+    # --- database size and retention (issue 17) -------------------------------------------
+    def table_sizes(self) -> list[TableSize]:
+        """Every table with its exact row count and the bytes it and its indexes
+        take on disk (``None`` where the database cannot measure them)."""
+        ...
+
+    def database_bytes(self) -> int:
+        """The whole database's size on disk (SQLite: pages times page size)."""
+        ...
+
+    def oldest_ended_run(self, ended: Sequence[RunStatus]) -> RunRow | None:
+        """The run that ended first among those with an ``ended`` status."""
+        ...
+
+    def prunable_runs(self, cutoff: float, ended: Sequence[RunStatus], limit: int) -> list[str]:
+        """Up to ``limit`` ids of runs with an ``ended`` status that ended before
+        ``cutoff``, oldest first, less those a live run invoked or waits on."""
+        ...
+
+    def delete_runs(self, run_ids: Sequence[str], cutoff: float, ended: Sequence[RunStatus]) -> Pruned:
+        """Delete these runs (each only if it still ended before ``cutoff``) with
+        their steps, spans, event links, waits and queue rows."""
+        ...
+
+    def prune_events(self, cutoff: float, limit: int) -> int:
+        """Delete up to ``limit`` events received before ``cutoff`` that no run links to."""
+        ...
+
+    def prune_dedupe(self, now: float, limit: int) -> int:
+        """Delete up to ``limit`` dedupe keys expired at ``now``."""
+        ...
+
+    def prune_gcra(self, before: float, limit: int) -> int:
+        """Delete up to ``limit`` GCRA cells idle since ``before`` (their arrival
+        time is past: a missing cell acts the same)."""
+        ...
+
+    def prune_wait_keys(self, limit: int) -> int:
+        """Delete up to ``limit`` wait keys no wait uses any more."""
         ...
 
 

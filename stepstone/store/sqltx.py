@@ -2,7 +2,8 @@
 
 Queries live in ``queries.sql`` and run through ``sqlbase`` (a ``Dialect``
 adapts parameter style, lists and row locking); the worker registry, operator
-views and jobs are in ``sqlviews``. Both stores hand this class a DB-API
+views and jobs are in ``sqlviews``, database size and retention deletes in
+``sqlretention``. Both stores hand this class a DB-API
 connection already inside a transaction.
 """
 
@@ -31,13 +32,14 @@ from stepstone.store.rows import (
     TimedOut,
     WaitRow,
 )
+from stepstone.store.sqlretention import SqlRetention
 from stepstone.store.sqlviews import SqlViews
 from stepstone.store.usertx import run_in_savepoint
 
 T = TypeVar("T")
 
 
-class SqlTx(SqlViews):
+class SqlTx(SqlViews, SqlRetention):
     """Implements ``stepstone.store.base.Tx`` on one open transaction."""
 
     # -- functions ----------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -52,6 +52,12 @@ class _Metrics:
             buckets=_DELAY_BUCKETS,
             registry=self.registry,
         )
+        self.pruned = Counter(
+            "stepstone_pruned_rows",
+            "Rows deleted by retention and by the pruning of expired keys and cells, by table",
+            ["table"],
+            registry=self.registry,
+        )
 
 
 try:
@@ -74,6 +80,13 @@ def run_finished(function_id: str, status: str) -> None:
 def step_finished(function_id: str, seconds: float) -> None:
     if _metrics is not None:
         _metrics.step_duration.labels(function_id).observe(max(0.0, seconds))
+
+
+def pruned(counts: Mapping[str, int]) -> None:
+    if _metrics is not None:
+        for table, n in counts.items():
+            if n:
+                _metrics.pruned.labels(table).inc(n)
 
 
 @dataclass(frozen=True)

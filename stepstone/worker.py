@@ -50,11 +50,14 @@ from stepstone.scheduler.maintenance import (
     schedules_of,
     timeouts_op,
 )
+from stepstone.scheduler.retention import prune_plan
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import ENDED_STATUSES, LeasedRun, WorkerRow
 
 log = logging.getLogger("stepstone.worker")
-PRUNE_EVERY = 600.0  # seconds between deletions of expired dedupe keys
+PRUNE_EVERY = 600.0  # seconds between retention passes (at most half the retention)
+PRUNE_AGAIN = 1.0  # seconds before a pass that stopped at BATCHES_PER_DUTY goes on
+BATCHES_PER_DUTY = 10  # retention batches per duty: leasing goes on between them
 DUTY_RETRY = 1.0  # seconds before failed duties are tried again
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 5.0  # seconds a loop pauses after unexpected failures
 STORE_RETRY = 0.5  # seconds the lease loop pauses while the database fails
@@ -82,6 +85,7 @@ class Worker:
         on_run_end: Callable[[str], Any] | None = None,
         matcher: Callable[[], Registry] | None = None,
         middleware: Sequence[Middleware] = (),
+        retention: float | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -102,6 +106,7 @@ class Worker:
         self.on_run_end = on_run_end
         self.matcher = matcher or (lambda: registry)
         self.middleware = tuple(middleware)
+        self.retention = retention
         self.threads = ThreadPoolExecutor(max_workers=concurrency + 4, thread_name_prefix="stepstone")
         self.inflight: dict[str, asyncio.Task[Any]] = {}
         # run id -> time.monotonic() until which its lease is known to be live:
@@ -115,7 +120,7 @@ class Worker:
         self._more = False
         self._due: float | None = None
         self._duty_due: float | None = clock.now()  # run duties (cron, timeouts) at start
-        self._pruned_at = 0.0
+        self._prune_due = clock.now()  # a retention pass at start, then every _prune_every()
         self._tasks: list[asyncio.Task[Any]] = []
         self._token: Any = None  # the store's change token as the lease loop last saw it
         self._suspects: set[str] = set()  # runs whose lease the last heartbeat did not extend
@@ -270,7 +275,8 @@ class Worker:
         if free > 0 and self._want_lease:
             self._want_lease = False
             try:
-                leased, self._due, self._duty_due = await self._lease(free)
+                leased, self._due, duty_due = await self._lease(free)
+                self._duty_due = self._next_duty(duty_due)
             except BaseException:
                 self._want_lease = True  # the retry leases again
                 raise
@@ -320,10 +326,10 @@ class Worker:
             if crons:
                 await self.store.transact(cron_op(crons, now, matcher))
             await self.store.transact(timeouts_op(now, matcher))
-            if now - self._pruned_at > PRUNE_EVERY:
-                self._pruned_at = now
-                await self.store.transact(lambda tx: tx.prune_keys(now))
-            self._duty_due = await self.store.read(next_duty_op(self._schedules()))
+            if now >= self._prune_due:
+                finished = await self._prune(now)
+                self._prune_due = now + (self._prune_every() if finished else PRUNE_AGAIN)
+            self._duty_due = self._next_duty(await self.store.read(next_duty_op(self._schedules())))
         except StoreError as exc:
             log.warning("worker %s: periodic duties failed (%s); retrying", self.id, exc)
             self._duty_due = now + DUTY_RETRY
@@ -332,6 +338,26 @@ class Worker:
             raise
         finally:
             self._want_lease = True
+
+    async def _prune(self, now: float) -> bool:
+        """Up to ``BATCHES_PER_DUTY`` retention batches; True when nothing is left."""
+        plan = prune_plan(self.retention, now)
+        op = next(plan)
+        for _ in range(BATCHES_PER_DUTY):
+            batch = await self.store.transact(op)
+            metrics.pruned(batch[0].counts)
+            try:
+                op = plan.send(batch)
+            except StopIteration:
+                return True
+        return False
+
+    def _prune_every(self) -> float:
+        return PRUNE_EVERY if self.retention is None else min(PRUNE_EVERY, self.retention / 2)
+
+    def _next_duty(self, due: float | None) -> float:
+        """The next duty: the store's (cron ticks, deadlines) or the next retention pass."""
+        return self._prune_due if due is None else min(due, self._prune_due)
 
     async def _idle(self, token: Any) -> Any:
         """Wait until a lease is warranted; returns the latest change token."""

@@ -6,7 +6,7 @@ import logging
 
 import click
 
-from stepstone.cli import events, inventory, runs, serve, stats, worker
+from stepstone.cli import events, inventory, prune, runs, serve, stats, worker
 
 
 @click.group()
@@ -24,6 +24,7 @@ for command in (
     inventory.functions,
     inventory.workers,
     stats.stats,
+    prune.prune,
     serve.server,
     serve.dev,
 ):

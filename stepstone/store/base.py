@@ -360,10 +360,6 @@ class Tx(Protocol):
         """Drop a claim if ``ref`` still holds it."""
         ...
 
-    def prune_keys(self, now: float) -> None:
-        """Delete expired claims."""
-        ...
-
     # --- workers ----------------------------------------------------------------------
     def upsert_worker(self, worker: WorkerRow) -> None: ...
 

@@ -32,9 +32,6 @@ SELECT ref FROM dedupe WHERE key = :key AND expires_at > :now;
 -- name: release_key
 DELETE FROM dedupe WHERE key = :key AND ref = :ref;
 
--- name: prune_keys
-DELETE FROM dedupe WHERE expires_at <= :now;
-
 -- name: insert_event
 INSERT INTO events (id, name, data, ts, received_at, trace)
 VALUES (:id, :name, :data, :ts, :now, :trace)

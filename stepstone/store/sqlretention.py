@@ -56,7 +56,7 @@ class SqlRetention(SqlPlumbing):
 
     def delete_runs(self, run_ids: Sequence[str], cutoff: float, ended: Sequence[RunStatus]) -> Pruned:
         if not run_ids:
-            return Pruned()
+            return Pruned(counts={"runs": 0})
         lists: dict[str, list[str]] = {"run_ids": list(run_ids), "statuses": list(ended)}
         gone = [row["id"] for row in self._exec("delete_runs", {"cutoff": cutoff}, lists).fetchall()]
         counts = {"runs": len(gone)}

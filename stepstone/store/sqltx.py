@@ -68,9 +68,6 @@ class SqlTx(SqlViews, SqlRetention):
     def release_key(self, key: str, ref: str) -> None:
         self._exec("release_key", {"key": key, "ref": ref})
 
-    def prune_keys(self, now: float) -> None:
-        self._exec("prune_keys", {"now": now})
-
     # -- events and runs -------------------------------------------------------------
     def insert_event(
         self, event_id: str, name: str, data: str, ts: int, now: float, trace: str | None = None

@@ -25,6 +25,7 @@ expiries) wake it at the next due time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -50,14 +51,12 @@ from stepstone.scheduler.maintenance import (
     schedules_of,
     timeouts_op,
 )
-from stepstone.scheduler.retention import prune_plan
+from stepstone.scheduler.retention import REST, prune_plan
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import ENDED_STATUSES, LeasedRun, WorkerRow
 
 log = logging.getLogger("stepstone.worker")
 PRUNE_EVERY = 600.0  # seconds between retention passes (at most half the retention)
-PRUNE_AGAIN = 1.0  # seconds before a pass that stopped at BATCHES_PER_DUTY goes on
-BATCHES_PER_DUTY = 10  # retention batches per duty: leasing goes on between them
 DUTY_RETRY = 1.0  # seconds before failed duties are tried again
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 5.0  # seconds a loop pauses after unexpected failures
 STORE_RETRY = 0.5  # seconds the lease loop pauses while the database fails
@@ -120,7 +119,6 @@ class Worker:
         self._more = False
         self._due: float | None = None
         self._duty_due: float | None = clock.now()  # run duties (cron, timeouts) at start
-        self._prune_due = clock.now()  # a retention pass at start, then every _prune_every()
         self._tasks: list[asyncio.Task[Any]] = []
         self._token: Any = None  # the store's change token as the lease loop last saw it
         self._suspects: set[str] = set()  # runs whose lease the last heartbeat did not extend
@@ -150,6 +148,10 @@ class Worker:
             # the heartbeat's own interval paces its retries during an outage
             asyncio.create_task(
                 self._forever("heartbeat", self._heartbeat_once, 0.0), name=f"stepstone-heartbeat-{self.id}"
+            ),
+            asyncio.create_task(
+                self._forever("retention", self._prune_once, STORE_RETRY),
+                name=f"stepstone-retention-{self.id}",
             ),
         ]
         for task in self._tasks:
@@ -275,8 +277,7 @@ class Worker:
         if free > 0 and self._want_lease:
             self._want_lease = False
             try:
-                leased, self._due, duty_due = await self._lease(free)
-                self._duty_due = self._next_duty(duty_due)
+                leased, self._due, self._duty_due = await self._lease(free)
             except BaseException:
                 self._want_lease = True  # the retry leases again
                 raise
@@ -305,7 +306,7 @@ class Worker:
                 metrics.run_started(item.run.function_id, now - item.run.created_at)
         return leased, due, duty_due
 
-    # -- duties: cron ticks, timeouts, pruning ---------------------------------------------
+    # -- duties: cron ticks, timeouts ------------------------------------------------------
     def _cron_functions(self) -> list[FunctionDef]:
         return [fn for fn in self.registry if fn.cron_triggers]
 
@@ -326,10 +327,7 @@ class Worker:
             if crons:
                 await self.store.transact(cron_op(crons, now, matcher))
             await self.store.transact(timeouts_op(now, matcher))
-            if now >= self._prune_due:
-                finished = await self._prune(now)
-                self._prune_due = now + (self._prune_every() if finished else PRUNE_AGAIN)
-            self._duty_due = self._next_duty(await self.store.read(next_duty_op(self._schedules())))
+            self._duty_due = await self.store.read(next_duty_op(self._schedules()))
         except StoreError as exc:
             log.warning("worker %s: periodic duties failed (%s); retrying", self.id, exc)
             self._duty_due = now + DUTY_RETRY
@@ -339,25 +337,21 @@ class Worker:
         finally:
             self._want_lease = True
 
-    async def _prune(self, now: float) -> bool:
-        """Up to ``BATCHES_PER_DUTY`` retention batches; True when nothing is left."""
-        plan = prune_plan(self.retention, now)
-        op = next(plan)
-        for _ in range(BATCHES_PER_DUTY):
-            batch = await self.store.transact(op)
-            metrics.pruned(batch[0].counts)
-            try:
+    # -- retention: its own loop, so that leasing never waits for it --------------------------
+    async def _prune_once(self) -> None:
+        """One retention pass (``scheduler/retention.py``), resting between its
+        batches, then a pause until the next: ``PRUNE_EVERY``, at most half the
+        retention."""
+        plan = prune_plan(self.retention, self.clock.now())
+        with contextlib.suppress(StopIteration):
+            op = next(plan)
+            while not self._stopping:
+                batch = await self.store.transact(op)
+                metrics.pruned(batch[0].counts)
                 op = plan.send(batch)
-            except StopIteration:
-                return True
-        return False
-
-    def _prune_every(self) -> float:
-        return PRUNE_EVERY if self.retention is None else min(PRUNE_EVERY, self.retention / 2)
-
-    def _next_duty(self, due: float | None) -> float:
-        """The next duty: the store's (cron ticks, deadlines) or the next retention pass."""
-        return self._prune_due if due is None else min(due, self._prune_due)
+                await asyncio.sleep(REST)
+        every = PRUNE_EVERY if self.retention is None else min(PRUNE_EVERY, self.retention / 2)
+        await asyncio.sleep(every)
 
     async def _idle(self, token: Any) -> Any:
         """Wait until a lease is warranted; returns the latest change token."""

@@ -12,12 +12,14 @@ statuses (``ENDED_STATUSES``: any status added later is live by default), and
 an ended run that a live run invoked or waits on, until that run ends.
 
 ``prune_plan`` yields the batches' operations and receives each one's result
-(a generator, so the worker drives it asynchronously, a few batches per duty,
-and ``stepstone prune`` synchronously with a progress bar).
+(a generator, so the worker's retention loop drives it asynchronously and
+``stepstone prune`` synchronously with a progress bar), each resting ``REST``
+between batches so that other writers get the lock.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Generator, Iterator
 
 from stepstone.store.base import Tx
@@ -27,6 +29,11 @@ RUN_BATCH = 100  # runs per transaction, each with its steps, spans, links and w
 ROW_BATCH = 1000  # events, keys or cells per transaction
 CELL_GRACE = 60.0  # seconds a GCRA cell stays past its arrival time (clock skew between workers)
 COUNT_CAP = 1_000_000  # a dry run counts at most this many runs
+# Seconds a pruner rests between batches. SQLite's busy handler lets a waiting
+# writer retry only every few (up to 100) ms: a pruner committing back to back
+# would take the lock again before any of them, so it leaves a window at least
+# that long after each batch.
+REST = 0.1
 
 Batch = tuple[Pruned, bool]  # what one transaction deleted, and whether more may remain
 BatchOp = Callable[[Tx], Batch]
@@ -79,15 +86,20 @@ def count_prunable_op(cutoff: float) -> Callable[[Tx], int]:
 
 
 def run_plan(
-    plan: Plan, transact: Callable[[BatchOp], Batch], on_batch: Callable[[Pruned], object]
+    plan: Plan,
+    transact: Callable[[BatchOp], Batch],
+    on_batch: Callable[[Pruned], object],
+    rest: float = REST,
 ) -> Pruned:
-    """Drive ``plan`` to its end, one transaction per batch (synchronous callers)."""
+    """Drive ``plan`` to its end, one transaction per batch, resting ``rest``
+    seconds after each (synchronous callers)."""
     try:
         op = next(plan)
         while True:
             batch = transact(op)
             on_batch(batch[0])
             op = plan.send(batch)
+            time.sleep(rest)
     except StopIteration as done:
         result: Pruned = done.value
         return result
@@ -95,6 +107,7 @@ def run_plan(
 
 __all__ = [
     "CELL_GRACE",
+    "REST",
     "ROW_BATCH",
     "RUN_BATCH",
     "count_prunable_op",

@@ -561,8 +561,10 @@ ORDER BY ended_at LIMIT 1;
 -- name: prunable_runs
 -- Ended before :cutoff, oldest first, except a run a live run invoked (its
 -- parent) or waits on (an invoke wait names it): kept until that run ends.
+-- (status || '': the status index must not be chosen over runs_by_ended,
+-- which gives the oldest first without sorting every ended run)
 SELECT r.id FROM runs r
-WHERE r.ended_at IS NOT NULL AND r.ended_at < :cutoff AND r.status IN ({statuses})
+WHERE r.ended_at IS NOT NULL AND r.ended_at < :cutoff AND r.status || '' IN ({statuses})
   AND NOT EXISTS (SELECT 1 FROM runs p
                   WHERE p.id = r.parent_run_id AND p.status NOT IN ({statuses}))
   AND NOT EXISTS (SELECT 1 FROM waits w

@@ -120,6 +120,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=100_000, help="old runs (10 rows each)")
     parser.add_argument("--baseline-runs", type=int, default=30, help=f"runs of {STEPS} steps, no pruning")
+    parser.add_argument("--batch", type=int, default=100, help="runs per prune transaction")
     args = parser.parse_args()
     folder = tempfile.mkdtemp(prefix="stepstone-prune-")
     source = os.path.join(folder, "source.db")
@@ -134,7 +135,7 @@ def main() -> None:
     env = {"PATH": os.environ.get("PATH", ""), "STEPSTONE_DATABASE_URL": f"sqlite:///{prune}"}
     t = time.perf_counter()
     pruner = subprocess.Popen(
-        [STEPSTONE, "prune", "--older-than", "30d"],
+        [STEPSTONE, "prune", "--older-than", "30d", "--batch", str(args.batch)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 from stepstone import serde
 from stepstone.errors import InvalidStateError, NotFoundError
+from stepstone.events import Event, encode_event_data, now_ms, validate_event
 from stepstone.ids import new_id
 from stepstone.registry import Registry
 from stepstone.runtime import cancel_run, claim_singleton
 from stepstone.store.base import Tx
-from stepstone.store.rows import NewRun, RunRow, RunStatus, SpanRow, StepStatus
+from stepstone.store.rows import EventRow, NewRun, RunRow, RunStatus, SpanRow, StepStatus
 
 
 def cancel_op(run_id: str, now: float, matcher: Registry) -> Callable[[Tx], str]:
@@ -101,7 +103,13 @@ def _claim_singleton(tx: Tx, run: RunRow, claimant: str, now: float, action: str
         )
 
 
-def rerun_op(run_id: str, step_id: str, now: float) -> Callable[[Tx], str]:
+def rerun_op(
+    run_id: str, step_id: str, now: float, event_data: dict[str, Any] | None = None
+) -> Callable[[Tx], str]:
+    """Fork ``run_id`` at ``step_id``. With ``event_data`` the new run's triggering
+    event is a new event row (same name, a new id, that data); the original event
+    stays as it was, linked to the original run."""
+
     def op(tx: Tx) -> str:
         run = tx.get_run(run_id)
         if run is None:
@@ -114,6 +122,8 @@ def rerun_op(run_id: str, step_id: str, now: float) -> Callable[[Tx], str]:
         new_run = new_id(now)
         _claim_singleton(tx, run, new_run, now, "re-run")
         events = tx.get_events(run_id)
+        if event_data is not None:
+            events = _edited_events(tx, run_id, events, event_data, now)
         tx.create_run(
             NewRun(
                 id=new_run,
@@ -122,7 +132,7 @@ def rerun_op(run_id: str, step_id: str, now: float) -> Callable[[Tx], str]:
                 event_ids=[e.id for e in events],
                 available_at=now,
                 created_at=now,
-                meta=serde.dumps({"rerun_of": run_id, "from_step": step_id}, what="meta"),
+                meta=serde.dumps(_rerun_meta(run_id, step_id, event_data is not None), what="meta"),
                 singleton_key=run.singleton_key,
                 spec=tx.queue_spec(run_id),
             )
@@ -149,3 +159,29 @@ def rerun_op(run_id: str, step_id: str, now: float) -> Callable[[Tx], str]:
         return new_run
 
     return op
+
+
+def _rerun_meta(run_id: str, step_id: str, edited: bool) -> dict[str, Any]:
+    meta: dict[str, Any] = {"rerun_of": run_id, "from_step": step_id}
+    if edited:
+        meta["edited_event"] = True
+    return meta
+
+
+def _edited_events(
+    tx: Tx, run_id: str, events: list[EventRow], data: dict[str, Any], now: float
+) -> list[EventRow]:
+    """The run's events with the first (``ctx.event``) replaced by a new event
+    row carrying ``data``. A batch run's events are refused: which one the edit
+    meant is ambiguous."""
+    if len(events) != 1:
+        raise InvalidStateError(
+            f"run {run_id} was started by {len(events)} events; "
+            "only a single-event run reruns with edited data"
+        )
+    event_id, ts = new_id(now), now_ms(now)
+    edited = Event(name=events[0].name, data=data, id=event_id, ts=ts)
+    validate_event(edited)
+    encoded = encode_event_data(edited)
+    seq = tx.insert_event(event_id, edited.name, encoded, ts, now)
+    return [EventRow(seq=seq, id=event_id, name=edited.name, data=encoded, ts=ts, received_at=now)]

@@ -19,7 +19,7 @@ from stepstone.catalog import Catalog
 from stepstone.checking import CheckReport, check_app
 from stepstone.clock import SYSTEM_CLOCK, Clock, DatabaseClock, SystemClock
 from stepstone.clocksync import sync_at_start
-from stepstone.durations import Duration
+from stepstone.durations import Duration, parse_duration
 from stepstone.errors import ConfigError
 from stepstone.events import Event
 from stepstone.flow import (
@@ -81,13 +81,27 @@ class Workers:
         return self._app._store_ready().read_sync(op)
 
 
+DEFAULT_RETENTION = "30d"
+
+
+def _retention(value: Duration | None) -> float | None:
+    if value is None:
+        return None
+    seconds = parse_duration(value, field="retention")
+    if seconds <= 0:
+        raise ConfigError("retention", f"expected a positive duration or None, got {value!r}")
+    return seconds
+
+
 class App:
     """A Stepstone application: its functions and the database they run on.
 
     ``database_url`` defaults to ``$STEPSTONE_DATABASE_URL`` or, without it,
     ``sqlite:///.stepstone/stepstone.db``. A real-time ``clock`` (the default,
     or any ``SystemClock``) is corrected to the database server's clock; any
-    other clock is used as given.
+    other clock is used as given. ``retention`` (default 30 days; ``None``
+    keeps everything): ended runs older than that are deleted by the workers'
+    periodic duties (``scheduler/retention.py``).
     """
 
     def __init__(
@@ -99,9 +113,11 @@ class App:
         middleware: Sequence[Middleware] = (),
         clock: Clock | None = None,
         on_nondeterminism: Literal["warn", "pause"] = "warn",
+        retention: Duration | None = DEFAULT_RETENTION,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise ConfigError("name", "expected a non-empty app name")
+        self.retention = _retention(retention)
         self.name = name
         self.database_url = database_url or os.environ.get("STEPSTONE_DATABASE_URL") or DEFAULT_DATABASE_URL
         self.app_version = app_version
@@ -356,6 +372,7 @@ class App:
             matcher=lambda: self.catalog.registry(self._store_ready()),
             middleware=self.middleware,
             max_abandoned_threads=max_abandoned_threads,
+            retention=self.retention,
         )
         return worker
 

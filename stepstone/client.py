@@ -272,8 +272,13 @@ class RemoteRuns(_Remote):
     async def resume_async(self, run_id: str) -> None:
         await self._client.request("POST", f"{_run_path(run_id)}/resume")
 
-    async def rerun_from_async(self, run_id: str, step_id: str) -> str:
-        body = await self._client.request("POST", f"{_run_path(run_id)}/rerun", json={"step_id": step_id})
+    async def rerun_from_async(
+        self, run_id: str, step_id: str, event_data: dict[str, Any] | None = None
+    ) -> str:
+        payload: dict[str, Any] = {"step_id": step_id}
+        if event_data is not None:
+            payload["event_data"] = event_data
+        body = await self._client.request("POST", f"{_run_path(run_id)}/rerun", json=payload)
         return str(body["id"])
 
     async def signal_async(self, run_id: str, name: str, data: Any = None) -> str:

@@ -1,4 +1,5 @@
-"""What the database knows about functions, for operators (HTTP API, CLI).
+"""What the database knows about functions, and how big it is, for operators
+(HTTP API, CLI, dashboard).
 
 Every app writes its functions' triggers and configuration to the store (see
 ``catalog.py``); this module reads them back as plain descriptions, without
@@ -12,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stepstone.errors import ConfigError
-from stepstone.store.base import FunctionsTx
+from stepstone.store.base import FunctionsTx, Tx
+from stepstone.store.rows import ENDED_STATUSES, RunRow, TableSize
 
 _SHAPE_KEYS = ("id", "triggers", "retries", "failure_of")
 
@@ -59,3 +61,33 @@ def require_function(tx: FunctionsTx, function_id: str, field_name: str = "funct
     """Raise ``ConfigError`` naming ``field_name`` if no app registered ``function_id``."""
     if function_id not in tx.load_functions():
         raise ConfigError(field_name, f"unknown function {function_id!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatabaseStats:
+    """What the database holds, so that an operator sees growth before the disk
+    does (``stepstone stats``, the dashboard's overview)."""
+
+    tables: list[TableSize]
+    total_bytes: int
+    oldest_ended: RunRow | None
+
+
+def database_stats(tx: Tx) -> DatabaseStats:
+    return DatabaseStats(
+        tables=tx.table_sizes(),
+        total_bytes=tx.database_bytes(),
+        oldest_ended=tx.oldest_ended_run(ENDED_STATUSES),
+    )
+
+
+def human_bytes(n: int | None) -> str:
+    """``1536`` -> ``"1.5 KiB"``; ``None`` (not measurable) -> ``"?"``."""
+    if n is None:
+        return "?"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")

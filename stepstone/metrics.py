@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -57,6 +57,12 @@ class _Metrics:
             "Threads of sync steps abandoned past their timeout that have not returned yet",
             registry=self.registry,
         )
+        self.pruned = Counter(
+            "stepstone_pruned_rows",
+            "Rows deleted by retention and by the pruning of expired keys and cells, by table",
+            ["table"],
+            registry=self.registry,
+        )
 
 
 try:
@@ -84,6 +90,13 @@ def step_finished(function_id: str, seconds: float) -> None:
 def abandoned_threads(delta: int) -> None:
     if _metrics is not None:
         _metrics.abandoned_threads.inc(delta)
+
+
+def pruned(counts: Mapping[str, int]) -> None:
+    if _metrics is not None:
+        for table, n in counts.items():
+            if n:
+                _metrics.pruned.labels(table).inc(n)
 
 
 @dataclass(frozen=True)

@@ -429,9 +429,11 @@ class Runs:
         if it is not paused)."""
         yield from self._write(resume_op(run_id, self._now()))
 
-    def _rerun_from(self, run_id: str, step_id: str) -> Plan[str]:
-        """Fork a new run that keeps the steps before ``step_id`` and re-executes from it."""
-        return (yield from self._write(rerun_op(run_id, step_id, self._now())))
+    def _rerun_from(self, run_id: str, step_id: str, event_data: dict[str, Any] | None = None) -> Plan[str]:
+        """Fork a new run that keeps the steps before ``step_id`` and re-executes from it;
+        with ``event_data``, the new run's event carries that data instead (a new event
+        row: the original event is left unchanged)."""
+        return (yield from self._write(rerun_op(run_id, step_id, self._now(), event_data)))
 
     def _signal(self, run_id: str, name: str, data: Any = None) -> Plan[str]:
         """Send signal ``name`` with JSON ``data`` to an active run (``mailbox``):

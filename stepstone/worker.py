@@ -25,6 +25,7 @@ expiries) wake it at the next due time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -51,11 +52,12 @@ from stepstone.scheduler.maintenance import (
     schedules_of,
     timeouts_op,
 )
+from stepstone.scheduler.retention import REST, prune_plan
 from stepstone.store.base import Store, Tx, WorkersTx
 from stepstone.store.rows import ENDED_STATUSES, LeasedRun, WorkerRow
 
 log = logging.getLogger("stepstone.worker")
-PRUNE_EVERY = 600.0  # seconds between deletions of expired dedupe keys
+PRUNE_EVERY = 600.0  # seconds between retention passes (at most half the retention)
 DUTY_RETRY = 1.0  # seconds before failed duties are tried again
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 5.0  # seconds a loop pauses after unexpected failures
 STORE_RETRY = 0.5  # seconds the lease loop pauses while the database fails
@@ -84,6 +86,7 @@ class Worker:
         matcher: Callable[[], Registry] | None = None,
         middleware: Sequence[Middleware] = (),
         max_abandoned_threads: int = DEFAULT_MAX_ABANDONED,
+        retention: float | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -104,6 +107,7 @@ class Worker:
         self.on_run_end = on_run_end
         self.matcher = matcher or (lambda: registry)
         self.middleware = tuple(middleware)
+        self.retention = retention
         self.threads = ThreadPoolExecutor(max_workers=concurrency + 4, thread_name_prefix="stepstone")
         # Threads of timed-out sync steps still running: at the bound, lease nothing.
         self.abandoned = AbandonedThreads(max_abandoned_threads, on_change=self.notify)
@@ -119,7 +123,6 @@ class Worker:
         self._more = False
         self._due: float | None = None
         self._duty_due: float | None = clock.now()  # run duties (cron, timeouts) at start
-        self._pruned_at = 0.0
         self._tasks: list[asyncio.Task[Any]] = []
         self._token: Any = None  # the store's change token as the lease loop last saw it
         self._suspects: set[str] = set()  # runs whose lease the last heartbeat did not extend
@@ -149,6 +152,10 @@ class Worker:
             # the heartbeat's own interval paces its retries during an outage
             asyncio.create_task(
                 self._forever("heartbeat", self._heartbeat_once, 0.0), name=f"stepstone-heartbeat-{self.id}"
+            ),
+            asyncio.create_task(
+                self._forever("retention", self._prune_once, STORE_RETRY),
+                name=f"stepstone-retention-{self.id}",
             ),
         ]
         for task in self._tasks:
@@ -311,7 +318,7 @@ class Worker:
                 metrics.run_started(item.run.function_id, now - item.run.created_at)
         return leased, due, duty_due
 
-    # -- duties: cron ticks, timeouts, pruning ---------------------------------------------
+    # -- duties: cron ticks, timeouts ------------------------------------------------------
     def _cron_functions(self) -> list[FunctionDef]:
         return [fn for fn in self.registry if fn.cron_triggers]
 
@@ -332,9 +339,6 @@ class Worker:
             if crons:
                 await self.store.transact(cron_op(crons, now, matcher))
             await self.store.transact(timeouts_op(now, matcher))
-            if now - self._pruned_at > PRUNE_EVERY:
-                self._pruned_at = now
-                await self.store.transact(lambda tx: tx.prune_keys(now))
             self._duty_due = await self.store.read(next_duty_op(self._schedules()))
         except StoreError as exc:
             log.warning("worker %s: periodic duties failed (%s); retrying", self.id, exc)
@@ -344,6 +348,22 @@ class Worker:
             raise
         finally:
             self._want_lease = True
+
+    # -- retention: its own loop, so that leasing never waits for it --------------------------
+    async def _prune_once(self) -> None:
+        """One retention pass (``scheduler/retention.py``), resting between its
+        batches, then a pause until the next: ``PRUNE_EVERY``, at most half the
+        retention."""
+        plan = prune_plan(self.retention, self.clock.now())
+        with contextlib.suppress(StopIteration):
+            op = next(plan)
+            while not self._stopping:
+                batch = await self.store.transact(op)
+                metrics.pruned(batch[0].counts)
+                op = plan.send(batch)
+                await asyncio.sleep(REST)
+        every = PRUNE_EVERY if self.retention is None else min(PRUNE_EVERY, self.retention / 2)
+        await asyncio.sleep(every)
 
     async def _idle(self, token: Any) -> Any:
         """Wait until a lease is warranted; returns the latest change token."""

@@ -62,6 +62,23 @@ def parse_json(text: str, option: str = "--data") -> Any:
         raise click.BadParameter(f"{option} is not JSON: {exc}") from exc
 
 
+class JsonObject(click.ParamType[dict[str, Any]]):
+    """An option whose value is a JSON object (``'{"a": 1}'``), parsed into a dict."""
+
+    name = "JSON"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> dict[str, Any]:
+        if isinstance(value, dict):
+            return value
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError as exc:
+            self.fail(f"not JSON: {exc}", param, ctx)
+        if not isinstance(parsed, dict):
+            self.fail("must be a JSON object", param, ctx)
+        return parsed
+
+
 def guard(action: Callable[[], Any]) -> None:
     """Run ``action``; a Stepstone error becomes a clean CLI error (exit 1)."""
     try:

@@ -6,7 +6,7 @@ import logging
 
 import click
 
-from stepstone.cli import check, event_log, events, init, inventory, queue, runs, serve, worker
+from stepstone.cli import check, event_log, events, init, inventory, prune, queue, runs, serve, stats, worker
 
 
 @click.group()
@@ -27,6 +27,8 @@ for command in (
     runs.runs,
     inventory.functions,
     inventory.workers,
+    stats.stats,
+    prune.prune,
     serve.server,
     serve.dev,
     init.init,

@@ -8,7 +8,7 @@ import click
 
 from stepstone.app import App
 from stepstone.cli import render, views
-from stepstone.cli.common import guard, open_target, parse_json, target_options
+from stepstone.cli.common import JsonObject, guard, open_target, parse_json, target_options
 from stepstone.client import Client
 from stepstone.inventory import require_function
 from stepstone.runs import Run
@@ -163,13 +163,21 @@ def _act(
 @runs.command("rerun")
 @click.argument("run_id")
 @click.argument("step_id")
+@click.option(
+    "--event-data", type=JsonObject(), default=None, help="Start the new run with this data (a JSON object)."
+)
 @target_options
 def runs_rerun(
-    run_id: str, step_id: str, database_url: str | None, url: str | None, api_key: str | None
+    run_id: str,
+    step_id: str,
+    event_data: dict[str, Any] | None,
+    database_url: str | None,
+    url: str | None,
+    api_key: str | None,
 ) -> None:
     """Fork a new run keeping the steps before STEP_ID; prints the new run id."""
     with open_target(database_url, url, api_key) as target:
-        guard(lambda: click.echo(target.runs.rerun_from(run_id, step_id)))
+        guard(lambda: click.echo(target.runs.rerun_from(run_id, step_id, event_data)))
 
 
 @runs.command("signal")

@@ -280,6 +280,10 @@ class RerunIn(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
     step_id: Annotated[str, Field(min_length=1, description="Re-execute from this step")]
+    event_data: dict[str, Any] | None = Field(
+        default=None,
+        description="Start the new run with this event data (a new event; the original is unchanged)",
+    )
 
 
 class RerunOut(BaseModel):

@@ -32,6 +32,7 @@ from stepstone.store.roles.journal import ActionsTx, JournalTx
 from stepstone.store.roles.mailbox import MailboxTx
 from stepstone.store.roles.maintenance import CronTx, FunctionsTx, WorkersTx
 from stepstone.store.roles.queue import GcraTx, LocksTx, QueueTx
+from stepstone.store.roles.retention import RetentionTx
 from stepstone.store.roles.runs import RunsTx
 from stepstone.store.roles.views import JobsTx, ViewsTx
 from stepstone.store.roles.waits import WaitsTx
@@ -49,6 +50,7 @@ __all__ = [
     "MailboxTx",
     "Op",
     "QueueTx",
+    "RetentionTx",
     "RunsTx",
     "Store",
     "Tx",
@@ -74,6 +76,7 @@ class Tx(
     WorkersTx,
     ViewsTx,
     JobsTx,
+    RetentionTx,
     Protocol,
 ):
     """Every domain operation inside one transaction: the union of the roles.

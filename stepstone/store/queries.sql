@@ -32,9 +32,6 @@ SELECT ref FROM dedupe WHERE key = :key AND expires_at > :now;
 -- name: release_key
 DELETE FROM dedupe WHERE key = :key AND ref = :ref;
 
--- name: prune_keys
-DELETE FROM dedupe WHERE expires_at <= :now;
-
 -- name: insert_event
 INSERT INTO events (id, name, data, ts, received_at, trace)
 VALUES (:id, :name, :data, :ts, :now, :trace)
@@ -239,8 +236,10 @@ UPDATE waits SET match_value = :match_value WHERE run_id = :run_id AND step_id =
 SELECT written_by FROM runs WHERE id = :id;
 
 -- name: insert_wait_key
+-- (an update, not DO NOTHING: it locks an existing key row, so retention's
+-- orphan_wait_keys and this are ordered on PostgreSQL)
 INSERT INTO wait_keys (event_name, match_key) VALUES (:event_name, :match_key)
-ON CONFLICT (event_name, match_key) DO NOTHING;
+ON CONFLICT (event_name, match_key) DO UPDATE SET match_key = excluded.match_key;
 
 -- name: wait_keys
 SELECT match_key FROM wait_keys WHERE event_name = :event_name;
@@ -588,3 +587,107 @@ ORDER BY id;
 
 -- name: run_signals
 SELECT * FROM signals WHERE run_id = :run_id ORDER BY seq;
+
+-- Database size and retention (issue 17; store/sqlretention.py). Table names
+-- come from the database's own catalog ({table} is one of them, quoted).
+-- name: table_names_sqlite
+-- (the catalog's own words are parameters: literals in this file are domain words)
+SELECT name FROM sqlite_master WHERE type = :kind AND name NOT LIKE :internal ORDER BY name;
+
+-- name: table_names_postgres
+SELECT tablename AS name FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename;
+
+-- name: count_rows
+SELECT COUNT(*) AS n FROM {table};
+
+-- name: has_dbstat_sqlite
+SELECT COUNT(*) AS n FROM pragma_module_list WHERE name = :module;
+
+-- name: table_bytes_sqlite
+-- (every page of a table and of its indexes, counted against the table)
+SELECT m.tbl_name AS name, SUM(d.pgsize) AS bytes
+FROM dbstat d JOIN sqlite_master m ON m.name = d.name
+GROUP BY m.tbl_name;
+
+-- name: table_bytes_postgres
+SELECT c.relname AS name, pg_total_relation_size(c.oid) AS bytes
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = current_schema() AND c.relkind = :kind;
+
+-- name: database_bytes_sqlite
+SELECT page_count * page_size AS bytes FROM pragma_page_count(), pragma_page_size();
+
+-- name: database_bytes_postgres
+SELECT pg_database_size(current_database()) AS bytes;
+
+-- name: oldest_ended_run
+SELECT * FROM runs WHERE ended_at IS NOT NULL AND status IN ({statuses})
+ORDER BY ended_at LIMIT 1;
+
+-- name: prunable_runs
+-- Ended before :cutoff, oldest first, except a run a live run invoked (its
+-- parent) or waits on (an invoke wait names it): kept until that run ends.
+-- (status || '': the status index must not be chosen over runs_by_ended,
+-- which gives the oldest first without sorting every ended run)
+SELECT r.id FROM runs r
+WHERE r.ended_at IS NOT NULL AND r.ended_at < :cutoff AND r.status || '' IN ({statuses})
+  AND NOT EXISTS (SELECT 1 FROM runs p
+                  WHERE p.id = r.parent_run_id AND p.status NOT IN ({statuses}))
+  AND NOT EXISTS (SELECT 1 FROM waits w
+                  WHERE w.kind = 'invoke' AND w.event_name = '' AND w.match_value = r.id)
+ORDER BY r.ended_at
+LIMIT :limit;
+
+-- name: delete_runs
+-- (the status and end are checked again on the row: a run replayed since it
+-- was chosen is live again and stays)
+DELETE FROM runs
+WHERE id IN ({run_ids}) AND ended_at IS NOT NULL AND ended_at < :cutoff AND status IN ({statuses})
+RETURNING id;
+
+-- name: delete_run_steps
+DELETE FROM steps WHERE run_id IN ({run_ids});
+
+-- name: delete_run_spans
+DELETE FROM spans WHERE run_id IN ({run_ids});
+
+-- name: delete_run_links
+DELETE FROM run_events WHERE run_id IN ({run_ids});
+
+-- name: delete_run_waits_of
+DELETE FROM waits WHERE run_id IN ({run_ids});
+
+-- name: delete_run_queue
+DELETE FROM queue WHERE run_id IN ({run_ids});
+
+-- name: prune_events
+-- Events received before :cutoff that no remaining run links to (a run's
+-- events are received before it starts, so before it ends).
+DELETE FROM events WHERE seq IN (
+    SELECT e.seq FROM events e
+    WHERE e.received_at < :cutoff
+      AND NOT EXISTS (SELECT 1 FROM run_events re WHERE re.event_seq = e.seq)
+    ORDER BY e.received_at
+    LIMIT :limit);
+
+-- name: prune_dedupe
+DELETE FROM dedupe WHERE key IN (
+    SELECT key FROM dedupe WHERE expires_at <= :now LIMIT :limit);
+
+-- name: prune_gcra
+-- A cell whose theoretical arrival time is past acts as a missing one.
+DELETE FROM gcra WHERE key IN (SELECT key FROM gcra WHERE tat < :before LIMIT :limit);
+
+-- name: orphan_wait_keys
+-- (PostgreSQL: locked, so a wait created meanwhile, whose upsert of its key
+-- waits for this lock, either is seen by prune_wait_keys or re-inserts the key)
+SELECT event_name, match_key FROM wait_keys k
+WHERE NOT EXISTS (SELECT 1 FROM waits w
+                  WHERE w.event_name = k.event_name AND w.match_key = k.match_key)
+LIMIT :limit {lock};
+
+-- name: prune_wait_key
+DELETE FROM wait_keys AS k
+WHERE event_name = :event_name AND match_key = :match_key
+  AND NOT EXISTS (SELECT 1 FROM waits w
+                  WHERE w.event_name = k.event_name AND w.match_key = k.match_key);

@@ -570,3 +570,31 @@ class JobRow:
             owner=row["owner"],
             finished_at=row["finished_at"],
         )
+
+
+# -- database size and retention (issue 17) --------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class TableSize:
+    """One table: its rows and the bytes it and its indexes take (``None``
+    where the database cannot say, e.g. SQLite built without ``dbstat``)."""
+
+    name: str
+    rows: int
+    bytes: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pruned:
+    """Rows one pruning transaction deleted, by table."""
+
+    counts: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def __add__(self, other: Pruned) -> Pruned:
+        merged = dict(self.counts)
+        for table, n in other.counts.items():
+            merged[table] = merged.get(table, 0) + n
+        return Pruned(counts=merged)

@@ -2,7 +2,8 @@
 
 Queries live in ``queries.sql`` and run through ``sqlbase`` (a ``Dialect``
 adapts parameter style, lists and row locking); the worker registry, operator
-views and jobs are in ``sqlviews``. Both stores hand this class a DB-API
+views and jobs are in ``sqlviews``, database size and retention deletes in
+``sqlretention``. Both stores hand this class a DB-API
 connection already inside a transaction.
 """
 
@@ -33,13 +34,14 @@ from stepstone.store.rows import (
     TimedOut,
     WaitRow,
 )
+from stepstone.store.sqlretention import SqlRetention
 from stepstone.store.sqlviews import SqlViews
 from stepstone.store.usertx import run_in_savepoint
 
 T = TypeVar("T")
 
 
-class SqlTx(SqlViews):
+class SqlTx(SqlViews, SqlRetention):
     """Implements ``stepstone.store.base.Tx`` on one open transaction."""
 
     # -- functions ----------------------------------------------------------------
@@ -67,9 +69,6 @@ class SqlTx(SqlViews):
 
     def release_key(self, key: str, ref: str) -> None:
         self._exec("release_key", {"key": key, "ref": ref})
-
-    def prune_keys(self, now: float) -> None:
-        self._exec("prune_keys", {"now": now})
 
     # -- events and runs -------------------------------------------------------------
     def insert_event(

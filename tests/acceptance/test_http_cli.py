@@ -49,7 +49,9 @@ def database(tmp_path: Path) -> Iterator[tuple[str, ss.App]]:
     in-process workers (`greet`) and one nobody works on (`parked`)."""
     url = f"sqlite:///{tmp_path}/server.db"
     app = ss.App("shop", database_url=url)
-    app.function(id="greet", trigger=ss.on_event("hello"))(lambda ctx: f"hi {ctx.event.data['name']}")
+    app.function(id="greet", trigger=ss.on_event("hello"))(
+        lambda ctx: f"hi {ctx.step.run('name', lambda: ctx.event.data['name'])}"
+    )
     other = ss.App("elsewhere", database_url=url)
     other.function(id="parked", trigger=ss.on_event("park"))(lambda ctx: None)
     other.store  # noqa: B018 - registers "parked"
@@ -153,3 +155,20 @@ def test_the_new_commands_work_on_the_database_directly(database: tuple[str, ss.
     assert len(listed) == 2
     assert "unknown function" in cli("runs", "replay-many", "--function", "nope", ok=False, **direct).stderr
     assert "RFC 3339" in cli("runs", "list", "--since", "whenever", ok=False, **direct).stderr
+
+
+def test_rerun_with_edited_event_data_from_the_cli(server: str, database: tuple[str, ss.App]) -> None:
+    url, app = database
+    [event_id] = app.send(ss.Event("hello", {"name": "ada"}))
+    [run] = app.runs.list(event_id=event_id)
+    assert app.runs.wait(run.id).output == "hi ada"
+    remote: Remote = {"STEPSTONE_URL": server, "STEPSTONE_API_KEY": "cli-key"}
+    for target, name in (({"STEPSTONE_DATABASE_URL": url}, "bob"), (remote, "cy")):
+        data = json.dumps({"name": name})
+        fork = cli("runs", "rerun", run.id, "name", "--event-data", data, **target).stdout.strip()
+        assert app.runs.wait(fork).output == f"hi {name}"
+    bad = cli("runs", "rerun", run.id, "name", "--event-data", "{name", ok=False, STEPSTONE_DATABASE_URL=url)
+    assert bad.returncode == 2 and "--event-data" in bad.stderr and "not JSON" in bad.stderr
+    array = cli("runs", "rerun", run.id, "name", "--event-data", "[1]", ok=False, **remote)
+    assert "must be a JSON object" in array.stderr
+    assert len(app.runs.list(function_id="greet")) == 3

@@ -180,6 +180,24 @@ def test_send_a_signal_from_a_run_page(page: Page, shop: Shop) -> None:
     assert any(s["kind"] == "signal" and s["status"] == "sent" for s in trace)
 
 
+def test_rerun_with_edited_event_data(page: Page, shop: Shop) -> None:
+    done = shop.wait(shop.run_of(shop.send("hello", {"name": "bo"}))["id"])
+    sign_in(page, shop, f"/runs/{done['id']}")
+    page.get_by_label("Rerun from step").select_option("second")
+    page.get_by_label("with event data").fill('{"name": ')
+    page.get_by_role("button", name="Rerun", exact=True).click()
+    confirm(page)
+    expect(page.locator("#action-status")).to_contain_text("not JSON")
+    assert len(shop.http.get("/api/v1/runs", params={"function_id": "greet"}).json()["runs"]) == 1
+    page.get_by_label("with event data").fill('{"name": "al"}')
+    page.get_by_role("button", name="Rerun", exact=True).click()
+    confirm(page)
+    expect(page.get_by_text("Rerun of")).to_be_visible()
+    new_id = page.url.rsplit("/", 1)[-1]
+    assert new_id != done["id"]
+    assert shop.wait(new_id)["output"] == "hi al"
+
+
 def test_functions_events_and_workers_pages(page: Page, shop: Shop) -> None:
     shop.wait(shop.run_of(shop.send("boom"))["id"])
     shop.send("park")

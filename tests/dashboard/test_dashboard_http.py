@@ -18,7 +18,7 @@ from tests.dashboard.conftest import csrf_of, sign_in
 from tests.server.conftest import API_KEY, EVENT_KEY, Live, Shop, poll
 from tests.server.test_auth import database_state
 
-PAGES = ["/", "/functions", "/events", "/workers", "/bulk", "/runs/anything"]
+PAGES = ["/", "/functions", "/events", "/workers", "/bulk", "/database", "/runs/anything"]
 
 
 @pytest.mark.parametrize("path", PAGES)
@@ -152,6 +152,22 @@ def test_pages_show_runs_functions_events_workers_and_a_preview(shop: Shop, sess
     assert "shop" in workers and "alive" in workers
     bulk = session.get("/bulk", params={"function_id": "flaky", "action": "replay-failed"}).text
     assert 'data-count="1"' in bulk and "Replay 1 run(s)" in bulk
+
+
+def test_the_database_page_shows_rows_bytes_and_the_oldest_ended_run(
+    shop: Shop, session: httpx.Client
+) -> None:
+    assert re.search(r"Oldest ended run:\s+none", session.get("/database").text)
+    first = shop.wait(shop.run_of(shop.send("hello", {"name": "ada"}))["id"])
+    shop.wait(shop.run_of(shop.send("hello", {"name": "bo"}))["id"])
+    page = session.get("/database").text
+    assert f'href="/runs/{first["id"]}"' in page and "completed" in page
+    runs = re.search(
+        r'<tr data-table="runs">.*?data-stat="rows">([\d,]+)<.*?data-stat="bytes">([^<]+)<', page
+    )
+    assert runs is not None and runs.group(1) == "2" and runs.group(2).endswith("KiB")
+    assert '<tr data-table="steps">' in page and "the database takes" in page
+    assert 'aria-current="page"' in page.split("Database</a>")[0].rsplit("<a", 1)[-1]
 
 
 def test_the_runs_list_pages_with_a_cursor(shop: Shop, session: httpx.Client) -> None:

@@ -504,9 +504,6 @@ class MemoryTx:
         if self.s.keys.get(key, ("", 0.0))[0] == ref:
             del self.s.keys[key]
 
-    def prune_keys(self, now: float) -> None:
-        self.s.keys = {k: v for k, v in self.s.keys.items() if v[1] > now}
-
     def get_accumulator(self, kind: AccumulatorKind, key: str) -> tuple[str, int, float] | None:
         return self.s.accumulators.get((kind, key))
 

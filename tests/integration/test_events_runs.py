@@ -178,6 +178,66 @@ def test_rerun_from_a_step_forks_a_new_run(app: ss.App) -> None:
         app.runs.rerun_from(first.id, "zzz")
 
 
+def test_rerun_with_edited_event_data_fixes_a_bad_payload(app: ss.App) -> None:
+    """The payload was wrong: rerun from the step that used it with the fixed data.
+    Steps before the cut keep their memos; the original event stays as sent."""
+
+    @app.function(id="f", trigger=ss.on_event("order"), retries=0)
+    def f(ctx: ss.Context) -> list[Any]:
+        seen = ctx.step.run("seen", lambda: ctx.event.data["qty"])
+        charged = ctx.step.run("charge", lambda: 10 // ctx.event.data["qty"])
+        return [seen, charged, ctx.event.name]
+
+    app.start()
+    failed = send_and_wait(app, ss.Event("order", {"qty": 0}, id="order-1"))
+    assert failed.status == "failed"
+    fork_id = app.runs.rerun_from(failed.id, "charge", event_data={"qty": 5})
+    fork = app.runs.wait(fork_id)
+    assert fork.status == "completed" and fork.output == [0, 2, "order"]
+    assert fork.meta == {"rerun_of": failed.id, "from_step": "charge", "edited_event": True}
+    [edited] = fork.event_ids
+    assert edited != "order-1"
+    assert app.runs.get(failed.id).event_ids == ["order-1"]
+    [original] = app.store.read_sync(lambda tx: tx.get_events(failed.id))
+    assert original.id == "order-1" and original.data == '{"qty":0}'
+    [copy] = app.store.read_sync(lambda tx: tx.get_events(fork_id))
+    assert copy.name == "order" and copy.data == '{"qty":5}'
+    # The edited event is not routed: no other run started from it.
+    assert app.runs.list(event_id=edited) == [app.runs.get(fork_id)]
+    # A rerun of the fork without event_data keeps the edited data.
+    again = app.runs.wait(app.runs.rerun_from(fork_id, "charge"))
+    assert again.output == [0, 2, "order"] and again.event_ids == [edited]
+
+
+def test_rerun_with_invalid_event_data_writes_nothing(app: ss.App) -> None:
+    app.function(id="f", trigger=ss.on_event("go"))(lambda ctx: ctx.step.run("s", lambda: 1))
+    app.start()
+    run = send_and_wait(app, ss.Event("go"))
+    before = len(app.runs.list())
+    with pytest.raises(ss.InvalidEventError, match="must be an object"):
+        app.runs.rerun_from(run.id, "s", event_data=[1, 2])  # type: ignore[arg-type]
+    deep: dict[str, Any] = {}
+    for _ in range(200):
+        deep = {"d": deep}
+    with pytest.raises(ss.InvalidEventError, match="nested"):
+        app.runs.rerun_from(run.id, "s", event_data=deep)
+    assert len(app.runs.list()) == before
+    assert app.store.read_sync(lambda tx: tx.list_events(None, None, None, 10))[0].id == run.event_ids[0]
+
+
+def test_a_batch_run_reruns_with_edited_data_refused(app: ss.App) -> None:
+    app.function(id="f", trigger=ss.on_event("go"), batch=ss.Batch(max_size=2, timeout="1s"))(
+        lambda ctx: ctx.step.run("s", lambda: len(ctx.events))
+    )
+    app.start()
+    [a, _] = app.send([ss.Event("go"), ss.Event("go")])
+    run = app.runs.wait(run_of(app, a).id)
+    assert run.output == 2
+    with pytest.raises(ss.InvalidStateError, match="2 events"):
+        app.runs.rerun_from(run.id, "s", event_data={"x": 1})
+    assert app.runs.wait(app.runs.rerun_from(run.id, "s")).output == 2
+
+
 def test_cancel_a_queued_run(app: ss.App) -> None:
     app.function(id="f", trigger=ss.on_event("go"))(lambda ctx: None)
     [eid] = app.send(ss.Event("go"))

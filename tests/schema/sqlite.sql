@@ -58,6 +58,9 @@ CREATE INDEX run_events_by_event ON run_events (event_seq);
 -- index runs_by_created
 CREATE INDEX runs_by_created ON runs (created_at, id);
 
+-- index runs_by_ended
+CREATE INDEX runs_by_ended ON runs (ended_at) WHERE ended_at IS NOT NULL;
+
 -- index runs_by_function
 CREATE INDEX runs_by_function ON runs (function_id, created_at);
 

@@ -68,6 +68,10 @@ def test_cancel_replay_rerun_and_bulk(shop: Shop, client: ss.Client) -> None:
     assert client.runs.wait(failed.id).output == "fixed"
     forked = client.runs.rerun_from(failed.id, "fragile")
     assert client.runs.wait(forked).meta == {"rerun_of": failed.id, "from_step": "fragile"}
+    [hello] = client.send(ss.Event("hello", {"name": "ada"}))
+    greeted = client.runs.wait(client.runs.list(event_id=hello)[0].id)
+    edited = client.runs.wait(client.runs.rerun_from(greeted.id, "second", event_data={"name": "bob"}))
+    assert (greeted.output, edited.output) == ("hi ada", "hi bob")
 
     client.send([ss.Event("park") for _ in range(4)])
     seen: list[tuple[int, int]] = []

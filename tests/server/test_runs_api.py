@@ -154,3 +154,22 @@ def test_rerun_from_an_unknown_step_is_404_and_needs_a_step_id(shop: Shop) -> No
     assert missing.status_code == 404 and "third" in missing.json()["error"]["message"]
     empty = shop.http.post(f"/api/v1/runs/{run['id']}/rerun", json={})
     assert empty.status_code == 422 and empty.json()["error"]["field"] == "step_id"
+
+
+def test_rerun_with_edited_event_data(shop: Shop) -> None:
+    run = shop.wait(shop.run_of(shop.send("hello", {"name": "ada"}))["id"])
+    assert run["output"] == "hi ada"
+    path = f"/api/v1/runs/{run['id']}/rerun"
+    fork = shop.http.post(path, json={"step_id": "second", "event_data": {"name": "bob"}})
+    assert fork.status_code == 200, fork.text
+    forked = shop.wait(fork.json()["id"], ("completed",))
+    assert forked["output"] == "hi bob" and forked["event_ids"] != run["event_ids"]
+    assert shop.http.get(f"/api/v1/runs/{run['id']}").json()["output"] == "hi ada"
+
+    not_object = shop.http.post(path, json={"step_id": "second", "event_data": ["bob"]})
+    assert not_object.status_code == 422 and not_object.json()["error"]["field"] == "event_data"
+    not_json = shop.http.post(
+        path, content=b'{"step_id": "second", "event_data": {', headers={"content-type": "application/json"}
+    )
+    assert not_json.status_code == 400, not_json.text
+    assert len(shop.http.get("/api/v1/runs", params={"function_id": "greet"}).json()["runs"]) == 2

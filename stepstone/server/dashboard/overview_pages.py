@@ -1,6 +1,7 @@
 """The functions page (triggers, flow control, live load, backlog per
 concurrency key), the events page (each event and the runs it started), the
-workers page and the bulk actions page (filters, a server-side preview of the
+workers page, the database page (rows and bytes per table, the oldest ended
+run) and the bulk actions page (filters, a server-side preview of the
 count, recent jobs; the script starts the job and follows it)."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from stepstone.errors import ConfigError
-from stepstone.inventory import list_functions
+from stepstone.inventory import database_stats, list_functions
 from stepstone.server import insights
 from stepstone.server.dashboard import filters
 from stepstone.server.dashboard.web import render, session_of
@@ -68,6 +69,13 @@ def build(state: ServerState) -> APIRouter:
         return render(
             request, "workers.html", session, active="workers", workers=rows, now=now, stale_after=STALE_AFTER
         )
+
+    @router.get("/database")
+    async def database_page(request: Request) -> Response:
+        session = session_of(state, request)
+        stats = await store.read(database_stats)
+        tables = sorted(stats.tables, key=lambda t: -(t.bytes or 0))
+        return render(request, "database.html", session, active="database", stats=stats, tables=tables)
 
     @router.get("/bulk")
     async def bulk_page(request: Request) -> Response:

@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from stepstone.inventory import human_bytes
 from stepstone.server.sessions import COOKIE, Session
 from stepstone.server.state import ServerState
 
@@ -34,6 +35,7 @@ NAV = (
     ("events", "/events", "Events"),
     ("bulk", "/bulk", "Bulk actions"),
     ("workers", "/workers", "Workers"),
+    ("database", "/database", "Database"),
 )
 
 
@@ -111,6 +113,7 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(when=_when, iso=_iso, seconds=seconds, pretty=_pretty, fromjson=json.loads)
+    env.filters.update(filesize=human_bytes)
     return env
 
 

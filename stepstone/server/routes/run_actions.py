@@ -50,12 +50,13 @@ def build(state: ServerState) -> APIRouter:
     @router.post(
         "/runs/{run_id}/rerun",
         response_model=RerunOut,
-        responses=documented(404, 413, 415),
+        responses=documented(404, 409, 413, 415, 422),
         summary="Fork a new run from a step",
     )
     async def rerun(run_id: RunId, body: RerunIn) -> RerunOut:
-        """A new run keeping the steps before `step_id` and re-executing from it."""
-        new = await runs.rerun_from_async(run_id, body.step_id)
+        """A new run keeping the steps before `step_id` and re-executing from it;
+        with `event_data`, the new run starts with that event data."""
+        new = await runs.rerun_from_async(run_id, body.step_id, body.event_data)
         return RerunOut(id=new, rerun_of=run_id, step_id=body.step_id)
 
     @router.post(

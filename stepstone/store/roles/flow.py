@@ -24,10 +24,6 @@ class FlowTx(GcraTx, Protocol):
         """Drop a claim if ``ref`` still holds it."""
         ...
 
-    def prune_keys(self, now: float) -> None:
-        """Delete expired claims."""
-        ...
-
     def get_accumulator(self, kind: AccumulatorKind, key: str) -> tuple[str, int, float] | None:
         """The open debounce or batch run for a key: (run id, size, first_at)."""
         ...

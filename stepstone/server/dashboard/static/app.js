@@ -99,8 +99,12 @@
       location.reload();
     },
     async rerun(button) {
-      const step = document.getElementById("rerun-step").value;
-      const result = await api("POST", `/runs/${encodeURIComponent(button.dataset.run)}/rerun`, { step_id: step });
+      const body = { step_id: document.getElementById("rerun-step").value };
+      const data = document.getElementById("rerun-data").value.trim();
+      if (data) {
+        try { body.event_data = JSON.parse(data); } catch (e) { throw new Error(`Event data is not JSON: ${e.message}`); }
+      }
+      const result = await api("POST", `/runs/${encodeURIComponent(button.dataset.run)}/rerun`, body);
       location.assign(`${base}/runs/${encodeURIComponent(result.id)}`);
     },
     async signal(button) {

@@ -1,0 +1,55 @@
+"""The retention role: what the database holds (rows and bytes per table, the
+oldest ended run) and the bounded deletes of old ended runs, orphan events,
+expired dedupe keys, idle GCRA cells and unused wait keys (issue 17)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from stepstone.store.rows import Pruned, RunRow, RunStatus, TableSize
+
+
+class RetentionTx(Protocol):
+    """Database size and retention: reads for ``stepstone stats``, bounded deletes
+    for the retention loop and ``stepstone prune``."""
+
+    def table_sizes(self) -> list[TableSize]:
+        """Every table with its exact row count and the bytes it and its indexes
+        take on disk (``None`` where the database cannot measure them)."""
+        ...
+
+    def database_bytes(self) -> int:
+        """The whole database's size on disk (SQLite: pages times page size)."""
+        ...
+
+    def oldest_ended_run(self, ended: Sequence[RunStatus]) -> RunRow | None:
+        """The run that ended first among those with an ``ended`` status."""
+        ...
+
+    def prunable_runs(self, cutoff: float, ended: Sequence[RunStatus], limit: int) -> list[str]:
+        """Up to ``limit`` ids of runs with an ``ended`` status that ended before
+        ``cutoff``, oldest first, less those a live run invoked or waits on."""
+        ...
+
+    def delete_runs(self, run_ids: Sequence[str], cutoff: float, ended: Sequence[RunStatus]) -> Pruned:
+        """Delete these runs (each only if it still ended before ``cutoff``) with
+        their steps, spans, event links, waits and queue rows."""
+        ...
+
+    def prune_events(self, cutoff: float, limit: int) -> int:
+        """Delete up to ``limit`` events received before ``cutoff`` that no run links to."""
+        ...
+
+    def prune_dedupe(self, now: float, limit: int) -> int:
+        """Delete up to ``limit`` dedupe keys expired at ``now``."""
+        ...
+
+    def prune_gcra(self, before: float, limit: int) -> int:
+        """Delete up to ``limit`` GCRA cells idle since ``before`` (their arrival
+        time is past: a missing cell acts the same)."""
+        ...
+
+    def prune_wait_keys(self, limit: int) -> int:
+        """Delete up to ``limit`` wait keys no wait uses any more."""
+        ...

@@ -10,6 +10,11 @@ any step starts its side effect, so every earlier result is durable first.
 When the run must pause (a sleep, a retry back-off, a wait) the interpreter
 raises ``PauseSignal`` (``signals.py``), a ``BaseException`` that user code
 cannot swallow.
+
+This module is the core every step shares (ids, memo matching, replay state,
+retries, ``step.run`` and ``step.transaction``); the steps that park the run
+or act through its ``Services`` (sleeps, waits, invoke, send_event) are in
+``orchestration.py``, which the public methods below dispatch to.
 """
 
 from __future__ import annotations

@@ -10,20 +10,23 @@ any step starts its side effect, so every earlier result is durable first.
 When the run must pause (a sleep, a retry back-off, a wait) the interpreter
 raises ``PauseSignal`` (``signals.py``), a ``BaseException`` that user code
 cannot swallow.
+
+This module is the core every step shares (ids, memo matching, replay state,
+retries, ``step.run`` and ``step.transaction``); the steps that park the run
+or act through its ``Services`` (sleeps, waits, invoke, send_event) are in
+``orchestration.py``, which the public methods below dispatch to.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-import dataclasses
 import hashlib
-import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
-from stepstone import limits, mailbox, serde
+from stepstone import limits, orchestration, serde
 from stepstone.attempts import AbandonedThreads, Outcome, attempt
 from stepstone.clock import Clock
 from stepstone.errors import (
@@ -37,10 +40,8 @@ from stepstone.errors import (
 )
 from stepstone.events import Event
 from stepstone.function import ResolvedBackoff
-from stepstone.ids import new_id
 from stepstone.memos import callable_fingerprint, mismatch
 from stepstone.middleware import NO_HOOKS, Hooks
-from stepstone.registry import INVOKE_EVENT
 from stepstone.services import Effect, Journal, Services
 from stepstone.signals import (
     PauseSignal,
@@ -49,22 +50,10 @@ from stepstone.signals import (
     error_info,
     retry_at,
 )
-from stepstone.store.base import Tx
-from stepstone.store.rows import RunStatus, SpanRow, StepKind, StepRow, StepStatus, WaitKind, WaitRow
+from stepstone.store.rows import RunStatus, SpanRow, StepKind, StepRow, StepStatus
 from stepstone.txstep import TransactionCommit
 
 T = TypeVar("T")
-log = logging.getLogger("stepstone.waits")
-
-
-UNTIMED_WAIT = "a wait without a timeout waits for ever if its event is lost; give every wait a timeout"
-_untimed_waits: set[tuple[str, str]] = set()  # (function, step) warned of in this process
-
-
-def _warn_untimed_wait(function_id: str, step_id: str) -> None:
-    if (function_id, step_id) not in _untimed_waits:
-        _untimed_waits.add((function_id, step_id))
-        log.warning("function %r, step %r: %s", function_id, step_id, UNTIMED_WAIT)
 
 
 def _step_error(memo: StepRow) -> StepError:
@@ -225,6 +214,12 @@ class Interpreter:
         if self.memo_values is not None and memo.step_id in self.memo_values:
             return self.memo_values[memo.step_id]
         return serde.loads(memo.output)
+
+    def _outcome(self, memo: StepRow) -> Any:
+        """A settled memo's value, or its error raised again."""
+        if memo.status == StepStatus.FAILED:
+            raise _step_error(memo)
+        return self.memo_value(memo)
 
     async def finish_step(
         self,
@@ -406,85 +401,10 @@ class Interpreter:
             await self.hooks.after_step(self.ctx, step_id, result, None)
         return result
 
-    # -- step.sleep --------------------------------------------------------------------
+    # -- orchestration steps: sleeps, waits, invoke, send_event (orchestration.py) ------
     def sleep_until(self, step_id: str, wake_at: float) -> None:
         """Pause until ``wake_at`` unless that time has come; no I/O."""
-        memo = self._reach(step_id, StepKind.SLEEP)
-        now = self.clock.now()
-        if memo is not None and memo.status == StepStatus.COMPLETED:
-            return
-        if memo is None:
-            if wake_at - now > limits.MAX_SLEEP_SECONDS:
-                raise LimitExceededError(f"step {step_id!r}: sleeps are limited to 366 days")
-        else:
-            wake_at = memo.wake_at if memo.wake_at is not None else now
-        started = memo.started_at if memo and memo.started_at else now
-        position = self._position(step_id)
-        if wake_at <= now:
-            row = StepRow(
-                run_id=self.run_id,
-                step_id=step_id,
-                position=position,
-                kind=StepKind.SLEEP,
-                status=StepStatus.COMPLETED,
-                attempts=1,
-                wake_at=wake_at,
-                started_at=started,
-                ended_at=now,
-                fingerprint=self._fingerprint(step_id),
-            )
-            self._save(row, None)
-            return
-        if memo is None:
-            row = StepRow(
-                run_id=self.run_id,
-                step_id=step_id,
-                position=position,
-                kind=StepKind.SLEEP,
-                status=StepStatus.SLEEPING,
-                wake_at=wake_at,
-                started_at=started,
-                fingerprint=self._fingerprint(step_id),
-            )
-            self._save(row, None)
-        raise self._pause(wake_at, RunStatus.SLEEPING)
-
-    # -- waits: events and invoked functions ------------------------------------------------
-    async def _resolved(self, memo: StepRow) -> StepRow | None:
-        """A memo that no longer waits: its own, or the outcome of its timeout.
-        ``None`` means: still waiting, pause."""
-        if memo.status != StepStatus.WAITING:
-            return memo
-        if memo.wake_at is None or memo.wake_at > self.clock.now():
-            raise self._pause(memo.wake_at, RunStatus.WAITING)
-        now = self.clock.now()
-        failure = None
-        if memo.kind == StepKind.INVOKE:
-            failure = serde.dumps(
-                {
-                    "type": "InvokeTimeout",
-                    "message": f"step {memo.step_id!r}: the invoked run did not finish in time",
-                },
-                what="error",
-            )
-        run_id, step_id = self.run_id, memo.step_id
-
-        def timeout(tx: Tx) -> StepRow | None:
-            # Deleting the wait decides the race: the event (or child) or the timeout.
-            if tx.claim_step_waits(run_id, step_id):
-                status = StepStatus.FAILED if failure else StepStatus.COMPLETED
-                tx.complete_waiting_step(run_id, step_id, status, None if failure else "null", failure, now)
-            return tx.get_step(run_id, step_id)
-
-        row: StepRow | None = await self.journal.apply(timeout)
-        if row is not None:
-            self.memo[step_id] = row
-        return row
-
-    def _outcome(self, memo: StepRow) -> Any:
-        if memo.status == StepStatus.FAILED:
-            raise _step_error(memo)
-        return self.memo_value(memo)
+        orchestration.sleep_until(self, step_id, wake_at)
 
     async def wait_for_event(
         self,
@@ -494,208 +414,22 @@ class Interpreter:
         timeout: float | None,
         lookback: float | None = None,
     ) -> Event | None:
-        memo = self._reach(step_id, StepKind.WAIT, "|".join(names))
-        if memo is not None:
-            resolved = await self._resolved(memo)
-            value = self._outcome(resolved) if resolved else None
-            return Event.from_json(value) if value else None
-        if timeout is None:
-            _warn_untimed_wait(self.ctx.function_id if self.ctx is not None else "", step_id)
-        now = self.clock.now()
-        expires = self._expiry(step_id, now, timeout)
-        since = None if lookback is None else now - self._bounded(step_id, lookback)
-        try:
-            waits = [
-                self.services.wait_row(
-                    run_id=self.run_id,
-                    step_id=step_id,
-                    event_name=name,
-                    condition=condition,
-                    run_event=self.run_event,
-                    now=now,
-                    expires_at=expires,
-                )
-                for name in names
-            ]
-        except StepstoneError as exc:
-            raise NonRetriableError(f"step {step_id!r}: {exc}") from exc
-        row = StepRow(
-            run_id=self.run_id,
-            step_id=step_id,
-            position=self._position(step_id),
-            kind=StepKind.WAIT,
-            status=StepStatus.WAITING,
-            wake_at=expires,
-            started_at=now,
-            fingerprint=self._fingerprint(step_id),
-        )
-        services = self.services
-
-        def insert_wait(tx: Tx) -> None:  # nothing if this is a repeated commit
-            services.begin_wait(tx, waits, since, now)
-
-        self._save(row, None, insert_wait)
-        raise self._pause(expires, RunStatus.WAITING)
+        """The first event named one of ``names`` matching ``condition``; ``None`` at the timeout."""
+        return await orchestration.wait_for_event(self, step_id, names, condition, timeout, lookback)
 
     async def wait_for_signal(self, step_id: str, name: str, timeout: float | None) -> Any:
-        """The data of the run's oldest unconsumed signal ``name`` (``mailbox``),
-        received at once if buffered, else when one is sent; ``None`` at the timeout."""
-        memo = self._reach(step_id, StepKind.SIGNAL, name)
-        if memo is not None:
-            resolved = await self._resolved(memo)
-            return self._outcome(resolved) if resolved else None
-        now = self.clock.now()
-        expires = self._expiry(step_id, now, timeout)
-        row = StepRow(
-            run_id=self.run_id,
-            step_id=step_id,
-            position=self._position(step_id),
-            kind=StepKind.SIGNAL,
-            status=StepStatus.WAITING,
-            wake_at=expires,
-            started_at=now,
-            fingerprint=self._fingerprint(step_id),
-        )
-        self._save(row, None)
-        wait = mailbox.wait_row(self.run_id, step_id, name, now, expires)
-
-        # Committed now with the memo (one transaction): a buffered signal is
-        # received without parking; otherwise the wait is in place before the park.
-        def receive_signal(tx: Tx) -> str | None:
-            return mailbox.receive(tx, wait)
-
-        output: str | None = await self.journal.apply(receive_signal)
-        if output is None:
-            raise self._pause(expires, RunStatus.WAITING)
-        done = StepStatus.COMPLETED
-        self.memo[step_id] = dataclasses.replace(row, status=done, output=output, ended_at=now)
-        value = serde.loads(output)
-        if self.hooks.has("transform_input"):  # as a memo's value reaches a replay (decrypted)
-            value = (await self.hooks.transform_input(self.ctx, {step_id: value}))[step_id]
-        return value
-
-    def _expiry(self, step_id: str, now: float, timeout: float | None) -> float | None:
-        return None if timeout is None else now + self._bounded(step_id, timeout)
-
-    def _bounded(self, step_id: str, seconds: float) -> float:
-        if seconds > limits.MAX_SLEEP_SECONDS:
-            raise LimitExceededError(f"step {step_id!r}: timeouts and lookbacks are limited to 366 days")
-        return seconds
+        """The data of the run's oldest unconsumed signal ``name``; ``None`` at the timeout."""
+        return await orchestration.wait_for_signal(self, step_id, name, timeout)
 
     async def invoke(
         self, step_id: str, function: str | Callable[..., Any], data: dict[str, Any], timeout: float | None
     ) -> Any:
-        target_id = function if isinstance(function, str) else getattr(function, "__stepstone_id__", None)
-        memo = self._reach(step_id, StepKind.INVOKE, target_id)
-        if memo is not None:
-            resolved = await self._resolved(memo)
-            return self._outcome(resolved) if resolved else None
-        target = self.services.function(function)
-        if target is None:
-            raise NonRetriableError(f"step {step_id!r}: no function {function!r} to invoke")
-        now = self.clock.now()
-        expires = self._expiry(step_id, now, timeout)
-        [invoked] = await self._outgoing([Event(INVOKE_EVENT, data)])  # encrypted like any sent event
-        start = self.services.start_child(target, invoked.data, now, (self.run_id, step_id))
-        run_id, matcher, child_id = self.run_id, self.services.matcher(), new_id(now)
-
-        def start_child(tx: Tx) -> None:
-            # The wait comes first: a repeated commit of this step (an ambiguous
-            # COMMIT retried) inserts none, and then starts nothing.
-            if not tx.start_wait(
-                WaitRow(
-                    run_id=run_id,
-                    step_id=step_id,
-                    kind=WaitKind.INVOKE,
-                    event_name="",
-                    match_value=child_id,
-                    created_at=now,
-                    expires_at=expires,
-                )
-            )():
-                return
-            child = start(tx, matcher, child_id)
-            if child is not None and child != child_id:  # joined a pending debounce or batch run
-                tx.set_wait_match(run_id, step_id, child)
-            child_run = tx.get_run(child) if child else None
-            if child_run is None or child_run.status == RunStatus.SKIPPED:
-                reason = serde.dumps(
-                    {"type": "InvokeSkipped", "message": "the invoked run was skipped"}, what="error"
-                )
-                tx.claim_step_waits(run_id, step_id)
-                tx.complete_waiting_step(run_id, step_id, StepStatus.FAILED, None, reason, now)
-                tx.wake_run(run_id, now)
-
-        row = StepRow(
-            run_id=self.run_id,
-            step_id=step_id,
-            position=self._position(step_id),
-            kind=StepKind.INVOKE,
-            status=StepStatus.WAITING,
-            wake_at=expires,
-            started_at=now,
-            fingerprint=self._fingerprint(step_id),
-        )
-        self._save(row, None, start_child)
-        raise self._pause(expires, RunStatus.WAITING)
-
-    # -- send_event ------------------------------------------------------------------------
-    async def _outgoing(self, events: list[Event]) -> list[Event]:
-        """Events the engine writes on the handler's behalf (sent, or an invoke's
-        data) as middleware's ``before_send_events`` leaves them (encryption)."""
-        if not self.hooks.active:
-            return events
-        await self.hooks.before_execution(self.ctx)
-        return await self.hooks.before_send_events(self.ctx, events)
+        """The output of a child run of ``function`` started with ``data``."""
+        return await orchestration.invoke(self, step_id, function, data, timeout)
 
     async def send_event(self, step_id: str, events: Event | Sequence[Event]) -> list[str]:
         """Ingest ``events`` in the same transaction as the step's memo: exactly once."""
-        memo = self._reach(step_id, StepKind.SEND)
-        if memo is not None and memo.status in (StepStatus.COMPLETED, StepStatus.FAILED):
-            return list(self._outcome(memo))
-        now = self.clock.now()
-        await self.journal.flush()
-        try:
-            events = await self._outgoing([events] if isinstance(events, Event) else list(events))
-            ids, ingest = self.services.send(events, now)
-        except StepstoneError as exc:
-            info = error_info(exc)
-            row = StepRow(
-                run_id=self.run_id,
-                step_id=step_id,
-                position=self._position(step_id),
-                kind=StepKind.SEND,
-                status=StepStatus.FAILED,
-                attempts=1,
-                error=serde.dumps(info.to_json(), what="error"),
-                started_at=now,
-                ended_at=now,
-                fingerprint=self._fingerprint(step_id),
-            )
-            self._save(row, None)
-            raise StepError(step_id, info.type, info.message) from exc
-        row = StepRow(
-            run_id=self.run_id,
-            step_id=step_id,
-            position=self._position(step_id),
-            kind=StepKind.SEND,
-            status=StepStatus.COMPLETED,
-            attempts=1,
-            output=serde.dumps(ids, what="event ids"),
-            started_at=now,
-            ended_at=now,
-            fingerprint=self._fingerprint(step_id),
-        )
-        matcher = self.services.matcher()
-
-        def ingest_sent(tx: Tx) -> None:  # ids fixed above: a repeated commit is deduplicated
-            ingest(tx, matcher)
-
-        self._save(row, None, ingest_sent)
-        await self.journal.flush()
-        if self.hooks.active:
-            await self.hooks.after_send_events(self.ctx, ids)
-        return ids
+        return await orchestration.send_event(self, step_id, events)
 
     # -- patched ----------------------------------------------------------------------------
     def patched(self, step_id: str) -> bool:

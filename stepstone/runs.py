@@ -1,4 +1,5 @@
-"""Reading and managing runs: ``app.runs.get/list/wait/cancel/replay/resume/rerun_from``.
+"""Reading and managing runs: ``app.runs.get/list/wait/cancel/replay/resume/rerun_from``
+(the bulk actions, ``cancel_many``..., are mixed in from ``bulk.py``).
 
 Every operation is a store operation built once (``_*_op``), submitted by one
 plan (``Runs._get``...) from which the blocking method and its ``_async`` twin
@@ -8,7 +9,6 @@ are derived (``bridge.sync_face``/``async_face``).
 from __future__ import annotations
 
 import builtins
-import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,29 +18,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from stepstone import histories, mailbox, serde
 from stepstone.actions import cancel_op, replay_op, rerun_op, resume_op
 from stepstone.bridge import Call, Plan, Wakeup, async_face, coroutine_call, sync_face
+from stepstone.bulk import BulkActions, Moment, run_filter
 from stepstone.durations import Duration, parse_duration
-from stepstone.errors import (
-    ConfigError,
-    ErrorInfo,
-    InvalidStateError,
-    NotFoundError,
-    RunTimeoutError,
-)
+from stepstone.errors import ErrorInfo, NotFoundError, RunTimeoutError
 from stepstone.events import Event
-from stepstone.expressions import Expression, compile_expression
 from stepstone.ids import new_id
 from stepstone.middleware import Hooks
 from stepstone.registry import Registry
-from stepstone.runtime import cancel_run
 from stepstone.store.base import RunsTx, Store, Tx
 from stepstone.store.rows import (
-    ACTIVE_STATUSES,
     ENDED_STATUSES,
-    RUN_STATUSES,
     RunFilter,
     RunHistory,
     RunRow,
-    RunStatus,
     SignalRow,
     SpanRow,
     StepKind,
@@ -52,21 +42,10 @@ if TYPE_CHECKING:
     from stepstone.app import App
 
 T = TypeVar("T")
-Moment = datetime | float | int
 
 
 def _dt(ts: float | None) -> datetime | None:
     return None if ts is None else datetime.fromtimestamp(ts, UTC)
-
-
-def _ts(value: Moment | None, field_name: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    raise ConfigError(field_name, f"expected a datetime or epoch seconds, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -261,84 +240,6 @@ def _step_span(row: StepRow) -> Span:
     )
 
 
-BULK_PAGE = 200
-Progress = Callable[[int, int], Any]  # (runs acted on so far, runs examined so far)
-
-
-@dataclass
-class _Bulk:
-    """A bulk action walking the matching runs page by page, newest first; each
-    page is read and acted on in one transaction."""
-
-    where: RunFilter
-    condition: Expression | None
-    act: Callable[[Tx, RunRow], bool]
-    done: int = 0
-    examined: int = 0
-    finished: bool = False
-
-    def page_op(self) -> Callable[[Tx], None]:
-        def op(tx: Tx) -> None:
-            rows = tx.list_runs(self.where)
-            for row in rows:
-                self.examined += 1
-                if self.condition is not None:
-                    events = tx.get_events(row.id)
-                    first = events[0] if events else None
-                    variables = {
-                        "event": {
-                            "name": first.name,
-                            "data": serde.loads(first.data),
-                            "id": first.id,
-                            "ts": first.ts,
-                        }
-                        if first
-                        else {}
-                    }
-                    if not self.condition.test(variables):
-                        continue
-                if self.act(tx, row):
-                    self.done += 1
-            self.finished = len(rows) < self.where.limit
-            if rows:
-                self.where = dataclasses.replace(self.where, before_id=rows[-1].id)
-
-        return op
-
-
-def _bulk(
-    action: str,
-    now: float,
-    matcher: Registry,
-    *,
-    function_id: str | None,
-    status: str | Sequence[str],
-    since: Moment | None,
-    until: Moment | None,
-    if_: str | None,
-) -> _Bulk:
-    where = _filter(function_id=function_id, status=status, since=since, until=until, limit=BULK_PAGE)
-    condition = None if if_ is None else compile_expression(if_, field="if_")
-
-    def cancel(tx: Tx, row: RunRow) -> bool:
-        cancel_run(tx, row.id, now, matcher)  # at once, or at the run's next step boundary
-        return True
-
-    def replay(tx: Tx, row: RunRow) -> bool:
-        try:
-            replay_op(row.id, now)(tx)
-        except InvalidStateError:
-            return False  # its singleton key is held by another active run (checked before any write)
-        return True
-
-    def resume(tx: Tx, row: RunRow) -> bool:
-        resume_op(row.id, now)(tx)
-        return True
-
-    acts = {"cancel": cancel, "replay": replay, "resume": resume}
-    return _Bulk(where, condition, acts[action])
-
-
 def read_call(store: Store, op: Callable[[Tx], T]) -> Call[T]:
     """A plan's read of ``op`` in one snapshot."""
     return Call(lambda: store.read_sync(op), lambda: store.read(op))
@@ -349,7 +250,7 @@ def write_call(store: Store, op: Callable[[Tx], T]) -> Call[T]:
     return Call(lambda: store.transact_sync(op), lambda: store.transact(op))
 
 
-class Runs:
+class Runs(BulkActions):
     """``app.runs``. Each operation is written once, as a plan (``bridge``);
     its blocking method and its ``_async`` twin are derived from it."""
 
@@ -397,7 +298,7 @@ class Runs:
         run statuses, ``since``/``until`` bounds on the creation time, ``before`` a
         run id (the last of the previous page), ``app_version`` the version of the
         app that last ran them."""
-        where = _filter(
+        where = run_filter(
             function_id=function_id,
             event_id=event_id,
             status=status,
@@ -449,83 +350,6 @@ class Runs:
         signal = SignalRow(id=new_id(now), run_id=run_id, name=name, data=encoded, sent_at=now)
         return (yield from self._write(lambda tx: mailbox.send(tx, signal)))
 
-    # -- bulk ----------------------------------------------------------------------------
-    def _cancel_many(
-        self,
-        *,
-        function_id: str | None = None,
-        since: Moment | None = None,
-        until: Moment | None = None,
-        if_: str | None = None,
-        progress: Progress | None = None,
-    ) -> Plan[int]:
-        """Cancel every active run matching the filters (``if_`` is CEL over the
-        run's ``event``); returns how many were cancelled or flagged."""
-        bulk = _bulk(
-            "cancel",
-            self._now(),
-            self._matcher(),
-            function_id=function_id,
-            status=ACTIVE_STATUSES,
-            since=since,
-            until=until,
-            if_=if_,
-        )
-        return (yield from self._drive(bulk, progress))
-
-    def _replay_many(
-        self,
-        *,
-        function_id: str | None = None,
-        status: str | Sequence[str] = RunStatus.FAILED,
-        since: Moment | None = None,
-        until: Moment | None = None,
-        if_: str | None = None,
-        progress: Progress | None = None,
-    ) -> Plan[int]:
-        """Replay every failed (or ``status``: failed/cancelled) run matching the
-        filters; returns how many were replayed."""
-        bulk = _bulk(
-            "replay",
-            self._now(),
-            self._matcher(),
-            function_id=function_id,
-            status=_replayable(status),
-            since=since,
-            until=until,
-            if_=if_,
-        )
-        return (yield from self._drive(bulk, progress))
-
-    def _resume_many(
-        self,
-        *,
-        function_id: str | None = None,
-        since: Moment | None = None,
-        until: Moment | None = None,
-        if_: str | None = None,
-        progress: Progress | None = None,
-    ) -> Plan[int]:
-        """Resume every paused run matching the filters; returns how many were resumed."""
-        bulk = _bulk(
-            "resume",
-            self._now(),
-            self._matcher(),
-            function_id=function_id,
-            status=RunStatus.PAUSED,
-            since=since,
-            until=until,
-            if_=if_,
-        )
-        return (yield from self._drive(bulk, progress))
-
-    def _drive(self, bulk: _Bulk, progress: Progress | None) -> Plan[int]:
-        while not bulk.finished:
-            yield from self._write(bulk.page_op())
-            if progress is not None:
-                progress(bulk.done, bulk.examined)
-        return bulk.done
-
     # -- waiting -------------------------------------------------------------------------
     def _wait(self, run_id: str, timeout: Duration = "30s") -> Plan[Run]:
         """Wait until the run ends; ``RunTimeoutError`` (a ``TimeoutError``) if not."""
@@ -554,14 +378,8 @@ class Runs:
     resume_async = async_face(_resume)
     rerun_from = sync_face(_rerun_from)
     rerun_from_async = async_face(_rerun_from)
-    cancel_many = sync_face(_cancel_many)
-    cancel_many_async = async_face(_cancel_many)
-    replay_many = sync_face(_replay_many)
-    replay_many_async = async_face(_replay_many)
     signal = sync_face(_signal)
     signal_async = async_face(_signal)
-    resume_many = sync_face(_resume_many)
-    resume_many_async = async_face(_resume_many)
     wait = sync_face(_wait)
     wait_async = async_face(_wait)
 
@@ -585,43 +403,3 @@ class _Waiter:
         pause = min(self.interval, remaining)
         self.interval = min(self.interval * 2, 0.25)
         return pause
-
-
-def _replayable(status: str | Sequence[str]) -> tuple[str, ...]:
-    statuses = (status,) if isinstance(status, str) else tuple(status)
-    for item in statuses:
-        if item not in (RunStatus.FAILED, RunStatus.CANCELLED):
-            raise ConfigError("status", f"only failed or cancelled runs replay, not {item!r}")
-    return statuses
-
-
-def _filter(
-    *,
-    function_id: str | None = None,
-    event_id: str | None = None,
-    status: str | Sequence[str] | None = None,
-    since: Moment | None = None,
-    until: Moment | None = None,
-    limit: int = 100,
-    before: str | None = None,
-    app_version: str | None = None,
-) -> RunFilter:
-    statuses = (status,) if isinstance(status, str) else tuple(status or ())
-    for item in statuses:
-        if item not in RUN_STATUSES:
-            raise ConfigError("status", f"unknown status {item!r}; one of {', '.join(RUN_STATUSES)}")
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
-        raise ConfigError("limit", "must be an integer between 1 and 1000")
-    lo, hi = _ts(since, "since"), _ts(until, "until")
-    if lo is not None and hi is not None and lo > hi:
-        raise ConfigError("since", "must not be after until")
-    return RunFilter(
-        function_id=function_id,
-        statuses=statuses,
-        event_id=event_id,
-        since=lo,
-        until=hi,
-        limit=limit,
-        before_id=before,
-        app_version=app_version,
-    )

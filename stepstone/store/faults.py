@@ -14,7 +14,7 @@ the ``inject``, ``inject_all`` and ``recording`` context managers below.
 
 Operations are named by ``site``: an explicit ``site`` attribute if the
 operation has one (the run journal names each commit after its parts, e.g.
-``journal(checkpoint+Interpreter.invoke.start_child)``), else its qualified
+``journal(checkpoint+invoke.start_child)``), else its qualified
 name without ``<locals>`` (``Worker._lease.op``). Names are stable across
 runs, so a test can record the sites of a workload, then fail each in turn::
 

@@ -2,9 +2,9 @@
 
 Queries live in ``queries.sql`` and run through ``sqlbase`` (a ``Dialect``
 adapts parameter style, lists and row locking); the worker registry, operator
-views and jobs are in ``sqlviews``, database size and retention deletes in
-``sqlretention``. Both stores hand this class a DB-API
-connection already inside a transaction.
+views and jobs are in ``sqlviews``, wait rows and signals in ``sqlwaits``,
+database size and retention deletes in ``sqlretention``. Both stores hand this
+class a DB-API connection already inside a transaction.
 """
 
 from __future__ import annotations
@@ -28,20 +28,19 @@ from stepstone.store.rows import (
     RunHistory,
     RunRow,
     RunStatus,
-    SignalRow,
     SpanRow,
     StepRow,
     TimedOut,
-    WaitRow,
 )
 from stepstone.store.sqlretention import SqlRetention
 from stepstone.store.sqlviews import SqlViews
+from stepstone.store.sqlwaits import SqlWaits
 from stepstone.store.usertx import run_in_savepoint
 
 T = TypeVar("T")
 
 
-class SqlTx(SqlViews, SqlRetention):
+class SqlTx(SqlViews, SqlWaits, SqlRetention):
     """Implements ``stepstone.store.base.Tx`` on one open transaction."""
 
     # -- functions ----------------------------------------------------------------
@@ -479,76 +478,7 @@ class SqlTx(SqlViews, SqlRetention):
         row = self._one("cancel_reason", {"run_id": run_id})
         return None if row is None else row["cancel_reason"]
 
-    # -- waits ---------------------------------------------------------------------------------
-    def insert_wait(self, wait: WaitRow) -> None:
-        self._insert_wait("insert_wait", wait)
-
-    def start_wait(self, wait: WaitRow) -> Callable[[], bool]:
-        cursor = self._insert_wait("insert_step_wait", wait)
-        return lambda: int(cursor.rowcount) == 1  # read only if asked: no round trip otherwise
-
-    def set_wait_match(self, run_id: str, step_id: str, match_value: str) -> None:
-        self._exec("set_wait_match", {"run_id": run_id, "step_id": step_id, "match_value": match_value})
-
-    def _insert_wait(self, query: str, wait: WaitRow) -> Any:
-        cursor = self._exec(
-            query,
-            {
-                "run_id": wait.run_id,
-                "step_id": wait.step_id,
-                "kind": wait.kind,
-                "event_name": wait.event_name,
-                "match_key": wait.match_key,
-                "match_value": wait.match_value,
-                "expression": wait.expression,
-                "event_json": wait.event_json,
-                "created_at": wait.created_at,
-                "expires_at": wait.expires_at,
-            },
-        )
-        if wait.event_name:
-            self._exec("insert_wait_key", {"event_name": wait.event_name, "match_key": wait.match_key})
-        return cursor
-
-    def wait_keys(self, event_name: str) -> list[str]:
-        return [r["match_key"] for r in self._all("wait_keys", {"event_name": event_name})]
-
-    def match_waits(self, event_name: str, match_key: str, match_value: str, now: float) -> list[WaitRow]:
-        rows = self._all(
-            "match_waits",
-            {"event_name": event_name, "match_key": match_key, "match_value": match_value, "now": now},
-        )
-        return [WaitRow.from_row(r) for r in rows]
-
-    def events_since(self, names: Sequence[str], since: float, now: float, limit: int) -> list[EventRow]:
-        rows = self._all("events_since", {"since": since, "now": now, "limit": limit}, {"names": names})
-        return [EventRow.from_row(r) for r in rows]
-
-    def claim_wait(self, wait_id: int) -> bool:
-        return int(self._exec("delete_wait", {"id": wait_id}).rowcount) == 1
-
-    def claim_step_waits(self, run_id: str, step_id: str) -> bool:
-        return int(self._exec("delete_step_waits", {"run_id": run_id, "step_id": step_id}).rowcount) > 0
-
-    def delete_run_waits(self, run_id: str) -> None:
-        self._exec("delete_run_waits", {"run_id": run_id})
-
-    def child_waits(self, child_run_id: str) -> list[WaitRow]:
-        return [WaitRow.from_row(r) for r in self._all("child_waits", {"child_run_id": child_run_id})]
-
-    def complete_waiting_step(
-        self, run_id: str, step_id: str, status: str, output: str | None, error: str | None, now: float
-    ) -> bool:
-        params = {
-            "run_id": run_id,
-            "step_id": step_id,
-            "status": status,
-            "output": output,
-            "error": error,
-            "now": now,
-        }
-        return int(self._exec("complete_waiting_step", params).rowcount) == 1
-
+    # -- a resolved wait's run woken, one step read (wait rows, mailbox: sqlwaits.py) -------------
     def wake_run(self, run_id: str, now: float) -> None:
         row = self._exec("wake_run", {"run_id": run_id, "now": now}).fetchone()
         if row is not None:
@@ -609,28 +539,3 @@ class SqlTx(SqlViews, SqlRetention):
     # -- transactional steps ---------------------------------------------------------------------
     def user_sql(self, fn: Callable[[Any], T], seconds: float) -> T:
         return run_in_savepoint(self, fn, seconds)
-
-    # -- signals ---------------------------------------------------------------------------------
-    def insert_signal(self, signal: SignalRow) -> None:
-        params = {
-            "id": signal.id,
-            "run_id": signal.run_id,
-            "name": signal.name,
-            "data": signal.data,
-            "sent_at": signal.sent_at,
-            "consumed_by": signal.consumed_by,
-            "consumed_at": signal.consumed_at,
-        }
-        self._exec("insert_signal", params)
-
-    def take_signal(self, run_id: str, name: str, step_id: str, now: float) -> SignalRow | None:
-        params = {"run_id": run_id, "name": name, "step_id": step_id, "now": now}
-        row = self._exec("take_signal", params).fetchone()
-        return None if row is None else SignalRow.from_row(row)
-
-    def signal_waits(self, run_id: str, name: str, now: float) -> list[WaitRow]:
-        rows = self._all("signal_waits", {"run_id": run_id, "name": name, "now": now})
-        return [WaitRow.from_row(r) for r in rows]
-
-    def run_signals(self, run_id: str) -> list[SignalRow]:
-        return [SignalRow.from_row(r) for r in self._all("run_signals", {"run_id": run_id})]

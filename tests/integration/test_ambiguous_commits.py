@@ -21,9 +21,9 @@ from tests.conftest import FAST, query
 from tests.faultrun import Driver, virtual_app
 from tests.integration.test_store_contract import NOW, add_runs, lease
 
-INVOKE_SITE = "journal(checkpoint+Interpreter.invoke.start_child)"
-WAIT_SITE = "journal(checkpoint+Interpreter.wait_for_event.insert_wait)"
-SEND_SITE = "journal(checkpoint+Interpreter.send_event.ingest_sent)"
+INVOKE_SITE = "journal(checkpoint+invoke.start_child)"
+WAIT_SITE = "journal(checkpoint+wait_for_event.insert_wait)"
+SEND_SITE = "journal(checkpoint+send_event.ingest_sent)"
 FINISH_SITE = "journal(checkpoint+_finish.final)"
 PARK_SITE = "journal(checkpoint+_park_or_cancel.park)"
 

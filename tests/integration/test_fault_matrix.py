@@ -286,11 +286,11 @@ JOURNAL_SITES = {
     "journal(checkpoint)",
     "journal(checkpoint+_park_or_cancel.park)",
     "journal(checkpoint+_finish.final)",
-    "journal(checkpoint+Interpreter.wait_for_event.insert_wait+_park_or_cancel.park)",
-    "journal(checkpoint+Interpreter.invoke.start_child+_park_or_cancel.park)",
-    "journal(checkpoint+Interpreter.invoke.start_child)",
-    "journal(checkpoint+Interpreter.send_event.ingest_sent)",
-    "journal(checkpoint+Interpreter._resolved.timeout)",
+    "journal(checkpoint+wait_for_event.insert_wait+_park_or_cancel.park)",
+    "journal(checkpoint+invoke.start_child+_park_or_cancel.park)",
+    "journal(checkpoint+invoke.start_child)",
+    "journal(checkpoint+send_event.ingest_sent)",
+    "journal(checkpoint+_resolved.timeout)",
     "journal(checkpoint+transaction)",
 }
 

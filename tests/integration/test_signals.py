@@ -240,7 +240,7 @@ def test_on_the_virtual_clock_a_long_signal_timeout_passes_at_once(tmp_path: Any
     app.close()
 
 
-RECEIVE_SITE = "journal(checkpoint+Interpreter.wait_for_signal.receive_signal)"
+RECEIVE_SITE = "journal(checkpoint+wait_for_signal.receive_signal)"
 
 
 @pytest.mark.parametrize("when", ["before", "after"])

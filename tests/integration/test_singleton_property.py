@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 import stepstone as ss
 from stepstone.actions import replay_op, rerun_op
+from stepstone.bulk import bulk_action
 from stepstone.errors import ErrorInfo, InvalidStateError
 from stepstone.registry import Registry
-from stepstone.runs import _bulk
 from stepstone.runtime import cancel_run, end_run, ingest, prepare
 from stepstone.store import make_store
 from stepstone.store.base import Store, Tx
@@ -98,7 +98,7 @@ def _act(store: Store, registry: Registry, action: str, key: int, pick: int, now
         except InvalidStateError:
             pass
     elif action == "replay_many":
-        bulk = _bulk(
+        bulk = bulk_action(
             "replay",
             now,
             registry,

@@ -335,7 +335,6 @@ OTHER_SITES = {
     "App._register.op",
     "App._send.op",
     "Worker._lease.op",
-    "Worker._duties.<lambda>",
     "timeouts_op.op",
     "cancel_op.op",
     "register_crons_op.op",

@@ -28,7 +28,9 @@ from typing import Any, TypeVar
 
 from stepstone import limits, orchestration, serde
 from stepstone.attempts import AbandonedThreads, Outcome, attempt
+from stepstone.branches import Branches
 from stepstone.clock import Clock
+from stepstone.divergence import Divergence, ReplayOutcome, classify
 from stepstone.errors import (
     ErrorInfo,
     LimitExceededError,
@@ -102,6 +104,9 @@ class Interpreter:
         # (removing the call once no old run remains is the patch's last deploy).
         self._unreached = {s.step_id: s.position for s in steps if s.kind != StepKind.PATCH}
         self._warned = False
+        self.branches = Branches()
+        self._frontier: list[str] = []  # new steps reached while recorded ones were unreached
+        self._verdict: asyncio.Future[Divergence | None] | None = None
         self._last_recorded = max((s.position for s in steps), default=-1)
         self._next_position = self._last_recorded + 1
         self.replaying = bool(steps)
@@ -126,6 +131,7 @@ class Interpreter:
         task = asyncio.current_task()
         if task is not None and task is not self.main_task:
             self.children.add(task)
+        self.branches.reached += 1
         memo = self.memo.get(step_id)
         if memo is not None:
             reason = mismatch(memo, kind, fingerprint)
@@ -143,18 +149,41 @@ class Interpreter:
                 raise LimitExceededError(
                     f"run has {len(self.memo)} steps; the limit is {limits.MAX_STEPS_PER_RUN}"
                 )
-            if self._unreached and not self._warned:
-                self._warned = True
-                skipped = sorted(self._unreached, key=self._unreached.__getitem__)
-                self.journal.warn(
-                    "nondeterminism",
-                    f"new step {step_id!r} reached while recorded step(s) "
-                    f"{', '.join(repr(s) for s in skipped)} were not",
-                )
-            if self._unreached:  # every new step a diverging run reaches (parallel branches too)
-                self._diverged("new-step", step_id)
+            if self._unreached:  # judged by ``_judge`` before it executes
+                self._frontier.append(step_id)
         self._unreached.pop(step_id, None)
         return memo
+
+    async def _judge(self, step_id: str) -> None:
+        """New step ``step_id`` was reached while recorded steps are unreached:
+        once every other branch has stopped (``branches``), the history fits the
+        code only if they were all reached (``divergence.classify``, as for
+        ``app.check``). Every caller of ``_reach`` awaits this, when its step is
+        new and recorded ones are unreached, before the step executes."""
+        if self._verdict is None:
+            self._verdict = asyncio.ensure_future(self._decide())
+        async with self.branches.parked():
+            divergence = await asyncio.shield(self._verdict)
+        if divergence is None:
+            return
+        if not self._warned:
+            self._warned = True
+            self.journal.warn(
+                "nondeterminism",
+                f"new step {divergence.step_id!r} reached while recorded step(s) "
+                f"{', '.join(map(repr, divergence.missing))} were not",
+            )
+        self._diverged(str(divergence.reason), step_id)  # every new step of a diverging run
+
+    async def _decide(self) -> Divergence | None:
+        await self.branches.settled(lambda: not self._unreached)
+        seen = ReplayOutcome(
+            run_id=self.run_id,
+            function_id=getattr(self.ctx, "function_id", ""),
+            unreached=dict(self._unreached),
+            frontier=tuple(self._frontier),
+        )
+        return classify(seen)
 
     def _diverged(self, reason: str, step_id: str) -> None:
         """Under ``on_nondeterminism="pause"``, stop before ``step_id`` executes:
@@ -196,6 +225,8 @@ class Interpreter:
         """Decide a ``step.run`` (or ``kind``) of ``fn``: ``(True, value)`` from memo, or
         ``(False, attempt)`` meaning execute now (earlier writes are committed first)."""
         memo = self._reach(step_id, kind, callable_fingerprint(fn))
+        if memo is None and self._unreached:
+            await self._judge(step_id)
         if memo is not None:
             if memo.status == StepStatus.COMPLETED:
                 return True, self.memo_value(memo)
@@ -402,9 +433,9 @@ class Interpreter:
         return result
 
     # -- orchestration steps: sleeps, waits, invoke, send_event (orchestration.py) ------
-    def sleep_until(self, step_id: str, wake_at: float) -> None:
+    async def sleep_until(self, step_id: str, wake_at: float) -> None:
         """Pause until ``wake_at`` unless that time has come; no I/O."""
-        orchestration.sleep_until(self, step_id, wake_at)
+        await orchestration.sleep_until(self, step_id, wake_at)
 
     async def wait_for_event(
         self,
@@ -432,7 +463,7 @@ class Interpreter:
         return await orchestration.send_event(self, step_id, events)
 
     # -- patched ----------------------------------------------------------------------------
-    def patched(self, step_id: str) -> bool:
+    async def patched(self, step_id: str) -> bool:
         """Whether the run reaches this point under the code with change ``step_id``:
         ``False`` when its recorded history went past this point without the
         marker (it is replaying older code's steps); otherwise the marker is
@@ -440,6 +471,8 @@ class Interpreter:
         if step_id not in self.memo and self.replaying:
             return False
         if self._reach(step_id, StepKind.PATCH) is None:
+            if self._unreached:
+                await self._judge(step_id)
             now = self.clock.now()
             row = StepRow(
                 run_id=self.run_id,

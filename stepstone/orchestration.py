@@ -42,9 +42,11 @@ def _warn_untimed_wait(function_id: str, step_id: str) -> None:
 
 
 # -- step.sleep ----------------------------------------------------------------------------
-def sleep_until(interp: Interpreter, step_id: str, wake_at: float) -> None:
+async def sleep_until(interp: Interpreter, step_id: str, wake_at: float) -> None:
     """Pause until ``wake_at`` unless that time has come; no I/O."""
     memo = interp._reach(step_id, StepKind.SLEEP)
+    if memo is None and interp._unreached:  # a new step: judged before it executes
+        await interp._judge(step_id)
     now = interp.clock.now()
     if memo is not None and memo.status == StepStatus.COMPLETED:
         return
@@ -143,6 +145,8 @@ async def wait_for_event(
     """The first event named one of ``names`` that matches ``condition``, sent
     after the wait began (or within ``lookback`` before it); ``None`` at the timeout."""
     memo = interp._reach(step_id, StepKind.WAIT, "|".join(names))
+    if memo is None and interp._unreached:  # a new step: judged before it executes
+        await interp._judge(step_id)
     if memo is not None:
         resolved = await _resolved(interp, memo)
         value = interp._outcome(resolved) if resolved else None
@@ -180,6 +184,8 @@ async def wait_for_signal(interp: Interpreter, step_id: str, name: str, timeout:
     """The data of the run's oldest unconsumed signal ``name`` (``mailbox``),
     received at once if buffered, else when one is sent; ``None`` at the timeout."""
     memo = interp._reach(step_id, StepKind.SIGNAL, name)
+    if memo is None and interp._unreached:  # a new step: judged before it executes
+        await interp._judge(step_id)
     if memo is not None:
         resolved = await _resolved(interp, memo)
         return interp._outcome(resolved) if resolved else None
@@ -226,6 +232,8 @@ async def invoke(
     failure raised as a ``StepError``); ``None`` at the timeout."""
     target_id = function if isinstance(function, str) else getattr(function, "__stepstone_id__", None)
     memo = interp._reach(step_id, StepKind.INVOKE, target_id)
+    if memo is None and interp._unreached:  # a new step: judged before it executes
+        await interp._judge(step_id)
     if memo is not None:
         resolved = await _resolved(interp, memo)
         return interp._outcome(resolved) if resolved else None
@@ -302,6 +310,8 @@ def _sent(
 async def send_event(interp: Interpreter, step_id: str, events: Event | Sequence[Event]) -> list[str]:
     """Ingest ``events`` in the same transaction as the step's memo: exactly once."""
     memo = interp._reach(step_id, StepKind.SEND)
+    if memo is None and interp._unreached:  # a new step: judged before it executes
+        await interp._judge(step_id)
     if memo is not None and memo.status in (StepStatus.COMPLETED, StepStatus.FAILED):
         return list(interp._outcome(memo))
     now = interp.clock.now()

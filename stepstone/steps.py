@@ -111,11 +111,11 @@ class AsyncStep:
     async def sleep(self, id: str, duration: Duration) -> None:
         step_id = self._i.claim_id(id)
         seconds = parse_duration(duration, field="duration")
-        self._i.sleep_until(step_id, self._i.clock.now() + seconds)
+        await self._i.sleep_until(step_id, self._i.clock.now() + seconds)
 
     async def sleep_until(self, id: str, until: datetime) -> None:
         step_id = self._i.claim_id(id)
-        self._i.sleep_until(step_id, as_timestamp(until))
+        await self._i.sleep_until(step_id, as_timestamp(until))
 
     def wait_for_event(
         self,
@@ -173,7 +173,7 @@ class AsyncStep:
 
     async def patched(self, id: str) -> bool:
         """Whether this run reaches here under the code with change ``id`` (docs/versioning.md)."""
-        return self._i.patched(self._i.claim_id(id))
+        return await self._i.patched(self._i.claim_id(id))
 
     def idempotency_key(self, id: str | None = None) -> str:
         return self._i.idempotency_key(id)
@@ -189,6 +189,7 @@ class SyncStep:
     def __init__(self, interp: Interpreter, loop: asyncio.AbstractEventLoop) -> None:
         self._i = interp
         self._loop = loop
+        interp.branches.start_threads()  # the handler's own thread
 
     def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
         return call_in(self._loop, coro)
@@ -231,11 +232,11 @@ class SyncStep:
     def sleep(self, id: str, duration: Duration) -> None:
         step_id = self._i.claim_id(id)
         seconds = parse_duration(duration, field="duration")
-        self._on_loop(_call(self._i.sleep_until, step_id, self._i.clock.now() + seconds))
+        self._on_loop(self._i.sleep_until(step_id, self._i.clock.now() + seconds))
 
     def sleep_until(self, id: str, until: datetime) -> None:
         step_id = self._i.claim_id(id)
-        self._on_loop(_call(self._i.sleep_until, step_id, as_timestamp(until)))
+        self._on_loop(self._i.sleep_until(step_id, as_timestamp(until)))
 
     def wait_for_event(
         self,
@@ -271,12 +272,15 @@ class SyncStep:
 
     def parallel(self, *branches: Callable[[], Any]) -> list[Any]:
         results: list[tuple[bool, Any]] = [(True, None)] * len(branches)
+        fork = self._i.branches.fork(len(branches))  # this thread joins; a verdict waits for the rest
 
         def branch(i: int, context: contextvars.Context) -> None:
             try:
                 results[i] = (True, context.run(branches[i]))
             except BaseException as exc:  # noqa: BLE001 - re-raised below, signals included
                 results[i] = (False, exc)
+            finally:
+                fork.ended()
 
         threads = [
             threading.Thread(target=branch, args=(i, contextvars.copy_context()), daemon=True)
@@ -293,11 +297,7 @@ class SyncStep:
 
     def patched(self, id: str) -> bool:
         step_id = self._i.claim_id(id)
-        return self._on_loop(_call(self._i.patched, step_id))
+        return self._on_loop(self._i.patched(step_id))
 
     def idempotency_key(self, id: str | None = None) -> str:
         return self._i.idempotency_key(id)
-
-
-async def _call(fn: Callable[..., T], *args: Any) -> T:
-    return fn(*args)

@@ -10,13 +10,17 @@ side effects proves which step functions ran, and how many times.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import stepstone as ss
+from stepstone.testing import TestEnv
 
 from ..conftest import query
 from ..polling import wait_for
@@ -282,6 +286,124 @@ def test_resume_many_resumes_the_paused_runs(make_app: Callable[..., ss.App]) ->
         assert fixed.runs.wait(run_id, timeout="10s").status == "completed"
     assert sorted(ledger) == sorted(["charge", "audit", "ship"] * 2)
     assert fixed.runs.resume_many() == 0
+
+
+def _naps(ctx: ss.Context, ledger: Ledger, name: str, nap: str) -> Callable[[], str]:
+    """A branch of unchanged code: a step, a nap, a step; branches nap for different times."""
+
+    def branch() -> str:
+        ctx.step.run(f"{name}1", _record(ledger, f"{name}1"))
+        ctx.step.sleep(f"{name}-nap", nap)
+        return str(ctx.step.run(f"{name}2", _record(ledger, f"{name}2")))
+
+    return branch
+
+
+@pytest.mark.parametrize("policy", ["pause", "warn"])
+def test_parallel_branches_replaying_at_their_own_pace_do_not_diverge(
+    make_app: Callable[..., ss.App], policy: str
+) -> None:
+    # On the first wake, branch a has slept and reaches its next (new) step
+    # while branch b's recorded steps are not replayed yet: no divergence.
+    ledger: Ledger = []
+    app = make_app("shop", on_nondeterminism=policy)
+
+    @app.function(id="gathered", trigger=ss.on_event("gathered"), retries=0)
+    async def gathered(ctx: ss.Context) -> str:
+        async def branch(name: str, nap: str) -> str:
+            await ctx.step.run(f"{name}1", _record(ledger, f"{name}1"))
+            await ctx.step.sleep(f"{name}-nap", nap)
+            return str(await ctx.step.run(f"{name}2", _record(ledger, f"{name}2")))
+
+        return "".join(await asyncio.gather(branch("a", "50ms"), branch("b", "300ms")))
+
+    @app.function(id="threads", trigger=ss.on_event("threads"), retries=0)
+    def threads(ctx: ss.Context) -> str:
+        branches = (_naps(ctx, ledger, "c", "50ms"), _naps(ctx, ledger, "d", "300ms"))
+        return "".join(ctx.step.parallel(*branches))
+
+    app.start()
+    for name, output in (("gathered", "a2b2"), ("threads", "c2d2")):
+        [event_id] = app.send(ss.Event(name))
+        run = app.runs.wait(app.runs.list(event_id=event_id)[0].id, timeout="20s")
+        assert run.status == "completed" and run.output == output
+        assert not [s.name for s in app.runs.trace(run.id) if s.kind == "warning"]
+    assert sorted(ledger) == ["a1", "a2", "b1", "b2", "c1", "c2", "d1", "d2"]  # each step once
+
+
+# A branch is a few steps, each followed by a sleep of so many (virtual) seconds, or none.
+Layout = list[list[int | None]]
+layouts: st.SearchStrategy[Layout] = st.lists(
+    st.lists(st.one_of(st.none(), st.integers(1, 6)), min_size=1, max_size=3), min_size=2, max_size=3
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layout=layouts, use_async=st.booleans(), insert=st.booleans())
+def test_unchanged_code_with_parallel_branches_never_pauses(
+    layout: Layout, use_async: bool, insert: bool
+) -> None:
+    # Each wake replays the branches in another interleaving: whichever branch
+    # slept least reaches its next new step while others still replay. With
+    # ``insert``, a deploy adds a step to the first branch before its recorded
+    # ones: that run pauses, and the inserted step never runs.
+    ledger: Ledger = []
+    deployed = {"insert": False}
+    app = ss.App("branches", "sqlite:///:memory:", on_nondeterminism="pause")
+
+    def steps(name: str, naps: list[int | None]) -> list[tuple[Callable[[], str], str | None]]:
+        return [
+            (_record(ledger, f"{name}.{i}"), None if nap is None else f"{nap}s") for i, nap in enumerate(naps)
+        ]
+
+    plan = [(f"b{b}", steps(f"b{b}", naps)) for b, naps in enumerate(layout)]
+
+    if use_async:
+
+        @app.function(id="layout", trigger=ss.on_event("go"), retries=0)
+        async def run_async(ctx: ss.Context) -> list[str]:
+            async def branch(name: str, calls: list[tuple[Callable[[], str], str | None]]) -> str:
+                if deployed["insert"] and name == "b0":
+                    await ctx.step.run("inserted", _record(ledger, "inserted"))
+                for i, (effect, nap) in enumerate(calls):
+                    await ctx.step.run(f"{name}.{i}", effect)
+                    if nap is not None:
+                        await ctx.step.sleep(f"{name}.{i}-nap", nap)
+                return name
+
+            return list(await asyncio.gather(*(branch(name, calls) for name, calls in plan)))
+
+    else:
+
+        @app.function(id="layout", trigger=ss.on_event("go"), retries=0)
+        def run_sync(ctx: ss.Context) -> list[str]:
+            def branch(name: str, calls: list[tuple[Callable[[], str], str | None]]) -> Callable[[], str]:
+                def body() -> str:
+                    if deployed["insert"] and name == "b0":
+                        ctx.step.run("inserted", _record(ledger, "inserted"))
+                    for i, (effect, nap) in enumerate(calls):
+                        ctx.step.run(f"{name}.{i}", effect)
+                        if nap is not None:
+                            ctx.step.sleep(f"{name}.{i}-nap", nap)
+                    return name
+
+                return body
+
+            return list(ctx.step.parallel(*(branch(name, calls) for name, calls in plan)))
+
+    with TestEnv(app) as env:
+        [run] = env.send(ss.Event("go"))
+        deployed["insert"] = insert and not env.get(run.id).ended
+        if deployed["insert"]:
+            env.advance("1m")  # past every nap
+            assert env.get(run.id).status == "paused" and "inserted" not in ledger
+            assert [p["reason"] for p in _pauses(app, run.id)] == ["new-step"]
+            return
+        done = env.wait(run.id)
+        warnings = [s.name for s in env.runs.trace(run.id) if s.kind == "warning"]
+    assert done.status == "completed" and done.output == [name for name, _ in plan]
+    assert warnings == []
+    assert sorted(ledger) == sorted(f"b{b}.{i}" for b, naps in enumerate(layout) for i in range(len(naps)))
 
 
 def test_an_invalid_policy_fails_at_decoration_naming_the_field() -> None:

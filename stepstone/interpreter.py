@@ -252,6 +252,35 @@ class Interpreter:
             raise _step_error(memo)
         return self.memo_value(memo)
 
+    def _attempt_row(
+        self,
+        step_id: str,
+        kind: StepKind,
+        status: StepStatus,
+        attempt: int,
+        started: float,
+        *,
+        output: str | None = None,
+        error: str | None = None,
+        wake_at: float | None = None,
+        ended_at: float | None = None,
+    ) -> StepRow:
+        """The step's memo after attempt ``attempt`` (counted from 0) ended in ``status``."""
+        return StepRow(
+            run_id=self.run_id,
+            step_id=step_id,
+            position=self._position(step_id),
+            kind=kind,
+            status=status,
+            attempts=attempt + 1,
+            output=output,
+            error=error,
+            wake_at=wake_at,
+            started_at=started,
+            ended_at=ended_at,
+            fingerprint=self._fingerprint(step_id),
+        )
+
     async def finish_step(
         self,
         step_id: str,
@@ -267,7 +296,6 @@ class Interpreter:
         if self.hooks.active:
             await self.hooks.after_step(self.ctx, step_id, result, failure)
         now = self.clock.now()
-        position = self._position(step_id)
         encoded = stored = None
         if failure is None:
             try:
@@ -282,17 +310,8 @@ class Interpreter:
             except StepstoneError as exc:
                 failure = exc
         if failure is None:
-            row = StepRow(
-                run_id=self.run_id,
-                step_id=step_id,
-                position=position,
-                kind=kind,
-                status=StepStatus.COMPLETED,
-                attempts=attempt + 1,
-                output=stored,
-                started_at=started,
-                ended_at=now,
-                fingerprint=self._fingerprint(step_id),
+            row = self._attempt_row(
+                step_id, kind, StepStatus.COMPLETED, attempt, started, output=stored, ended_at=now
             )
             self._save(row, None)  # the memo itself is the final attempt's trace entry
             return serde.loads(encoded)
@@ -300,17 +319,8 @@ class Interpreter:
         error_json = serde.dumps(info.to_json(), what="error")
         allowed = self.retries if retries is None else retries
         if isinstance(failure, NonRetriableError) or attempt >= allowed:
-            row = StepRow(
-                run_id=self.run_id,
-                step_id=step_id,
-                position=position,
-                kind=kind,
-                status=StepStatus.FAILED,
-                attempts=attempt + 1,
-                error=error_json,
-                started_at=started,
-                ended_at=now,
-                fingerprint=self._fingerprint(step_id),
+            row = self._attempt_row(
+                step_id, kind, StepStatus.FAILED, attempt, started, error=error_json, ended_at=now
             )
             self._save(row, None)
             raise StepError(step_id, info.type, info.message) from failure
@@ -319,17 +329,8 @@ class Interpreter:
             if isinstance(failure, RetryAfterError)
             else now + self.backoff.delay(attempt + 1)
         )
-        row = StepRow(
-            run_id=self.run_id,
-            step_id=step_id,
-            position=position,
-            kind=kind,
-            status=StepStatus.RETRYING,
-            attempts=attempt + 1,
-            error=error_json,
-            wake_at=wake,
-            started_at=started,
-            fingerprint=self._fingerprint(step_id),
+        row = self._attempt_row(
+            step_id, kind, StepStatus.RETRYING, attempt, started, error=error_json, wake_at=wake
         )
         # A failed attempt that will be retried keeps its own trace entry.
         self._save(

@@ -11,6 +11,7 @@ from stepstone.client import Client
 from stepstone.context import Context
 from stepstone.divergence import Divergence
 from stepstone.encryption import EncryptionError, EncryptionMiddleware, is_encrypted
+from stepstone.endpoint import serve
 from stepstone.errors import (
     AuthenticationError,
     ConfigError,
@@ -76,6 +77,7 @@ __all__ = [
     # remote use and serving
     "Client",
     "asgi",
+    "serve",
     "FunctionInfo",
     # runs
     "Run",

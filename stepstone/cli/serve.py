@@ -36,6 +36,16 @@ def _serve(api: Any, host: str, port: int, access_log: bool = True) -> None:
 @click.option("--event-key", default=None, help="May only send events. Default: $STEPSTONE_EVENT_KEY.")
 @click.option("--insecure-no-auth", is_flag=True, help="Serve without keys (never on a shared network).")
 @click.option("--access-log/--no-access-log", default=True, show_default=True, help="Log every request.")
+@click.option(
+    "--signing-key",
+    default=None,
+    help="Signs requests to apps served over HTTP (ss.serve). Default: $STEPSTONE_SIGNING_KEY.",
+)
+@click.option(
+    "--signing-key-fallback",
+    default=None,
+    help="Also accepted while keys rotate. Default: $STEPSTONE_SIGNING_KEY_FALLBACK.",
+)
 def server(
     database_url: str | None,
     host: str,
@@ -44,13 +54,17 @@ def server(
     event_key: str | None,
     insecure_no_auth: bool,
     access_log: bool,
+    signing_key: str | None,
+    signing_key_fallback: str | None,
 ) -> None:
     """Serve the HTTP API over a database; no user code needed."""
     from stepstone.server.auth import AuthConfig
     from stepstone.server.factory import create_app
+    from stepstone.signing import SigningKeys
 
     try:
         auth = AuthConfig.resolve(api_key, event_key, insecure=insecure_no_auth)
+        signing = SigningKeys.from_env(signing_key, signing_key_fallback)
     except ConfigError as exc:
         raise click.UsageError(f"refusing to start: {exc}") from exc
     if auth.open:
@@ -62,7 +76,7 @@ def server(
         console.print(
             f"Stepstone API and dashboard on http://{host}:{port} over {app.database_url}", highlight=False
         )
-        _serve(create_app(app, auth), host, port, access_log)
+        _serve(create_app(app, auth, signing=signing), host, port, access_log)
     finally:
         app.close()
 

@@ -33,6 +33,7 @@ from stepstone.server.routes import (
 from stepstone.server.routes import metrics as metrics_route
 from stepstone.server.sessions import SessionKeeper
 from stepstone.server.state import ServerState
+from stepstone.signing import SigningKeys
 
 if TYPE_CHECKING:
     from stepstone.app import App
@@ -76,11 +77,17 @@ def create_app(
     max_body: int = limits.MAX_REQUEST_BYTES,
     job_heartbeat: float = 5.0,
     job_stale_after: float = 30.0,
+    signing: SigningKeys | None = None,
 ) -> FastAPI:
     """The HTTP API and the dashboard over ``app`` (which needs no functions:
-    events are matched through the catalog of functions registered in the database)."""
+    events are matched through the catalog of functions registered in the database).
+    ``signing`` signs requests to apps served over HTTP (``ss.serve``)."""
     state = ServerState(
-        app, auth, JobRunner(app, heartbeat=job_heartbeat, stale_after=job_stale_after), SessionKeeper(auth)
+        app,
+        auth,
+        JobRunner(app, heartbeat=job_heartbeat, stale_after=job_stale_after),
+        SessionKeeper(auth),
+        signing=signing,
     )
 
     @contextlib.asynccontextmanager

@@ -13,6 +13,7 @@ from stepstone.server.errors import documented
 from stepstone.server.jobs import JobRunner
 from stepstone.server.routing import guarded
 from stepstone.server.sessions import SessionKeeper
+from stepstone.signing import SigningKeys
 
 if TYPE_CHECKING:
     from stepstone.app import App
@@ -26,6 +27,7 @@ class ServerState:
     auth: AuthConfig
     jobs: JobRunner
     sessions: SessionKeeper | None = None  # the dashboard's cookie also opens the API
+    signing: SigningKeys | None = None  # signs requests to apps served over HTTP
 
     async def require_function(self, function_id: str) -> None:
         """``ConfigError`` naming ``function_id`` unless some app registered it."""

@@ -48,9 +48,11 @@ def pg_cluster() -> Iterator[PgCluster]:
 
 
 @pytest.fixture
-def pg_url(pg_cluster: PgCluster) -> str:
-    """A fresh, migrated PostgreSQL database (a clone of the template)."""
-    return pg_cluster.create_database(f"t_{next(_databases)}", template=TEMPLATE)
+def pg_url(pg_cluster: PgCluster) -> Iterator[str]:
+    """A fresh, migrated PostgreSQL database (a clone of the template), dropped after the test."""
+    name = f"t_{next(_databases)}"
+    yield pg_cluster.create_database(name, template=TEMPLATE)
+    pg_cluster.drop_database(name)
 
 
 def backend_url(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> str:

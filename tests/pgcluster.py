@@ -60,6 +60,12 @@ def find_bindir() -> str:
     raise PgUnavailable("no PostgreSQL server binaries (initdb) found")
 
 
+def _memory_dir() -> str | None:
+    """A memory-backed directory (Linux's /dev/shm) when there is one to write to."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -85,10 +91,14 @@ class PgCluster:
         self.bindir = find_bindir()
         self.settings = dict(FAST_SETTINGS if settings is None else settings)
         self.prefix, self.uid = _as_owner()
-        self.root = tempfile.mkdtemp(prefix="stepstone-pg-")
+        # A cluster that does not fsync loses nothing by living in memory, and
+        # creating and deleting hundreds of databases there is ten times faster.
+        scratch = _memory_dir() if self.settings.get("fsync") == "off" else None
+        self.root = tempfile.mkdtemp(prefix="stepstone-pg-", dir=scratch)
         self.data = os.path.join(self.root, "data")
         self.log = os.path.join(self.root, "server.log")
         self.port = 0
+        self._server_version: int | None = None
         if self.uid is not None:
             os.chown(self.root, self.uid, -1)
 
@@ -197,8 +207,20 @@ class PgCluster:
 
     def create_database(self, name: str, template: str | None = None) -> str:
         clause = f" TEMPLATE {template}" if template else ""
+        if template and self._version() >= 150000:
+            clause += " STRATEGY FILE_COPY"  # copies the files: no WAL for the whole template
         self.execute(f"CREATE DATABASE {name}{clause}")
         return self.url(name)
+
+    def drop_database(self, name: str) -> None:
+        """Drop ``name``, closing any connection a test left open."""
+        self.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+    def _version(self) -> int:
+        if self._server_version is None:
+            with psycopg.connect(self.url(), autocommit=True) as conn:
+                self._server_version = int(conn.info.server_version)
+        return self._server_version
 
 
 @contextlib.contextmanager

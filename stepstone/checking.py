@@ -131,13 +131,15 @@ class _Replay(Interpreter):
         self.changed: tuple[str, str] | None = None
         self.late: tuple[str, str] | None = None
         self._sync = sync
-        self._claimed_in: dict[str, int] = {}  # step id -> the thread that called it (def handlers)
+        # step id -> the thread that called it (def handlers): the Thread object, as a
+        # finished thread's identifier is handed to the next thread started
+        self._claimed_in: dict[str, threading.Thread] = {}
         self._last: dict[object, StepRow] = {}  # branch -> the latest recorded step it reached
 
     def claim_id(self, base: str) -> str:
         step_id = super().claim_id(base)
         if self._sync:  # a plain def handler's steps are called from its threads
-            self._claimed_in[step_id] = threading.get_ident()
+            self._claimed_in[step_id] = threading.current_thread()
         return step_id
 
     def _reach(self, step_id: str, kind: StepKind, fingerprint: str | None = None) -> StepRow | None:

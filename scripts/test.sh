@@ -11,4 +11,6 @@ echo "== imports"; lint-imports --no-logo  # the layers of docs/architecture.md 
 # The PostgreSQL tests start a private cluster (tests/pgcluster.py); with CI set,
 # a missing PostgreSQL fails them instead of skipping them.
 export CI="${CI:-1}"
-echo "== pytest"; python -m pytest -q "$@"
+# Two test processes (the machine's two cores): much of the suite waits on real
+# processes, servers and commits. STEPSTONE_TEST_WORKERS=0 runs it in one process.
+echo "== pytest"; python -m pytest -q -n "${STEPSTONE_TEST_WORKERS:-2}" "$@"

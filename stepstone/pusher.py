@@ -74,11 +74,17 @@ class Unavailable(Exception):
 class Endpoint:
     """One served app's URL: signed requests, verified answers, back-off state."""
 
-    def __init__(self, url: str, keys: SigningKeys, settings: PushSettings) -> None:
+    def __init__(
+        self,
+        url: str,
+        keys: SigningKeys,
+        settings: PushSettings,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self.url = url
         self.keys = keys
         limits_ = httpx.Limits(max_connections=settings.concurrency, max_keepalive_connections=8)
-        self.http = httpx.AsyncClient(timeout=settings.timeout, limits=limits_)
+        self.http = httpx.AsyncClient(timeout=settings.timeout, limits=limits_, transport=transport)
         self.failures: dict[str, int] = {}  # run id -> consecutive unavailable answers
 
     async def call(self, body: bytes) -> Answer:
@@ -190,8 +196,10 @@ class Pusher:
         catalog: Callable[[], Registry],
         keys: SigningKeys,
         settings: PushSettings | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.store = store
+        self.transport = transport  # tests: an in-process endpoint (httpx.ASGITransport)
         self.clock = clock
         self.catalog = catalog
         self.keys = keys
@@ -237,7 +245,7 @@ class Pusher:
             await self._retire(url, 10.0)
 
     async def _start(self, url: str, registry: Registry) -> None:
-        endpoint = Endpoint(url, self.keys, self.settings)
+        endpoint = Endpoint(url, self.keys, self.settings, self.transport)
 
         async def execute_pushed(leased: LeasedRun, env: ExecEnv) -> Outcome | None:
             return await push(leased, env, endpoint)

@@ -57,8 +57,10 @@ class Procs:
         self.procs.append(proc)
         return proc
 
-    def start_endpoint(self, key: str, fallback: str = "", wsgi: bool = False, **env: str) -> None:
-        keys = {"ENDPOINT_KEY": key, "ENDPOINT_KEY_FALLBACK": fallback, **env}
+    def start_endpoint(
+        self, key: str, fallback: str = "", wsgi: bool = False, env: dict[str, str] | None = None
+    ) -> None:
+        keys = {"ENDPOINT_KEY": key, "ENDPOINT_KEY_FALLBACK": fallback, **(env or {})}
         port = str(self.endpoint_port)
         if wsgi:
             args = [sys.executable, str(HERE / "served_app.py"), port]
@@ -228,7 +230,7 @@ def test_keys_rotate_with_the_fallback_while_runs_continue(procs: Procs) -> None
 def test_the_endpoint_killed_mid_run_and_restarted(procs: Procs) -> None:
     """Steps whose checkpoint committed never run again; the run completes."""
     slow = {"MAX_DURATION": "0.5", "STEP_SECONDS": "0.1", "LONG_STEPS": "12"}
-    procs.start_endpoint(OLD, **slow)
+    procs.start_endpoint(OLD, env=slow)
     procs.start_server(OLD)
     procs.register(SigningKeys.of(OLD))
     [event_id] = procs.client.send(ss.Event("long", {}))
@@ -240,7 +242,7 @@ def test_the_endpoint_killed_mid_run_and_restarted(procs: Procs) -> None:
     wait_for(lambda: len(committed()) >= 4, 30, "four committed steps")
     procs.stop(procs.endpoint, signal.SIGKILL)
     done_before = committed()  # read after the kill: nothing the endpoint ran can commit now
-    procs.start_endpoint(OLD, **slow)
+    procs.start_endpoint(OLD, env=slow)
     run = procs.client.runs.wait(run_id, timeout="60s")
     assert (run.status, run.output) == ("completed", 12), run.error
     counts = phases(ledger({"LEDGER_PATH": procs.ledger}), run_id)

@@ -43,7 +43,7 @@ from stepstone.signing import SIGNATURE_HEADER, SignatureError, SigningKeys, sig
 from stepstone.store.base import Store
 from stepstone.store.rows import ENDED_STATUSES, LeasedRun, RunStatus
 from stepstone.wire import Answer, Decision, WireError, encode_request
-from stepstone.worker import Worker
+from stepstone.worker import Worker, default_instance_id
 
 log = logging.getLogger("stepstone.pusher")
 SERVE_URL = "serve_url"  # the catalog description's key naming a function's endpoint
@@ -208,6 +208,8 @@ class Pusher:
         self._task: asyncio.Task[Any] | None = None
 
     async def start(self) -> None:
+        """Serve the apps the catalog holds now, then follow it."""
+        await self._refresh_logged()
         self._task = asyncio.create_task(self._watch(), name="stepstone-pusher")
 
     async def stop(self, drain_timeout: float = 10.0) -> None:
@@ -255,6 +257,7 @@ class Pusher:
             registry=registry,
             clock=self.clock,
             app_name=f"push:{url}",
+            instance_id=f"{default_instance_id()}/push:{url}",
             concurrency=self.settings.concurrency,
             lease_ttl=self.settings.lease_ttl,
             matcher=self.catalog,

@@ -136,8 +136,8 @@ def phases(rows: list[tuple[str, str, str, int]], run_id: str) -> dict[tuple[str
 
 def test_a_sleep_and_a_retried_step_checkpoint_each_step_once(procs: Procs) -> None:
     procs.start_endpoint(OLD)
-    procs.start_server(OLD)
     procs.register(SigningKeys.of(OLD))
+    procs.start_server(OLD)
     [event_id] = procs.client.send(ss.Event("order", {}))
     run = procs.client.runs.wait(procs.run_of(event_id), timeout="30s")
     assert (run.status, run.output) == ("completed", ["charge", "record", "provision"]), run.error
@@ -210,8 +210,8 @@ def test_keys_rotate_with_the_fallback_while_runs_continue(procs: Procs) -> None
         assert not [s for s in trace if s.name == "endpoint unavailable"], "a request was refused"
 
     procs.start_endpoint(OLD)
-    procs.start_server(OLD)
     procs.register(SigningKeys.of(OLD))
+    procs.start_server(OLD)
     completes()
     procs.stop(procs.endpoint)  # 1. the endpoint also accepts the new key
     procs.start_endpoint(OLD, fallback=NEW)
@@ -231,8 +231,8 @@ def test_the_endpoint_killed_mid_run_and_restarted(procs: Procs) -> None:
     """Steps whose checkpoint committed never run again; the run completes."""
     slow = {"MAX_DURATION": "0.5", "STEP_SECONDS": "0.1", "LONG_STEPS": "12"}
     procs.start_endpoint(OLD, env=slow)
-    procs.start_server(OLD)
     procs.register(SigningKeys.of(OLD))
+    procs.start_server(OLD)
     [event_id] = procs.client.send(ss.Event("long", {}))
     run_id = procs.run_of(event_id)
 
@@ -254,8 +254,8 @@ def test_the_endpoint_killed_mid_run_and_restarted(procs: Procs) -> None:
 
 def test_a_wsgi_endpoint(procs: Procs) -> None:
     procs.start_endpoint(OLD, wsgi=True)
-    procs.start_server(OLD)
     procs.register(SigningKeys.of(OLD))
+    procs.start_server(OLD)
     [event_id] = procs.client.send(ss.Event("order", {}))
     run = procs.client.runs.wait(procs.run_of(event_id), timeout="30s")
     assert (run.status, run.output) == ("completed", ["charge", "record", "provision"]), run.error

@@ -222,11 +222,14 @@ class Pusher:
 
     async def _watch(self) -> None:
         while True:
-            try:
-                await self.refresh()
-            except Exception:
-                log.exception("served apps: could not refresh from the catalog")
             await asyncio.sleep(self.settings.refresh)
+            await self._refresh_logged()
+
+    async def _refresh_logged(self) -> None:
+        try:
+            await self.refresh()
+        except Exception:
+            log.exception("served apps: could not refresh from the catalog")
 
     async def refresh(self) -> None:
         """Start a worker for each newly served app, update the functions of

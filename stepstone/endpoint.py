@@ -38,7 +38,8 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 log = logging.getLogger("stepstone.endpoint")
-DEFAULT_MAX_DURATION = 60.0  # seconds: inside common serverless request limits
+DEFAULT_MAX_DURATION = 60.0
+THREADS = 256  # seconds: inside common serverless request limits
 _HEADER = SIGNATURE_HEADER.lower().encode()
 
 
@@ -71,8 +72,10 @@ class Endpoint:
         self.app = app
         self.keys = keys
         self.max_duration = max_duration
-        # Sync handlers and sync steps run here, as in a worker.
-        self.threads = ThreadPoolExecutor(max_workers=16, thread_name_prefix="stepstone-endpoint")
+        # Sync handlers and their sync steps run here, as in a worker: a handler's
+        # thread waits for its step's, so the pool is far above the requests the
+        # server keeps open to one app (``--push-concurrency``, 32); made lazily.
+        self.threads = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="stepstone-endpoint")
         self.env = EndpointEnv(app.registry, SYSTEM_CLOCK, self.threads, app.middleware)
 
     def _signed(self, status: int, body: bytes) -> tuple[int, bytes, str]:

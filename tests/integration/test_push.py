@@ -298,3 +298,50 @@ def test_an_answer_under_a_stale_fence_is_discarded(served: Served) -> None:
     assert ran == ["effect"]  # the endpoint did run the step
     assert client.store.read_sync(lambda tx: tx.get_steps(run_id)) == []
     assert client.runs.get(run_id).status == "running"
+
+
+def test_rerun_and_flow_control_pushed(served: Served) -> None:
+    lock = threading.Lock()
+    active, peak, ran = [0], [0], Counter[str]()
+
+    def work(run_id: str) -> str:
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+            ran[run_id] += 1
+        threading.Event().wait(0.05)
+        with lock:
+            active[0] -= 1
+        return run_id
+
+    @served.app.function(id="limited", trigger=ss.on_event("limited"), concurrency=ss.Concurrency(limit=1))
+    def limited(ctx: ss.Context) -> object:
+        return ctx.step.run("work", work, ctx.run_id)
+
+    served.register()
+    with pushing(served.client, served.transport()):
+        event_ids = [served.client.send(ss.Event("limited", {"n": n}))[0] for n in range(4)]
+        runs = [served.client.runs.wait(run_for(served.client, e).id, timeout="20s") for e in event_ids]
+        assert [r.status for r in runs] == ["completed"] * 4
+        assert peak[0] == 1  # concurrency=1 held across the pushed runs
+        rerun = served.client.runs.rerun_from(runs[0].id, "work")  # the step runs again, in a new run
+        again = served.client.runs.wait(rerun, timeout="20s")
+    assert (again.status, again.output) == ("completed", rerun)
+    assert ran[rerun] == 1 and ran[runs[0].id] == 1
+
+
+def test_cancel_while_the_endpoint_is_down(served: Served) -> None:
+    @served.app.function(id="unreachable", trigger=ss.on_event("unreachable"))
+    def unreachable(ctx: ss.Context) -> object:
+        return ctx.step.run("never", lambda: "ran")
+
+    served.register()
+    served.down = True
+    with pushing(served.client, served.transport()):
+        [event_id] = served.client.send(ss.Event("unreachable", {}))
+        run_id = run_for(served.client, event_id).id
+        refused = lambda: any(s.name == "endpoint unavailable" for s in served.client.runs.trace(run_id))  # noqa: E731
+        wait_for(refused, 10, "a first refused request")
+        served.client.runs.cancel(run_id)
+        run = served.client.runs.wait(run_id, timeout="20s")
+    assert run.status == "cancelled" and run.steps == []

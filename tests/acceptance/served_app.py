@@ -77,6 +77,33 @@ async def _effect_async(run_id: str, step: str) -> str:
     return await asyncio.to_thread(effect, run_id, step)
 
 
+@app.function(id="gated", trigger=ss.on_event("gated"))
+def gated(ctx: ss.Context) -> str:
+    """Its first step waits for the file GATE_PATH (a test cancels meanwhile)."""
+
+    def gate() -> str:
+        effect(ctx.run_id, "gate")
+        deadline = time.monotonic() + 30
+        while not os.path.exists(os.environ["GATE_PATH"]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return "opened"
+
+    ctx.step.run("gate", gate)
+    ctx.step.run("after", effect, ctx.run_id, "after")
+    return "finished"
+
+
+@app.function(id="square", trigger=ss.on_event("square"))
+def square(ctx: ss.Context) -> int:
+    return int(ctx.event.data["x"]) ** 2
+
+
+@app.function(id="served-parent", trigger=ss.on_event("served-parent"))
+async def served_parent(ctx: ss.Context) -> object:
+    """Invokes a function a worker serves (the test's ``double``)."""
+    return await ctx.step.invoke("call", function="double", data={"x": 21}, timeout="30s")
+
+
 _keys = {
     "signing_key": os.environ["ENDPOINT_KEY"],
     "signing_key_fallback": os.environ.get("ENDPOINT_KEY_FALLBACK") or None,

@@ -259,3 +259,43 @@ def test_a_wsgi_endpoint(procs: Procs) -> None:
     [event_id] = procs.client.send(ss.Event("order", {}))
     run = procs.client.runs.wait(procs.run_of(event_id), timeout="30s")
     assert (run.status, run.output) == ("completed", ["charge", "record", "provision"]), run.error
+
+
+def test_cancel_of_a_pushed_run_mid_request(procs: Procs, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    procs.start_endpoint(OLD, env={"GATE_PATH": str(gate)})
+    procs.register(SigningKeys.of(OLD))
+    procs.start_server(OLD)
+    [event_id] = procs.client.send(ss.Event("gated", {}))
+    run_id = procs.run_of(event_id)
+    wait_for(lambda: phases(ledger({"LEDGER_PATH": procs.ledger}), run_id), 30, "the gate step to start")
+    procs.client.runs.cancel(run_id)  # flagged: the request is in flight
+    gate.touch()
+    run = procs.client.runs.wait(run_id, timeout="30s")
+    assert run.status == "cancelled" and run.output is None
+
+
+def test_invoke_across_a_worker_and_an_endpoint(procs: Procs) -> None:
+    local = ss.App("local", database_url=procs.db_url)
+
+    @local.function(id="double", trigger=ss.on_event("double"))
+    def double(ctx: ss.Context) -> int:
+        return int(ctx.event.data["x"]) * 2
+
+    @local.function(id="local-parent", trigger=ss.on_event("local-parent"))
+    async def local_parent(ctx: ss.Context) -> object:
+        return await ctx.step.invoke("call", function="square", data={"x": 5}, timeout="30s")
+
+    procs.start_endpoint(OLD)
+    procs.register(SigningKeys.of(OLD))
+    local.start()  # registers double before the server reads its catalog
+    procs.start_server(OLD)
+    try:
+        [a] = procs.client.send(ss.Event("served-parent", {}))
+        [b] = procs.client.send(ss.Event("local-parent", {}))
+        first = procs.client.runs.wait(procs.run_of(a), timeout="30s")
+        second = procs.client.runs.wait(procs.run_of(b), timeout="30s")
+    finally:
+        local.close()
+    assert (first.status, first.output) == ("completed", 42), first.error
+    assert (second.status, second.output) == ("completed", 25), second.error

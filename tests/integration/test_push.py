@@ -345,3 +345,33 @@ def test_cancel_while_the_endpoint_is_down(served: Served) -> None:
         served.client.runs.cancel(run_id)
         run = served.client.runs.wait(run_id, timeout="20s")
     assert run.status == "cancelled" and run.steps == []
+
+
+def test_a_deploy_of_changed_code_mid_run_is_judged_as_in_a_worker(served: Served) -> None:
+    @served.app.function(id="deployed", trigger=ss.on_event("deployed"), on_nondeterminism="pause")
+    def v1(ctx: ss.Context) -> object:
+        ctx.step.run("a", lambda: "a")
+        ctx.step.sleep("nap", "0.3s")
+        return ctx.step.run("b", lambda: "b")
+
+    served.register()
+    with pushing(served.client, served.transport()):
+        [event_id] = served.client.send(ss.Event("deployed", {}))
+        run_id = run_for(served.client, event_id).id
+        wait_for(lambda: served.client.runs.get(run_id).status == "sleeping", 10, "the sleep")
+        v2 = ss.App("served", database_url="sqlite:////nonexistent/never-opened.db")
+
+        @v2.function(id="deployed", trigger=ss.on_event("deployed"), on_nondeterminism="pause")
+        def changed(ctx: ss.Context) -> object:  # a step inserted before the recorded ones
+            ctx.step.run("new", lambda: "new")
+            ctx.step.run("a", lambda: "a")
+            ctx.step.sleep("nap", "0.3s")
+            return ctx.step.run("b", lambda: "b")
+
+        served.asgi = ss.serve(v2, signing_key=KEY)  # the endpoint redeployed
+        wait_for(
+            lambda: served.client.runs.get(run_id).status == "paused", 10, "the divergence to pause the run"
+        )
+    run = served.client.runs.get(run_id)
+    assert [s.id for s in run.steps] == ["a", "nap"]  # nothing new executed
+    assert any(s.kind == "warning" for s in served.client.runs.trace(run_id))

@@ -375,3 +375,16 @@ def test_a_deploy_of_changed_code_mid_run_is_judged_as_in_a_worker(served: Serve
     run = served.client.runs.get(run_id)
     assert [s.id for s in run.steps] == ["a", "nap"]  # nothing new executed
     assert any(s.kind == "warning" for s in served.client.runs.trace(run_id))
+
+
+def test_invoking_a_function_no_one_registered_fails_the_step(served: Served) -> None:
+    @served.app.function(id="lost-call", trigger=ss.on_event("lost-call"))
+    async def lost_call(ctx: ss.Context) -> object:
+        return await ctx.step.invoke("call", function="nope", data={}, timeout="30s")
+
+    served.register()
+    with pushing(served.client, served.transport()):
+        [event_id] = served.client.send(ss.Event("lost-call", {}))
+        run = served.client.runs.wait(run_for(served.client, event_id).id, timeout="20s")
+    assert run.status == "failed"
+    assert run.error is not None and "no function 'nope' to invoke" in run.error.message

@@ -53,6 +53,13 @@ def _serve(api: Any, host: str, port: int, access_log: bool = True) -> None:
     type=click.IntRange(min=1),
     help="Invocation requests open at once to each app served over HTTP.",
 )
+@click.option(
+    "--push-timeout",
+    default=90.0,
+    show_default=True,
+    type=click.FloatRange(min=1.0),
+    help="Seconds an app served over HTTP may take to answer (above its max_duration).",
+)
 def server(
     database_url: str | None,
     host: str,
@@ -64,6 +71,7 @@ def server(
     signing_key: str | None,
     signing_key_fallback: str | None,
     push_concurrency: int,
+    push_timeout: float,
 ) -> None:
     """Serve the HTTP API over a database; no user code needed. With a signing
     key, also execute the runs of apps served over HTTP (ss.serve)."""
@@ -86,7 +94,7 @@ def server(
         console.print(
             f"Stepstone API and dashboard on http://{host}:{port} over {app.database_url}", highlight=False
         )
-        push = PushSettings(concurrency=push_concurrency)
+        push = PushSettings(concurrency=push_concurrency, timeout=push_timeout)
         _serve(create_app(app, auth, signing=signing, push=push), host, port, access_log)
     finally:
         app.close()

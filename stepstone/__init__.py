@@ -11,7 +11,7 @@ from stepstone.client import Client
 from stepstone.context import Context
 from stepstone.divergence import Divergence
 from stepstone.encryption import EncryptionError, EncryptionMiddleware, is_encrypted
-from stepstone.endpoint import serve
+from stepstone.endpoint import serve, serve_wsgi
 from stepstone.errors import (
     AuthenticationError,
     ConfigError,
@@ -78,6 +78,7 @@ __all__ = [
     "Client",
     "asgi",
     "serve",
+    "serve_wsgi",
     "FunctionInfo",
     # runs
     "Run",

@@ -32,7 +32,7 @@ from stepstone.interpreter import Interpreter
 from stepstone.memos import mismatch
 from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
-from stepstone.services import Effect, Ingest, StartChild
+from stepstone.services import Effect
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import (
     ACTIVE_STATUSES,
@@ -45,6 +45,7 @@ from stepstone.store.rows import (
     StepStatus,
     WaitRow,
 )
+from stepstone.wire import EffectRecord, SendEvents
 
 PAGE = 500  # runs per read: three statements each, whatever the page holds
 # The statuses of an in-flight run: a status added to ACTIVE_STATUSES is checked too.
@@ -113,13 +114,11 @@ class _NoServices:
     def wait_row(self, **_: Any) -> WaitRow:
         raise _Refused("start a wait")
 
-    def send(self, events: Event | Sequence[Event], now: float) -> tuple[list[str], Ingest]:
+    def send(self, events: Event | Sequence[Event], now: float) -> SendEvents:
         raise _Refused("send events")
 
-    def start_child(
-        self, target: FunctionDef, data: dict[str, Any], now: float, parent: tuple[str, str]
-    ) -> StartChild:
-        raise _Refused("start a run")
+    def effect(self, record: EffectRecord) -> Effect:
+        raise _Refused("write an effect")
 
 
 class _Replay(Interpreter):

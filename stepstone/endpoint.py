@@ -7,18 +7,26 @@ runs. ``GET`` answers with the app's functions (``introspection.py``), which
 the server registers in its catalog; ``POST`` carries one invocation of a run.
 Answers are signed with the same key, so the server can trust them.
 
-The endpoint is a plain ASGI callable (FastAPI and Starlette mount it); no web
-framework is needed to serve it."""
+The endpoint is a plain ASGI callable (FastAPI and Starlette mount it), or a
+WSGI one (``serve_wsgi``: Flask, Django); no web framework is needed to serve
+it. An invocation is ``endpoint_invoke.py``."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+import logging
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from stepstone import limits
+from stepstone.bridge import Portal
+from stepstone.clock import SYSTEM_CLOCK
+from stepstone.endpoint_invoke import EndpointEnv, invoke
 from stepstone.introspection import describe_app
 from stepstone.signing import SIGNATURE_HEADER, SignatureError, SigningKeys, sign, verify
+from stepstone.wire import WireError, decode_request
 
 if TYPE_CHECKING:
     from stepstone.app import App
@@ -29,12 +37,17 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-DEFAULT_MAX_DURATION = 60.0  # seconds: inside common serverless request limits
+log = logging.getLogger("stepstone.endpoint")
+DEFAULT_MAX_DURATION = 60.0
+THREADS = 256  # seconds: inside common serverless request limits
 _HEADER = SIGNATURE_HEADER.lower().encode()
 
 
 class _TooLarge(Exception):
     pass
+
+
+_TOO_LARGE = {"error": "too_large", "message": f"body over {limits.MAX_PUSH_BYTES} bytes"}
 
 
 async def _read_body(receive: Receive, cap: int) -> bytes:
@@ -59,10 +72,30 @@ class Endpoint:
         self.app = app
         self.keys = keys
         self.max_duration = max_duration
+        # Sync handlers and their sync steps run here, as in a worker: a handler's
+        # thread waits for its step's, so the pool is far above the requests the
+        # server keeps open to one app (``--push-concurrency``, 32); made lazily.
+        self.threads = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="stepstone-endpoint")
+        self.env = EndpointEnv(app.registry, SYSTEM_CLOCK, self.threads, app.middleware)
+
+    def _signed(self, status: int, body: bytes) -> tuple[int, bytes, str]:
+        return status, body, sign(body, self.keys)
+
+    async def invoke(self, body: bytes) -> tuple[int, bytes, str]:
+        """Run one invocation (``endpoint_invoke.py``) and answer what to commit."""
+        try:
+            leased = decode_request(body)
+        except WireError as exc:
+            return self._answer(400, {"error": "bad_request", "message": str(exc)})
+        try:
+            answer = await invoke(leased, self.env, self.max_duration)
+        except Exception as exc:
+            log.exception("run %s: the invocation failed", leased.run.id)
+            return self._answer(500, {"error": "internal", "message": f"{type(exc).__name__}: {exc}"})
+        return self._signed(200, answer.encode())
 
     def _answer(self, status: int, payload: Any) -> tuple[int, bytes, str]:
-        body = json.dumps(payload, separators=(",", ":")).encode()
-        return status, body, sign(body, self.keys)
+        return self._signed(status, json.dumps(payload, separators=(",", ":")).encode())
 
     def introspect(self) -> tuple[int, bytes, str]:
         document = describe_app(
@@ -81,9 +114,7 @@ class Endpoint:
         if method == "GET":
             return self.introspect()
         if method == "POST":
-            return self._answer(
-                501, {"error": "not_implemented", "message": "invocations are not served yet"}
-            )
+            return await self.invoke(body)
         return self._answer(405, {"error": "method_not_allowed", "message": f"{method} is not served"})
 
 
@@ -108,11 +139,9 @@ def serve(
         headers = dict(scope.get("headers") or [])
         signature = headers.get(_HEADER, b"").decode("latin-1") or None
         try:
-            body = await _read_body(receive, limits.MAX_REQUEST_BYTES)
+            body = await _read_body(receive, limits.MAX_PUSH_BYTES)
         except _TooLarge:
-            status, payload, signed = endpoint._answer(
-                413, {"error": "too_large", "message": "body too large"}
-            )
+            status, payload, signed = endpoint._answer(413, _TOO_LARGE)
         else:
             status, payload, signed = await endpoint.handle(scope["method"], signature, body)
         await send(
@@ -129,3 +158,43 @@ def serve(
         await send({"type": "http.response.body", "body": payload})
 
     return asgi
+
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def serve_wsgi(
+    app: App,
+    *,
+    signing_key: str,
+    signing_key_fallback: str | None = None,
+    max_duration: float = DEFAULT_MAX_DURATION,
+) -> WSGIApp:
+    """``serve`` as a WSGI app (Flask, Django): each request's invocation runs on
+    one event loop of the endpoint's own (a ``Portal`` thread), sync handlers on
+    its thread pool, while the WSGI server's thread waits for the answer."""
+    endpoint = Endpoint(app, SigningKeys.of(signing_key, signing_key_fallback), max_duration)
+    portal = Portal("stepstone-endpoint")
+
+    def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0
+        if length > limits.MAX_PUSH_BYTES:
+            status, payload, signed = endpoint._answer(413, _TOO_LARGE)
+        else:
+            body = environ["wsgi.input"].read(length) if length > 0 else b""
+            signature = environ.get("HTTP_" + SIGNATURE_HEADER.upper().replace("-", "_")) or None
+            status, payload, signed = portal.call(endpoint.handle(environ["REQUEST_METHOD"], signature, body))
+        start_response(
+            f"{status} {HTTPStatus(status).phrase}",
+            [
+                ("Content-Type", "application/json"),
+                ("Content-Length", str(len(payload))),
+                (SIGNATURE_HEADER, signed),
+            ],
+        )
+        return [payload]
+
+    return wsgi

@@ -12,15 +12,16 @@ import contextvars
 import inspect
 import logging
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from stepstone import limits, serde
 from stepstone.attempts import AbandonedThreads
 from stepstone.clock import Clock
 from stepstone.context import Context
+from stepstone.effectops import BoundEffect, prepared_send, realize
 from stepstone.errors import (
     ErrorInfo,
     NonRetriableError,
@@ -34,38 +35,38 @@ from stepstone.interpreter import Interpreter
 from stepstone.journal import RunJournal
 from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
-from stepstone.runtime import end_run, ingest, park_run, prepare, prepare_invoke, start_invoked
-from stepstone.runtime.waits import begin_wait, build_wait
-from stepstone.services import Ingest, StartChild
+from stepstone.runtime import end_run, park_run
+from stepstone.runtime.waits import build_wait
+from stepstone.services import Journal, Services
 from stepstone.signals import CancelSignal, LeaseLostSignal, PauseSignal, error_info, retry_at
 from stepstone.steps import AsyncStep, SyncStep
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import Fence, LeasedRun, RunStatus, SpanRow, StepStatus, WaitKind, WaitRow
+from stepstone.store.rows import (
+    ENDED_STATUSES,
+    Fence,
+    LeasedRun,
+    RunStatus,
+    SpanRow,
+    StepStatus,
+    WaitKind,
+    WaitRow,
+)
+from stepstone.wire import Decision, EffectRecord, SendEvents
 
 log = logging.getLogger("stepstone.executor")
 user_log = logging.getLogger("stepstone.run")
 
 
-@dataclass
-class ExecEnv:
-    """What the executor needs from the worker that hosts it."""
+class HostServices:
+    """The interpreter's ``Services`` over a host's functions: a worker's
+    (``ExecEnv``) and an HTTP endpoint's share them, so an effect is built,
+    encoded and checked the same way wherever its step ran."""
 
-    store: Store
     registry: Registry
-    clock: Clock
-    owner: str
-    lease_ttl: float
-    threads: Executor
     matcher: Callable[[], Registry]
-    middleware: tuple[Middleware, ...] = ()
-    # Whether the worker's lease on a run is still known to be live (by the
-    # worker's own monotonic clock since the lease was last taken or extended).
-    lease_held: Callable[[str], bool] = lambda run_id: True
-    # The worker's count of sync step threads abandoned past their timeout.
-    abandoned: AbandonedThreads = field(default_factory=AbandonedThreads)
 
     def function(self, ref: str | Callable[..., Any]) -> FunctionDef | None:
-        """A function by id or by its decorated handler (own first, then the catalog)."""
+        """A function by id or by its decorated handler (own first, then ``matcher``)."""
         function_id = ref if isinstance(ref, str) else getattr(ref, "__stepstone_id__", None)
         if function_id is None:
             return None
@@ -95,26 +96,30 @@ class ExecEnv:
             field="if_",
         )
 
-    def begin_wait(self, tx: Tx, waits: Sequence[WaitRow], since: float | None, now: float) -> None:
-        begin_wait(tx, waits, since, now)
+    def send(self, events: Event | Sequence[Event], now: float) -> SendEvents:
+        return prepared_send([events] if isinstance(events, Event) else list(events), now)
 
-    def send(self, events: Event | Sequence[Event], now: float) -> tuple[list[str], Ingest]:
-        prepared = prepare(events, now)
+    def effect(self, record: EffectRecord) -> BoundEffect:
+        return realize(record, self.function, self.matcher)
 
-        def ingest_sent(tx: Tx, matcher: Registry) -> None:
-            ingest(tx, prepared, matcher, now)
 
-        return [event.id for event in prepared], ingest_sent
+@dataclass
+class ExecEnv(HostServices):
+    """What the executor needs from the worker that hosts it."""
 
-    def start_child(
-        self, target: FunctionDef, data: dict[str, Any], now: float, parent: tuple[str, str]
-    ) -> StartChild:
-        event = prepare_invoke(data, now, f"step {parent[1]!r}")
-
-        def start(tx: Tx, matcher: Registry, run_id: str) -> str | None:
-            return start_invoked(tx, target, event, now, matcher, parent=parent, run_id=run_id)
-
-        return start
+    store: Store
+    registry: Registry
+    clock: Clock
+    owner: str
+    lease_ttl: float
+    threads: Executor
+    matcher: Callable[[], Registry]
+    middleware: tuple[Middleware, ...] = ()
+    # Whether the worker's lease on a run is still known to be live (by the
+    # worker's own monotonic clock since the lease was last taken or extended).
+    lease_held: Callable[[str], bool] = lambda run_id: True
+    # The worker's count of sync step threads abandoned past their timeout.
+    abandoned: AbandonedThreads = field(default_factory=AbandonedThreads)
 
 
 @dataclass(frozen=True)
@@ -128,8 +133,12 @@ def _events(leased: LeasedRun) -> list[Event]:
     return [Event(e.name, serde.loads(e.data), e.id, e.ts) for e in leased.events]
 
 
-async def execute(leased: LeasedRun, env: ExecEnv) -> Outcome | None:
-    """Run one invocation; returns its outcome, or ``None`` if the lease was lost."""
+Invoke = Callable[[FunctionDef, LeasedRun, RunJournal, ExecEnv], Awaitable[Outcome | None]]
+
+
+async def execute(leased: LeasedRun, env: ExecEnv, invoke: Invoke | None = None) -> Outcome | None:
+    """Run one invocation; returns its outcome, or ``None`` if the lease was lost.
+    ``invoke`` runs the handler (default: here; ``pusher.py``: over HTTP)."""
     run = leased.run
     fn = env.registry.get(run.function_id)
     fence = Fence(run_id=run.id, owner=env.owner, epoch=leased.epoch, token=secrets.token_hex(8))
@@ -144,30 +153,82 @@ async def execute(leased: LeasedRun, env: ExecEnv) -> Outcome | None:
         if leased.start_deadline is not None and leased.start_deadline <= env.clock.now():
             err = ErrorInfo("Timeout", "the run did not start within timeouts.start")
             return await _finish(journal, env, leased, RunStatus.CANCELLED, None, err)
-        return await _invoke(fn, leased, journal, env)
+        return await (invoke or _invoke)(fn, leased, journal, env)
     except LeaseLostSignal:
         log.warning("run %s: lease lost; another worker owns it now", run.id)
         return None
 
 
+class StagingJournal(Journal, Protocol):
+    """The interpreter's ``Journal`` as the executor drives it: a worker's
+    ``RunJournal`` (commits as it goes) or an endpoint's (stages everything
+    for the server's commit)."""
+
+    spans: list[SpanRow]
+    lease_lost: bool
+    cancel_requested: bool
+
+    def bind(self, interp: Interpreter) -> None:
+        """The interpreter staging into this journal (an endpoint's pauses it)."""
+        ...
+
+
+class HandlerHost(Services, Protocol):
+    """What running a handler needs from its host: a worker's ``ExecEnv``, or
+    an HTTP endpoint serving the function (``endpoint_invoke.py``)."""
+
+    clock: Clock
+    threads: Executor
+    middleware: tuple[Middleware, ...]
+    abandoned: AbandonedThreads
+
+
+@dataclass(frozen=True)
+class Handled:
+    """One call of a handler: its decision, and what the failure hook needs."""
+
+    decision: Decision
+    ctx: Context
+    hooks: Hooks
+
+
 async def _invoke(fn: FunctionDef, leased: LeasedRun, journal: RunJournal, env: ExecEnv) -> Outcome | None:
+    handled = await run_handler(fn, leased, journal, env)
+    result = await settle(handled.decision, leased, journal, env)
+    await failure_hook(handled, result.status)
+    return result
+
+
+async def failure_hook(handled: Handled, status: RunStatus) -> None:
+    if handled.hooks.has("on_failure") and status == RunStatus.FAILED:
+        await handled.hooks.on_failure(
+            handled.ctx, handled.decision.error or ErrorInfo("Error", "the run failed")
+        )
+
+
+async def run_handler(
+    fn: FunctionDef, leased: LeasedRun, journal: StagingJournal, host: HandlerHost
+) -> Handled:
+    """Replay and execute the handler once, staging into ``journal``; returns
+    how the invocation ends (raises ``LeaseLostSignal`` if a commit was fenced out)."""
     events = _events(leased)
-    hooks = Hooks((*env.middleware, *fn.middleware))
+    hooks = Hooks((*host.middleware, *fn.middleware))
     interp = Interpreter(
         run_id=leased.run.id,
         steps=leased.steps,
         journal=journal,
-        clock=env.clock,
+        clock=host.clock,
         retries=fn.retries,
         backoff=fn.backoff,
-        threads=env.threads,
-        services=env,
+        threads=host.threads,
+        services=host,
         run_event=events[0].to_json() if events else None,
         hooks=hooks,
         step_timeout=fn.step_timeout,
-        abandoned=env.abandoned,
+        abandoned=host.abandoned,
         pause_on_divergence=fn.on_nondeterminism == OnNondeterminism.PAUSE,
     )
+    journal.bind(interp)
     ctx = _context(fn, leased, events, interp)
     try:
         if hooks.has("transform_input"):
@@ -175,7 +236,7 @@ async def _invoke(fn: FunctionDef, leased: LeasedRun, journal: RunJournal, env: 
                 s.step_id: serde.loads(s.output) for s in leased.steps if s.status == StepStatus.COMPLETED
             }
             interp.memo_values = await hooks.transform_input(ctx, values)
-        output = await _call_handler(fn, ctx, interp, env.threads)
+        output = await _call_handler(fn, ctx, interp, host.threads)
         outcome: tuple[str, Any] = ("return", output)
     except (PauseSignal, CancelSignal, LeaseLostSignal) as signal:
         outcome = ("signal", signal)
@@ -186,10 +247,8 @@ async def _invoke(fn: FunctionDef, leased: LeasedRun, journal: RunJournal, env: 
         if not interp.replaying:  # new code ran, even if it only reached a new sleep
             await hooks.before_execution(ctx)
         await hooks.after_execution(ctx)
-    result = await _conclude(outcome, fn, leased, interp, journal, env)
-    if hooks.has("on_failure") and result is not None and result.status == RunStatus.FAILED:
-        await hooks.on_failure(ctx, result.error or ErrorInfo("Error", "the run failed"))
-    return result
+    decision = await _decide(outcome, fn, leased, interp, journal, host.clock)
+    return Handled(decision, ctx, hooks)
 
 
 def _context(fn: FunctionDef, leased: LeasedRun, events: list[Event], interp: Interpreter) -> Context:
@@ -229,14 +288,14 @@ async def _call_handler(fn: FunctionDef, ctx: Context, interp: Interpreter, thre
     return result
 
 
-async def _conclude(
+async def _decide(
     outcome: tuple[str, Any],
     fn: FunctionDef,
     leased: LeasedRun,
     interp: Interpreter,
-    journal: RunJournal,
-    env: ExecEnv,
-) -> Outcome | None:
+    journal: StagingJournal,
+    clock: Clock,
+) -> Decision:
     kind, value = outcome
     if journal.lease_lost or isinstance(value, LeaseLostSignal):
         raise LeaseLostSignal()  # a commit was fenced out; logged by execute
@@ -251,22 +310,22 @@ async def _conclude(
                     kept, what=f"function {fn.id!r} output", limit=limits.MAX_STEP_OUTPUT_BYTES
                 )
         except StepstoneError as exc:
-            return await _finish(journal, env, leased, RunStatus.FAILED, None, error_info(exc))
-        return await _finish(journal, env, leased, RunStatus.COMPLETED, encoded, None)
+            return Decision(status=RunStatus.FAILED, error=error_info(exc))
+        return Decision(status=RunStatus.COMPLETED, output=encoded)
     if isinstance(value, CancelSignal) or journal.cancel_requested:
-        return await _finish(journal, env, leased, RunStatus.CANCELLED, None, None)
+        return Decision(status=RunStatus.CANCELLED)
     if isinstance(value, PauseSignal):
-        return await _park(journal, interp, leased, env)
+        return _parked(interp, leased)
     failure: Exception = value
     if isinstance(failure, StepError | NonRetriableError):
         info = error_info(failure)
         if isinstance(failure, StepError):
             info = ErrorInfo(failure.error_type, failure.message, info.traceback)
-        return await _finish(journal, env, leased, RunStatus.FAILED, None, info)
-    return await _retry_invocation(failure, fn, leased, journal, env)
+        return Decision(status=RunStatus.FAILED, error=info)
+    return _retry_invocation(failure, fn, leased, journal, clock)
 
 
-async def _park(journal: RunJournal, interp: Interpreter, leased: LeasedRun, env: ExecEnv) -> Outcome:
+def _parked(interp: Interpreter, leased: LeasedRun) -> Decision:
     wakes = [p.wake_at for p in interp.pauses if p.wake_at is not None]
     wake_at = min(wakes) if wakes else None
     statuses = {p.status for p in interp.pauses}
@@ -279,7 +338,14 @@ async def _park(journal: RunJournal, interp: Interpreter, leased: LeasedRun, env
         if RunStatus.SLEEPING in statuses
         else RunStatus.WAITING
     )
-    return await _park_or_cancel(journal, env, leased, status, wake_at, leased.run.attempt)
+    return Decision(status=status, wake_at=wake_at, attempt=leased.run.attempt)
+
+
+async def settle(decision: Decision, leased: LeasedRun, journal: RunJournal, env: ExecEnv) -> Outcome:
+    """Commit the decision with whatever is staged: the run's end, or its park."""
+    if decision.status in ENDED_STATUSES:
+        return await _finish(journal, env, leased, decision.status, decision.output, decision.error)
+    return await _park_or_cancel(journal, env, leased, decision.status, decision.wake_at, decision.attempt)
 
 
 async def _park_or_cancel(
@@ -303,15 +369,15 @@ async def _park_or_cancel(
     return Outcome(status, wake_at)
 
 
-async def _retry_invocation(
-    exc: Exception, fn: FunctionDef, leased: LeasedRun, journal: RunJournal, env: ExecEnv
-) -> Outcome | None:
+def _retry_invocation(
+    exc: Exception, fn: FunctionDef, leased: LeasedRun, journal: StagingJournal, clock: Clock
+) -> Decision:
     """An error outside steps: retry the invocation with back-off, like a step."""
     failures = leased.run.attempt + 1
     info = error_info(exc)
     if failures > fn.retries:
-        return await _finish(journal, env, leased, RunStatus.FAILED, None, info)
-    now = env.clock.now()
+        return Decision(status=RunStatus.FAILED, error=info)
+    now = clock.now()
     wake_at = retry_at(exc, now) if isinstance(exc, RetryAfterError) else now + fn.backoff.delay(failures)
     journal.spans.append(
         SpanRow(
@@ -325,7 +391,7 @@ async def _retry_invocation(
             error=serde.dumps(info.to_json(), what="error"),
         )
     )
-    return await _park_or_cancel(journal, env, leased, RunStatus.RUNNING, wake_at, failures)
+    return Decision(status=RunStatus.RUNNING, wake_at=wake_at, attempt=failures)
 
 
 async def _finish(

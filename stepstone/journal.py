@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stepstone import metrics
 from stepstone.clock import Clock
@@ -26,6 +26,22 @@ from stepstone.signals import CancelSignal, LeaseLostSignal
 from stepstone.store import faults
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import Fence, SpanRow, StepRow
+
+if TYPE_CHECKING:
+    from stepstone.interpreter import Interpreter
+
+
+def warning_span(run_id: str, name: str, message: str, now: float) -> SpanRow:
+    """A warning in a run's trace (nondeterminism, an endpoint unavailable, ...)."""
+    return SpanRow(
+        run_id=run_id,
+        kind="warning",
+        name=name,
+        started_at=now,
+        ended_at=now,
+        status="warning",
+        detail=message,
+    )
 
 
 class RunJournal:
@@ -45,6 +61,9 @@ class RunJournal:
         self.function_id = ""  # for metrics; set by the executor
         self._commits: list[tuple[asyncio.Future[Any], Callable[[Tx], Any]]] = []
 
+    def bind(self, interp: Interpreter) -> None:
+        """Nothing to keep: a worker's journal commits as the interpreter goes."""
+
     # -- Journal protocol (used by the interpreter) ---------------------------------
     def stage(self, step: StepRow, span: SpanRow | None, effect: Effect | None = None) -> None:
         self.steps.append(step)
@@ -56,18 +75,7 @@ class RunJournal:
             self.effects.append(effect)
 
     def warn(self, name: str, message: str) -> None:
-        now = self.clock.now()
-        self.spans.append(
-            SpanRow(
-                run_id=self.fence.run_id,
-                kind="warning",
-                name=name,
-                started_at=now,
-                ended_at=now,
-                status="warning",
-                detail=message,
-            )
-        )
+        self.spans.append(warning_span(self.fence.run_id, name, message, self.clock.now()))
 
     async def flush(self) -> None:
         """Commit what is staged (and wait for commits already under way) before

@@ -22,8 +22,8 @@ from stepstone.events import Event
 from stepstone.ids import new_id
 from stepstone.registry import INVOKE_EVENT
 from stepstone.signals import error_info
-from stepstone.store.base import Tx
-from stepstone.store.rows import RunStatus, StepKind, StepRow, StepStatus, WaitKind, WaitRow
+from stepstone.store.rows import RunStatus, StepKind, StepRow, StepStatus
+from stepstone.wire import BeginWait, ExpireWait, ReceiveSignal, StartChild
 
 if TYPE_CHECKING:
     from stepstone.interpreter import Interpreter
@@ -119,18 +119,10 @@ async def _resolved(interp: Interpreter, memo: StepRow) -> StepRow | None:
             },
             what="error",
         )
-    run_id, step_id = interp.run_id, memo.step_id
-
-    def timeout(tx: Tx) -> StepRow | None:
-        # Deleting the wait decides the race: the event (or child) or the timeout.
-        if tx.claim_step_waits(run_id, step_id):
-            status = StepStatus.FAILED if failure else StepStatus.COMPLETED
-            tx.complete_waiting_step(run_id, step_id, status, None if failure else "null", failure, now)
-        return tx.get_step(run_id, step_id)
-
-    row: StepRow | None = await interp.journal.apply(timeout)
+    expire = ExpireWait(run_id=interp.run_id, step_id=memo.step_id, failure=failure, now=now)
+    row: StepRow | None = await interp.journal.apply(interp.services.effect(expire))
     if row is not None:
-        interp.memo[step_id] = row
+        interp.memo[memo.step_id] = row
     return row
 
 
@@ -171,11 +163,7 @@ async def wait_for_event(
         ]
     except StepstoneError as exc:
         raise NonRetriableError(f"step {step_id!r}: {exc}") from exc
-    services = interp.services
-
-    def insert_wait(tx: Tx) -> None:  # nothing if this is a repeated commit
-        services.begin_wait(tx, waits, since, now)
-
+    insert_wait = interp.services.effect(BeginWait(waits=tuple(waits), since=since, now=now))
     interp._save(_waiting(interp, step_id, StepKind.WAIT, now, expires), None, insert_wait)
     raise interp._pause(expires, RunStatus.WAITING)
 
@@ -193,14 +181,10 @@ async def wait_for_signal(interp: Interpreter, step_id: str, name: str, timeout:
     expires = _expiry(step_id, now, timeout)
     row = _waiting(interp, step_id, StepKind.SIGNAL, now, expires)
     interp._save(row, None)
-    wait = mailbox.wait_row(interp.run_id, step_id, name, now, expires)
-
     # Committed now with the memo (one transaction): a buffered signal is
     # received without parking; otherwise the wait is in place before the park.
-    def receive_signal(tx: Tx) -> str | None:
-        return mailbox.receive(tx, wait)
-
-    output: str | None = await interp.journal.apply(receive_signal)
+    wait = mailbox.wait_row(interp.run_id, step_id, name, now, expires)
+    output: str | None = await interp.journal.apply(interp.services.effect(ReceiveSignal(wait=wait)))
     if output is None:
         raise interp._pause(expires, RunStatus.WAITING)
     done = StepStatus.COMPLETED
@@ -243,36 +227,16 @@ async def invoke(
     now = interp.clock.now()
     expires = _expiry(step_id, now, timeout)
     [invoked] = await _outgoing(interp, [Event(INVOKE_EVENT, data)])  # encrypted like any sent event
-    start = interp.services.start_child(target, invoked.data, now, (interp.run_id, step_id))
-    run_id, matcher, child_id = interp.run_id, interp.services.matcher(), new_id(now)
-
-    def start_child(tx: Tx) -> None:
-        # The wait comes first: a repeated commit of this step (an ambiguous
-        # COMMIT retried) inserts none, and then starts nothing.
-        if not tx.start_wait(
-            WaitRow(
-                run_id=run_id,
-                step_id=step_id,
-                kind=WaitKind.INVOKE,
-                event_name="",
-                match_value=child_id,
-                created_at=now,
-                expires_at=expires,
-            )
-        )():
-            return
-        child = start(tx, matcher, child_id)
-        if child is not None and child != child_id:  # joined a pending debounce or batch run
-            tx.set_wait_match(run_id, step_id, child)
-        child_run = tx.get_run(child) if child else None
-        if child_run is None or child_run.status == RunStatus.SKIPPED:
-            reason = serde.dumps(
-                {"type": "InvokeSkipped", "message": "the invoked run was skipped"}, what="error"
-            )
-            tx.claim_step_waits(run_id, step_id)
-            tx.complete_waiting_step(run_id, step_id, StepStatus.FAILED, None, reason, now)
-            tx.wake_run(run_id, now)
-
+    record = StartChild(
+        run_id=interp.run_id,
+        step_id=step_id,
+        function_id=target.id,
+        data=invoked.data,
+        now=now,
+        expires_at=expires,
+        child_id=new_id(now),
+    )
+    start_child = interp.services.effect(record)  # the data's size is checked here
     interp._save(_waiting(interp, step_id, StepKind.INVOKE, now, expires), None, start_child)
     raise interp._pause(expires, RunStatus.WAITING)
 
@@ -318,18 +282,14 @@ async def send_event(interp: Interpreter, step_id: str, events: Event | Sequence
     await interp.journal.flush()
     try:
         events = await _outgoing(interp, [events] if isinstance(events, Event) else list(events))
-        ids, ingest = interp.services.send(events, now)
+        sent = interp.services.send(events, now)
     except StepstoneError as exc:
         info = error_info(exc)
         interp._save(_sent(interp, step_id, now, error=serde.dumps(info.to_json(), what="error")), None)
         raise StepError(step_id, info.type, info.message) from exc
+    ids = sent.ids
     row = _sent(interp, step_id, now, output=serde.dumps(ids, what="event ids"))
-    matcher = interp.services.matcher()
-
-    def ingest_sent(tx: Tx) -> None:  # ids fixed above: a repeated commit is deduplicated
-        ingest(tx, matcher)
-
-    interp._save(row, None, ingest_sent)
+    interp._save(row, None, interp.services.effect(sent))  # ids fixed: a repeated commit dedupes
     await interp.journal.flush()
     if interp.hooks.active:
         await interp.hooks.after_send_events(interp.ctx, ids)

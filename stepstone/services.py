@@ -1,7 +1,7 @@
 """The interpreter's collaborators, as protocols it is handed: the ``Journal``
 where it stages memo writes (the executor's ``RunJournal`` commits them) and
 the ``Services`` that orchestration steps need (the executor's ``ExecEnv``:
-functions, wait rows, child runs, sent events). The interpreter does no I/O
+functions, wait rows, and the store operation of each effect record). The interpreter does no I/O
 of its own; these are its only way out."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from stepstone.function import FunctionDef
 from stepstone.registry import Registry
 from stepstone.store.base import Tx
 from stepstone.store.rows import SpanRow, StepRow, WaitRow
+from stepstone.wire import EffectRecord, SendEvents
 
 Effect = Callable[[Tx], Any]
 
@@ -43,18 +44,12 @@ class Journal(Protocol):
         ...
 
 
-# Inside a transaction, with the functions that events may trigger.
-Ingest = Callable[[Tx, Registry], object]
-# ... and the child's run id; returns the run id (or the pending debounce or
-# batch run the child joined), or ``None`` when an idempotency key started none.
-StartChild = Callable[[Tx, Registry, str], str | None]
-
-
 class Services(Protocol):
     """What orchestration steps need beyond memos, supplied by the executor: the
-    functions a step can invoke, and the parts of the effects a step commits
-    with its memo (a wait row, a child run, sent events). The interpreter stages
-    those effects; it never ingests events or admits runs itself."""
+    functions a step can invoke, and the store operations of the effects a step
+    commits with its memo (``wire.py``'s records: a wait, a child run, sent
+    events). The interpreter stages those; it never ingests events or admits
+    runs itself, so the same records can travel over HTTP (``ss.serve``)."""
 
     def function(self, ref: str | Callable[..., Any]) -> FunctionDef | None:
         """Resolve a function id or decorated handler."""
@@ -79,21 +74,13 @@ class Services(Protocol):
         ``condition`` is not a valid CEL condition."""
         ...
 
-    def begin_wait(self, tx: Tx, waits: Sequence[WaitRow], since: float | None, now: float) -> None:
-        """In the transaction of its memo, start a ``wait_for_event`` step's wait
-        (a row per name), or resolve the step at once with the oldest event of
-        its names and condition committed since ``since`` (``lookback``)."""
+    def send(self, events: Event | Sequence[Event], now: float) -> SendEvents:
+        """Validate and encode ``events`` (raises ``StepstoneError`` if one is bad),
+        fixing their ids now: the record of what ingests them."""
         ...
 
-    def send(self, events: Event | Sequence[Event], now: float) -> tuple[list[str], Ingest]:
-        """Validate and encode ``events`` (raises ``StepstoneError`` if one is bad);
-        returns their ids, fixed now, and what ingests them inside a transaction."""
-        ...
-
-    def start_child(
-        self, target: FunctionDef, data: dict[str, Any], now: float, parent: tuple[str, str]
-    ) -> StartChild:
-        """Encode the invoke event of ``parent`` (run id, step id) now (raises
-        ``LimitExceededError`` when its data is too large); returns what, inside a
-        transaction, records it and starts ``target``'s run with the given id."""
+    def effect(self, record: EffectRecord) -> Effect:
+        """The store operation of an effect, run in the transaction of its
+        step's memo (or, for a wait's timeout or a signal, committed at once
+        through ``Journal.apply``); encoding errors raise now."""
         ...

@@ -40,7 +40,7 @@ from stepstone.attempts import DEFAULT_MAX_ABANDONED, AbandonedThreads
 from stepstone.clock import Clock
 from stepstone.clocksync import resync
 from stepstone.errors import StoreError
-from stepstone.executor import ExecEnv, execute
+from stepstone.executor import ExecEnv, Outcome, execute
 from stepstone.function import FunctionDef
 from stepstone.middleware import Middleware
 from stepstone.registry import Registry
@@ -57,6 +57,7 @@ from stepstone.store.base import Store, Tx, WorkersTx
 from stepstone.store.rows import ENDED_STATUSES, LeasedRun, WorkerRow
 
 log = logging.getLogger("stepstone.worker")
+Execute = Callable[[LeasedRun, ExecEnv], Awaitable[Outcome | None]]
 PRUNE_EVERY = 600.0  # seconds between retention passes (at most half the retention)
 DUTY_RETRY = 1.0  # seconds before failed duties are tried again
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 5.0  # seconds a loop pauses after unexpected failures
@@ -87,6 +88,7 @@ class Worker:
         middleware: Sequence[Middleware] = (),
         max_abandoned_threads: int = DEFAULT_MAX_ABANDONED,
         retention: float | None = None,
+        execute: Execute = execute,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -108,6 +110,7 @@ class Worker:
         self.matcher = matcher or (lambda: registry)
         self.middleware = tuple(middleware)
         self.retention = retention
+        self.execute = execute  # one invocation of a leased run (pusher.py: over HTTP)
         self.threads = ThreadPoolExecutor(max_workers=concurrency + 4, thread_name_prefix="stepstone")
         # Threads of timed-out sync steps still running: at the bound, lease nothing.
         self.abandoned = AbandonedThreads(max_abandoned_threads, on_change=self.notify)
@@ -406,7 +409,7 @@ class Worker:
             leased, _due, _duty = await self._lease(self.concurrency)
             if not leased:
                 return
-            await asyncio.gather(*(execute(item, env) for item in leased))
+            await asyncio.gather(*(self.execute(item, env) for item in leased))
             for item in leased:
                 self._held.pop(item.run.id, None)
 
@@ -435,7 +438,7 @@ class Worker:
 
     async def _invoke(self, item: LeasedRun, env: ExecEnv) -> None:
         try:
-            outcome = await execute(item, env)
+            outcome = await self.execute(item, env)
             self.invocations += 1
             if outcome is not None and outcome.status in ENDED_STATUSES:
                 metrics.run_finished(item.run.function_id, outcome.status)

@@ -46,6 +46,20 @@ def _serve(api: Any, host: str, port: int, access_log: bool = True) -> None:
     default=None,
     help="Also accepted while keys rotate. Default: $STEPSTONE_SIGNING_KEY_FALLBACK.",
 )
+@click.option(
+    "--push-concurrency",
+    default=32,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Invocation requests open at once to each app served over HTTP.",
+)
+@click.option(
+    "--push-timeout",
+    default=90.0,
+    show_default=True,
+    type=click.FloatRange(min=1.0),
+    help="Seconds an app served over HTTP may take to answer (above its max_duration).",
+)
 def server(
     database_url: str | None,
     host: str,
@@ -56,8 +70,12 @@ def server(
     access_log: bool,
     signing_key: str | None,
     signing_key_fallback: str | None,
+    push_concurrency: int,
+    push_timeout: float,
 ) -> None:
-    """Serve the HTTP API over a database; no user code needed."""
+    """Serve the HTTP API over a database; no user code needed. With a signing
+    key, also execute the runs of apps served over HTTP (ss.serve)."""
+    from stepstone.pusher import PushSettings
     from stepstone.server.auth import AuthConfig
     from stepstone.server.factory import create_app
     from stepstone.signing import SigningKeys
@@ -76,7 +94,8 @@ def server(
         console.print(
             f"Stepstone API and dashboard on http://{host}:{port} over {app.database_url}", highlight=False
         )
-        _serve(create_app(app, auth, signing=signing), host, port, access_log)
+        push = PushSettings(concurrency=push_concurrency, timeout=push_timeout)
+        _serve(create_app(app, auth, signing=signing, push=push), host, port, access_log)
     finally:
         app.close()
 

@@ -13,6 +13,7 @@ from fastapi import FastAPI
 
 from stepstone import limits
 from stepstone.errors import StoreError
+from stepstone.pusher import Pusher, PushSettings
 from stepstone.server import dashboard, errors
 from stepstone.server.auth import AuthConfig
 from stepstone.server.body import BodyLimit
@@ -78,10 +79,12 @@ def create_app(
     job_heartbeat: float = 5.0,
     job_stale_after: float = 30.0,
     signing: SigningKeys | None = None,
+    push: PushSettings | None = None,
 ) -> FastAPI:
     """The HTTP API and the dashboard over ``app`` (which needs no functions:
     events are matched through the catalog of functions registered in the database).
-    ``signing`` signs requests to apps served over HTTP (``ss.serve``)."""
+    ``signing`` signs requests to apps served over HTTP (``ss.serve``): with it,
+    the server executes their runs (``pusher.py``, bounded by ``push``)."""
     state = ServerState(
         app,
         auth,
@@ -98,9 +101,22 @@ def create_app(
             log.warning("could not check for interrupted jobs: %s", exc)
         if workers is not None:
             await app.start_async(concurrency=workers.concurrency)
+        pusher = None
+        if signing is not None:
+            pusher = Pusher(
+                store=app.store,
+                clock=app.clock,
+                catalog=lambda: app.catalog.registry(app.store),
+                keys=signing,
+                settings=push,
+            )
+            await pusher.start()
+        state.pusher = pusher
         try:
             yield
         finally:
+            if pusher is not None:
+                await pusher.stop()
             await state.jobs.shutdown()
             if workers is not None:
                 await app.stop_async(workers.drain_timeout)

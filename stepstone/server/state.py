@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from fastapi import APIRouter, Security
 
 from stepstone.inventory import require_function
+from stepstone.pusher import Pusher
 from stepstone.server.auth import AuthConfig, Scope, bearer
 from stepstone.server.errors import documented
 from stepstone.server.jobs import JobRunner
@@ -28,6 +29,7 @@ class ServerState:
     jobs: JobRunner
     sessions: SessionKeeper | None = None  # the dashboard's cookie also opens the API
     signing: SigningKeys | None = None  # signs requests to apps served over HTTP
+    pusher: Pusher | None = None  # executes their runs (set while the server runs)
 
     async def require_function(self, function_id: str) -> None:
         """``ConfigError`` naming ``function_id`` unless some app registered it."""

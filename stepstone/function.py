@@ -114,7 +114,7 @@ class FunctionDef:
         }
 
 
-def _validate_id(function_id: Any) -> str:
+def validate_id(function_id: Any) -> str:
     if not isinstance(function_id, str) or not function_id.strip():
         raise ConfigError("id", "expected a non-empty string")
     if len(function_id) > 256 or any(c.isspace() for c in function_id):
@@ -122,7 +122,7 @@ def _validate_id(function_id: Any) -> str:
     return function_id
 
 
-def _validate_retries(retries: Any, field_name: str = "retries") -> int:
+def validate_retries(retries: Any, field_name: str = "retries") -> int:
     if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100:
         raise ConfigError(field_name, f"must be an integer between 0 and 100, got {retries!r}")
     return retries
@@ -151,10 +151,10 @@ def build_function(
     triggers = normalise_triggers(trigger)
     flow.check_triggers(triggers)
     return FunctionDef(
-        id=_validate_id(id),
+        id=validate_id(id),
         handler=handler,
         triggers=triggers,
-        retries=_validate_retries(retries),
+        retries=validate_retries(retries),
         backoff=(backoff or Backoff()).validated(),
         flow=flow,
         on_failure=on_failure,

@@ -15,6 +15,7 @@ from stepstone.endpoint import serve
 from stepstone.errors import (
     AuthenticationError,
     ConfigError,
+    EndpointError,
     ErrorInfo,
     ExpressionError,
     InvalidStateError,
@@ -96,6 +97,7 @@ __all__ = [
     "AuthenticationError",
     "ConfigError",
     "EncryptionError",
+    "EndpointError",
     "ErrorInfo",
     "ExpressionError",
     "InvalidEventError",

@@ -162,9 +162,9 @@ def conflicts(
         source = served_from(config)
         if source == url:
             continue
-        by = "workers" if source is None else source
+        by = "served by workers" if source is None else f"served from {source}"
         if function_id in wanted:
-            found.append(f"function {function_id!r} is already registered by app {owner!r} (served by {by})")
+            found.append(f"function {function_id!r} is already registered by app {owner!r} ({by})")
         elif owner == app and source is None:
             found.append(f"app name {app!r} is used by workers (function {function_id!r})")
     return found

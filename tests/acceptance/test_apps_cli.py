@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.acceptance.test_http_cli import STEPSTONE, cli, env
+from tests.acceptance.test_http_cli import STEPSTONE, Remote, cli, env
 from tests.server.conftest import free_port, poll
 
 pytestmark = pytest.mark.slow
@@ -122,7 +122,7 @@ def server(tmp_path: Path, processes: list[subprocess.Popen[str]]) -> str:
 def test_apps_sync_registers_a_served_app_and_its_events_start_runs(
     server: str, endpoint: Callable[[str], tuple[str, subprocess.Popen[str]]]
 ) -> None:
-    remote = {"STEPSTONE_URL": server, "STEPSTONE_API_KEY": "cli-key"}
+    remote: Remote = {"STEPSTONE_URL": server, "STEPSTONE_API_KEY": "cli-key"}
     wrong_url, _ = endpoint("a-key-the-server-lacks-0001")
     refused = cli("apps", "sync", wrong_url, ok=False, **remote)
     assert "EndpointError" in refused.stderr and "refused this server's signature" in refused.stderr

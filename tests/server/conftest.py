@@ -173,3 +173,21 @@ def shop(serve: Callable[..., Live], db_url: str) -> Iterator[Shop]:
     live.stop()  # its workers use the app's store: stop them before closing it
     app.close()
     other.close()
+
+
+# -- endpoints serving apps over signed HTTP (tests/server/endpoints.py) --------------------------
+@pytest.fixture
+def endpoint() -> Iterator[Callable[..., Any]]:
+    """Start real endpoints (``endpoints.Endpoint``); all are stopped at the end."""
+    from tests.server.endpoints import Endpoint
+
+    started: list[Endpoint] = []
+
+    def start(asgi: Any) -> Endpoint:
+        started.append(Endpoint(asgi))
+        return started[-1]
+
+    yield start
+    for one in started:
+        if one.server is not None:
+            one.stop()

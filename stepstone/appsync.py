@@ -47,6 +47,7 @@ MAX_URL_CHARS = 2048
 CONNECT_TIMEOUT = 5.0  # seconds
 READ_TIMEOUT = 15.0  # seconds for the whole answer
 MAX_ERROR_CHARS = 2000
+LOCK = "stepstone/apps"  # syncs and unregistrations check, then write: one at a time
 
 
 def check_url(given: Any) -> str:
@@ -172,6 +173,7 @@ def conflicts(
 
 def _register(url: str, document: AppDocument, configs: dict[str, str], now: float) -> Callable[[Tx], AppRow]:
     def op(tx: Tx) -> AppRow:
+        tx.lock(LOCK)  # two URLs racing for one id or name: the second sees the first's rows
         found = conflicts(
             url, document.app, list(configs), tx.load_functions(), tx.retired_functions(), tx.list_apps()
         )
@@ -234,6 +236,7 @@ async def unregister_app(store: Store, clock: Clock, url: str) -> AppRow:
     now = clock.now()
 
     def op(tx: Tx) -> AppRow:
+        tx.lock(LOCK)
         row = tx.get_app(url)
         if row is None:
             raise NotFoundError(f"no app is registered at {url!r}")

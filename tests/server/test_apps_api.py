@@ -5,7 +5,9 @@ unsigned answer, an invalid description, an id or name another app owns."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -260,3 +262,23 @@ def test_the_client_syncs_lists_and_unregisters(server: Live, endpoint: Callable
         assert listed.error is not None and listed.synced_at == row.synced_at
         assert client.apps.unregister(served_at.url).url == served_at.url
         assert client.apps.list() == []
+
+
+def test_racing_syncs_of_one_function_id_from_many_urls_register_it_once(
+    server: Live, endpoint: Callable[[Asgi], Endpoint]
+) -> None:
+    urls = [endpoint(serving("charge", name=f"front-{n}")).url for n in range(6)]
+    urls += [endpoint(serving("refund")).url for _ in range(2)]  # and one app name from two URLs
+    start = threading.Barrier(len(urls))
+
+    def racer(url: str) -> int:
+        with httpx.Client(headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30) as http:
+            start.wait()
+            return http.post(f"{server.url}/api/v1/apps", json={"url": url}).status_code
+
+    with ThreadPoolExecutor(len(urls)) as pool:
+        statuses = list(pool.map(racer, urls))
+    assert sorted(statuses[:6]) == [200] + [409] * 5 and sorted(statuses[6:]) == [200, 409]
+    winner = urls[statuses.index(200)]
+    assert functions(server)["charge"]["config"]["serve_url"] == winner
+    assert sorted(a["url"] for a in apps(server)) == sorted([winner, urls[6 + statuses[6:].index(200)]])

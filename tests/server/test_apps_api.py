@@ -16,6 +16,7 @@ import pytest
 import stepstone as ss
 from stepstone.introspection import describe_app
 from stepstone.signing import SigningKeys
+from stepstone.store import faults
 from tests.server.conftest import API_KEY, Live
 from tests.server.endpoints import KEY, OTHER, Asgi, Endpoint, raw_endpoint, served, serving
 
@@ -282,3 +283,20 @@ def test_racing_syncs_of_one_function_id_from_many_urls_register_it_once(
     winner = urls[statuses.index(200)]
     assert functions(server)["charge"]["config"]["serve_url"] == winner
     assert sorted(a["url"] for a in apps(server)) == sorted([winner, urls[6 + statuses[6:].index(200)]])
+
+
+def test_a_store_fault_at_the_sync_commit_is_all_or_nothing_and_a_retry_settles_it(
+    server: Live, endpoint: Callable[[Asgi], Endpoint]
+) -> None:
+    url = endpoint(serving("charge", "ship")).url
+    with faults.inject("_register.op", "before") as plan:
+        response = sync(server, url)
+    assert plan.injected and response.status_code == 503, response.text
+    assert functions(server) == {} and apps(server) == []
+    with faults.inject("_register.op", "after") as plan:  # committed, but the server cannot know
+        response = sync(server, url)
+    assert plan.injected and response.status_code == 503
+    assert set(functions(server)) == {"charge", "ship"} and len(apps(server)) == 1
+    assert sync(server, url).status_code == 200  # the retry changes nothing but the sync time
+    [listed] = apps(server)
+    assert listed["functions"] == ["charge", "ship"] and listed["error"] is None

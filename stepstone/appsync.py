@@ -46,7 +46,8 @@ SERVE_URL = "serve_url"  # the description key that marks a function served by U
 MAX_URL_CHARS = 2048
 CONNECT_TIMEOUT = 5.0  # seconds
 READ_TIMEOUT = 15.0  # seconds for the whole answer
-MAX_ERROR_CHARS = 2000
+MAX_ERROR_BYTES = 2000  # bytes of a failed sync's reason kept on the app's row
+MAX_REASON_BYTES = 500  # of an endpoint's own reason for refusing
 LOCK = "stepstone/apps"  # syncs and unregistrations check, then write: one at a time
 
 
@@ -84,8 +85,10 @@ async def _read_capped(response: httpx.Response) -> bytes:
 
 
 def _refusal(status: int, body: bytes) -> EndpointError:
+    """The error for a non-200 answer, with the endpoint's own reason (unsigned:
+    shown to operators, never trusted for anything else)."""
     try:
-        message = str(json.loads(body).get("message") or "")
+        message = clip(str(json.loads(body).get("message") or ""), MAX_REASON_BYTES)
     except (ValueError, AttributeError):
         message = ""
     if status == 401:
@@ -221,7 +224,7 @@ async def sync_app(store: Store, keys: SigningKeys | None, clock: Clock, url: st
 
 
 async def _note_failure(store: Store, url: str, exc: StepstoneError, now: float) -> None:
-    reason = clip(str(exc), MAX_ERROR_CHARS)
+    reason = clip(str(exc), MAX_ERROR_BYTES)
 
     def op(tx: AppsTx) -> bool:
         return tx.record_app_error(url, reason, now)

@@ -2,7 +2,8 @@
 signing key and a real uvicorn endpoint serving ``ss.serve(app)``: a URL added
 in the form is synced (its functions and last sync appear), a bad URL is
 refused beside the field, and a Sync of an endpoint that went away shows the
-failure on the app's row. The page's actions are the JSON API under the
+failure on the app's row; Unregister (after a confirmation) retires its
+functions. The page's actions are the JSON API under the
 session's CSRF token: without the token, nothing is registered."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import stepstone as ss
 from stepstone.signing import SigningKeys
 from tests.dashboard.conftest import screenshot
 from tests.dashboard.conftest import sign_in as session_client
-from tests.dashboard.test_browser import assert_accessible_forms
+from tests.dashboard.test_browser import assert_accessible_forms, confirm
 from tests.server.conftest import API_KEY, Live
 from tests.server.endpoints import KEY, Asgi, Endpoint, serving
 
@@ -68,6 +69,12 @@ def test_add_an_app_by_url_and_see_its_functions_and_sync_failures(
     expect(page.locator(f'tr[data-app="{served_at.url}"] td.error')).to_contain_text("cannot reach")
     expect(page.locator(f'tr[data-app="{served_at.url}"] td.functions')).to_have_text("charge, ship")
     screenshot(page, "apps-sync-failed")
+
+    page.locator(f'tr[data-app="{served_at.url}"]').get_by_role("button", name="Unregister").click()
+    confirm(page)
+    expect(page.locator("table.apps")).to_contain_text("No app is registered")
+    assert server.http.get("/api/v1/apps").json()["apps"] == []
+    assert {f["retired"] for f in server.http.get("/api/v1/functions").json()["functions"]} == {True}
 
 
 def test_adding_an_app_without_the_csrf_token_registers_nothing(

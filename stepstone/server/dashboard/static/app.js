@@ -190,6 +190,10 @@
         location.reload();  // the row shows the outcome: a new sync time, or the failure's reason
       }
     },
+    async unregisterApp(button) {
+      await api("DELETE", `/apps?url=${encodeURIComponent(button.dataset.url)}`);
+      location.reload();
+    },
     async bulk(button) {
       const d = button.dataset;
       const body = { function_id: d.function };

@@ -114,7 +114,7 @@ class FunctionDef:
         }
 
 
-def validate_id(function_id: Any) -> str:
+def _validate_id(function_id: Any) -> str:
     if not isinstance(function_id, str) or not function_id.strip():
         raise ConfigError("id", "expected a non-empty string")
     if len(function_id) > 256 or any(c.isspace() for c in function_id):
@@ -151,7 +151,7 @@ def build_function(
     triggers = normalise_triggers(trigger)
     flow.check_triggers(triggers)
     return FunctionDef(
-        id=validate_id(id),
+        id=_validate_id(id),
         handler=handler,
         triggers=triggers,
         retries=validate_retries(retries),

@@ -13,7 +13,7 @@ import stepstone as ss
 from stepstone.appsync import check_url, conflicts, function_configs, served_from
 from stepstone.catalog import rebuild
 from stepstone.errors import ConfigError, EndpointError
-from stepstone.introspection import AppDocument, describe_app
+from stepstone.introspection import AppDocument, AppDocumentError, describe_app
 from stepstone.store.rows import AppRow
 
 URL = "https://shop.example.com/api/stepstone"
@@ -59,7 +59,6 @@ def test_each_description_is_rebuilt_and_carries_its_serve_url() -> None:
     [
         ({"id": "f", "retries": -1}, "retries"),
         ({"id": "f", "retries": "many"}, "retries"),
-        ({"id": "has space"}, "id"),
         ({"id": "f", "triggers": [{"cron": "every day"}]}, "f"),
         ({"id": "f", "triggers": ["order"]}, "f"),
         ({"id": "f", "concurrency": {"limit": 0}}, "limit"),
@@ -70,6 +69,12 @@ def test_a_bad_description_is_refused_naming_its_function(description: dict[str,
     with pytest.raises(EndpointError, match="function '.*' has an invalid description") as caught:
         function_configs(URL, _doc(good, description))
     assert named in str(caught.value)
+
+
+def test_a_function_without_an_id_is_not_an_app_document() -> None:
+    raw = {"protocol": 1, "app": "a", "app_version": None, "max_duration": 60, "functions": [{"id": " "}]}
+    with pytest.raises(AppDocumentError, match="non-empty 'id'"):
+        AppDocument.from_json(raw)
 
 
 def test_a_function_described_twice_is_refused() -> None:
@@ -101,3 +106,12 @@ def test_ids_and_names_owned_elsewhere_conflict_and_retired_ones_do_not() -> Non
     assert conflicts(URL, "warehouse", ["new"], functions, retired, []) == [
         "app name 'warehouse' is used by workers (function 'worker')"
     ]
+
+
+def test_an_app_with_a_failure_handler_and_a_long_id_is_accepted_whole() -> None:
+    app = ss.App("front", database_url="sqlite:///never-opened.db")
+    long_id = "c" * 256
+    app.function(id=long_id, trigger=ss.on_event("order"), on_failure=lambda ctx: None)(lambda ctx: None)
+    document = describe_app("front", app.registry, app_version=None, max_duration=60)
+    assert sorted(function_configs(URL, document)) == sorted(fn.id for fn in app.registry)
+    assert len(document.functions) == 2

@@ -44,8 +44,8 @@ def build(state: ServerState) -> APIRouter:
         url: Annotated[str, Query(min_length=1, description="The URL the app was registered with")],
     ) -> AppOut:
         """Forget the app and retire its functions: events start no new runs of
-        them. Runs already started are left as they are (cancel them with
-        `POST /api/v1/runs/cancel-many` if the endpoint is gone)."""
+        them. Runs already started are not cancelled: they wait, unexecuted,
+        until cancelled (`POST /api/v1/runs/cancel-many`) or the app is synced again."""
         app = state.app
         row = await unregister_app(app.store, app.clock, url)
         app.catalog.invalidate()

@@ -3,7 +3,8 @@ processes serving ``ss.serve(app)`` with no database: `stepstone apps sync URL`
 registers the endpoint's functions (an event then starts a run of one, queued
 until the push executor takes it); an endpoint holding another key is refused
 with the signature named and nothing registered; `apps list` shows the
-failure of a re-sync once the endpoint is gone."""
+failure of a re-sync once the endpoint is gone; `apps unregister` retires its
+functions."""
 
 from __future__ import annotations
 
@@ -150,3 +151,10 @@ def test_apps_sync_registers_a_served_app_and_its_events_start_runs(
     [listed] = json.loads(cli("apps", "list", "--json", **remote).stdout)
     assert "cannot reach" in listed["error"] and listed["function_ids"] == ["charge", "ship"]
     assert "cannot reach" in cli("apps", "list", COLUMNS="400", **remote).stdout
+    gone = cli("apps", "unregister", url, **remote).stdout
+    assert "unregistered store-front" in gone and "2 function(s) retired" in gone
+    assert json.loads(cli("apps", "list", "--json", **remote).stdout) == []
+    assert {f["retired_at"] is not None for f in json.loads(cli("functions", "--json", **remote).stdout)} == {
+        True
+    }
+    assert "NotFoundError" in cli("apps", "unregister", url, ok=False, **remote).stderr

@@ -15,6 +15,7 @@ from stepstone.endpoint import serve, serve_wsgi
 from stepstone.errors import (
     AuthenticationError,
     ConfigError,
+    EndpointError,
     ErrorInfo,
     ExpressionError,
     InvalidStateError,
@@ -97,6 +98,7 @@ __all__ = [
     "AuthenticationError",
     "ConfigError",
     "EncryptionError",
+    "EndpointError",
     "ErrorInfo",
     "ExpressionError",
     "InvalidEventError",

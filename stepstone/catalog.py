@@ -22,7 +22,7 @@ from typing import Any
 
 from stepstone.errors import StoreUnavailableError
 from stepstone.flow import build_flow, load_settings
-from stepstone.function import Backoff, FunctionDef
+from stepstone.function import Backoff, FunctionDef, validate_retries
 from stepstone.registry import Registry
 from stepstone.store.base import FunctionsTx, Store
 from stepstone.triggers import Trigger, on_cron, on_event
@@ -35,7 +35,11 @@ def _remote_handler(ctx: Any) -> None:
 
 
 def rebuild(description: dict[str, Any]) -> FunctionDef:
-    """A handler-less ``FunctionDef`` from ``FunctionDef.describe()`` output."""
+    """A handler-less ``FunctionDef`` from ``FunctionDef.describe()`` output,
+    its retries, back-off, triggers and flow control checked as decoration
+    checks them (``ConfigError`` names the field), so a description from
+    elsewhere (an app served over HTTP) is refused whole. (Ids are not checked
+    here: an ``on_failure`` function's id may be longer than a user's.)"""
     triggers: list[Trigger] = []
     for raw in description.get("triggers", []):
         if "cron" in raw:
@@ -43,13 +47,15 @@ def rebuild(description: dict[str, Any]) -> FunctionDef:
         else:
             triggers.append(on_event(raw["event"], if_=raw.get("if")))
     backoff = Backoff(**description["backoff"]) if description.get("backoff") else Backoff()
+    flow = build_flow(load_settings(description))
+    flow.check_triggers(tuple(triggers))
     fn = FunctionDef(
         id=description["id"],
         handler=_remote_handler,
         triggers=tuple(triggers),
-        retries=int(description.get("retries", 4)),
+        retries=validate_retries(description.get("retries", 4)),
         backoff=backoff.validated(),
-        flow=build_flow(load_settings(description)),
+        flow=flow,
         options={
             k: v for k, v in description.items() if k not in ("id", "triggers", "retries", "failure_of")
         },

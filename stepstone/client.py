@@ -24,7 +24,7 @@ from stepstone.durations import Duration, parse_duration
 from stepstone.events import Event, validate_event
 from stepstone.inventory import FunctionInfo
 from stepstone.runs import Run, Span
-from stepstone.store.rows import JobStatus, RunStatus, WorkerRow
+from stepstone.store.rows import AppRow, JobStatus, RunStatus, WorkerRow
 
 if TYPE_CHECKING:
     import httpx
@@ -85,6 +85,7 @@ def _error_classes() -> dict[str, type[errors.StepstoneError]]:
         errors.StoreError,
         errors.StoreUnavailableError,
         errors.AuthenticationError,
+        errors.EndpointError,
         InvalidEventError,
     ]
     return {cls.__name__: cls for cls in classes}
@@ -96,6 +97,7 @@ _BY_STATUS: dict[int, type[errors.StepstoneError]] = {
     404: errors.NotFoundError,
     409: errors.InvalidStateError,
     413: errors.LimitExceededError,
+    502: errors.EndpointError,
     503: errors.ServerUnavailableError,
 }
 
@@ -117,6 +119,7 @@ class Client(_Remote):
         self.runs = RemoteRuns(self)
         self.functions = RemoteFunctions(self)
         self.workers = RemoteWorkers(self)
+        self.apps = RemoteApps(self)
         self._client = self
         self._lock = threading.Lock()
         self._portal_: Portal | None = None
@@ -404,6 +407,41 @@ class RemoteWorkers(_Remote):
         return [w.to_row() for w in WorkerList.model_validate(body).workers]
 
     list = _sync(list_async)
+
+
+class RemoteApps(_Remote):
+    """``client.apps``: apps served over HTTP (``ss.serve``), registered by URL."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    async def sync_async(self, url: str) -> AppRow:
+        """Register the app served at ``url``, or pick up its changes: the server
+        fetches its signed function list (``EndpointError`` if it cannot)."""
+        from stepstone.server.schemas import AppOut
+
+        body = await self._client.request("POST", "/api/v1/apps", json={"url": url})
+        return AppOut.model_validate(body).to_row()
+
+    sync = _sync(sync_async)
+
+    async def list_async(self) -> builtins.list[AppRow]:
+        """Every registered app with its last sync and error."""
+        from stepstone.server.schemas import AppList
+
+        body = await self._client.request("GET", "/api/v1/apps")
+        return [a.to_row() for a in AppList.model_validate(body).apps]
+
+    list = _sync(list_async)
+
+    async def unregister_async(self, url: str) -> AppRow:
+        """Forget the app served at ``url`` and retire its functions."""
+        from stepstone.server.schemas import AppOut
+
+        body = await self._client.request("DELETE", "/api/v1/apps", params={"url": url})
+        return AppOut.model_validate(body).to_row()
+
+    unregister = _sync(unregister_async)
 
 
 def _bulk_body(

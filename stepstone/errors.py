@@ -108,6 +108,11 @@ class ServerUnavailableError(StepstoneError):
     """``ss.Client`` could not reach the Stepstone server (transient; callers may retry)."""
 
 
+class EndpointError(StepstoneError):
+    """An app served over HTTP could not be reached, refused this server's
+    signature, or answered unsigned or invalid (HTTP 502 from the API)."""
+
+
 class StoreError(StepstoneError):
     """The database failed; the driver's error is the ``__cause__``."""
 

@@ -122,7 +122,7 @@ def _validate_id(function_id: Any) -> str:
     return function_id
 
 
-def _validate_retries(retries: Any, field_name: str = "retries") -> int:
+def validate_retries(retries: Any, field_name: str = "retries") -> int:
     if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100:
         raise ConfigError(field_name, f"must be an integer between 0 and 100, got {retries!r}")
     return retries
@@ -154,7 +154,7 @@ def build_function(
         id=_validate_id(id),
         handler=handler,
         triggers=triggers,
-        retries=_validate_retries(retries),
+        retries=validate_retries(retries),
         backoff=(backoff or Backoff()).validated(),
         flow=flow,
         on_failure=on_failure,

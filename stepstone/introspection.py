@@ -10,6 +10,7 @@ from typing import Any
 from stepstone.registry import Registry
 
 PROTOCOL = 1
+SERVE_URL = "serve_url"  # the catalog description's key naming the endpoint that serves a function
 
 
 class AppDocumentError(ValueError):
@@ -54,9 +55,9 @@ class AppDocument:
         if isinstance(budget, bool) or not isinstance(budget, int | float) or budget <= 0:
             raise AppDocumentError("'max_duration' must be a positive number of seconds")
         if not isinstance(functions, list) or not all(
-            isinstance(f, dict) and isinstance(f.get("id"), str) for f in functions
+            isinstance(f, dict) and isinstance(f.get("id"), str) and f["id"].strip() for f in functions
         ):
-            raise AppDocumentError("'functions' must be a list of objects with an 'id'")
+            raise AppDocumentError("'functions' must be a list of objects with a non-empty 'id'")
         return cls(app=app, app_version=version, max_duration=float(budget), functions=tuple(functions))
 
 

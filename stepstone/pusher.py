@@ -36,6 +36,7 @@ from stepstone.clock import Clock
 from stepstone.errors import ErrorInfo
 from stepstone.executor import ExecEnv, Outcome, execute, settle
 from stepstone.function import FunctionDef
+from stepstone.introspection import SERVE_URL
 from stepstone.journal import RunJournal
 from stepstone.registry import Registry
 from stepstone.signals import CancelSignal
@@ -46,7 +47,6 @@ from stepstone.wire import Answer, Decision, WireError, encode_request
 from stepstone.worker import Worker, default_instance_id
 
 log = logging.getLogger("stepstone.pusher")
-SERVE_URL = "serve_url"  # the catalog description's key naming a function's endpoint
 FIRST_BACKOFF, MAX_BACKOFF = 1.0, 60.0  # seconds before calling an unavailable endpoint again
 UNAVAILABLE = "endpoint unavailable"
 

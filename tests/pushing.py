@@ -1,11 +1,12 @@
 """Helpers for tests of functions served over HTTP (``ss.serve``) and executed
-by the server's pusher: register a served app in the store as the apps
-registry's ``sync`` will (until it lands: the lead switches these to it), and
-run a ``Pusher`` on a loop of its own next to a test's blocking code."""
+by the server's pusher: register a served app in the store through the apps
+registry's own transaction (``appsync.registration``: the endpoint of an
+in-process test is reached through an ASGI transport, not a URL the server
+could fetch), and run a ``Pusher`` on a loop of its own next to a test's
+blocking code."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,6 +15,7 @@ from typing import Any
 import httpx
 
 import stepstone as ss
+from stepstone import appsync
 from stepstone.bridge import Portal
 from stepstone.introspection import AppDocument, describe_app
 from stepstone.pusher import Pusher, PushSettings
@@ -32,9 +34,9 @@ def fetch_document(url: str, keys: SigningKeys = KEYS) -> AppDocument:
 
 
 def register_served(client: ss.App, document: AppDocument, url: str) -> None:
-    """Register ``document``'s functions as served at ``url`` (the registry's ``sync``)."""
-    configs = {f["id"]: json.dumps({**f, "serve_url": url}) for f in document.functions}
-    client.store.transact_sync(lambda tx: tx.register_functions(document.app, configs, time.time()))
+    """Register ``document``'s functions as served at ``url`` (what ``sync`` commits)."""
+    configs = appsync.function_configs(url, document)
+    client.store.transact_sync(appsync.registration(url, document, configs, time.time()))
     client.catalog.invalidate()
 
 

@@ -6,7 +6,20 @@ import logging
 
 import click
 
-from stepstone.cli import check, event_log, events, init, inventory, prune, queue, runs, serve, stats, worker
+from stepstone.cli import (
+    apps,
+    check,
+    event_log,
+    events,
+    init,
+    inventory,
+    prune,
+    queue,
+    runs,
+    serve,
+    stats,
+    worker,
+)
 
 
 @click.group()
@@ -27,6 +40,7 @@ for command in (
     runs.runs,
     inventory.functions,
     inventory.workers,
+    apps.apps,
     stats.stats,
     prune.prune,
     serve.server,

@@ -22,7 +22,7 @@ from stepstone.errors import ErrorInfo
 from stepstone.inventory import FunctionInfo
 from stepstone.runs import Run, Span
 from stepstone.server.view_schemas import EventOut, FunctionLoadOut, KeyBacklogOut
-from stepstone.store.rows import WorkerRow
+from stepstone.store.rows import AppRow, WorkerRow
 
 Row = Sequence[str]
 
@@ -171,6 +171,29 @@ def workers_table(workers: Sequence[WorkerRow]) -> None:
         for w in workers
     ]
     _print(("worker", "app", "version", "concurrency", "heartbeat", "functions"), rows)
+
+
+def _utc_minute(ts: float) -> str:
+    return f"{datetime.fromtimestamp(ts, UTC):%Y-%m-%d %H:%M:%S}Z"
+
+
+def apps_table(apps: Sequence[AppRow]) -> None:
+    rows = [
+        (
+            a.url,
+            a.app,
+            a.app_version or "-",
+            ", ".join(a.function_ids) or "-",
+            _utc_minute(a.synced_at),
+            "-" if a.error is None or a.error_at is None else f"{_utc_minute(a.error_at)}: {a.error}",
+        )
+        for a in apps
+    ]
+    _print(("url", "app", "version", "functions", "last sync", "error"), rows)
+
+
+def apps_json(apps: Sequence[AppRow]) -> list[dict[str, Any]]:
+    return [asdict(a) for a in apps]
 
 
 def workers_json(workers: Sequence[WorkerRow]) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from stepstone.errors import (
     AuthenticationError,
     ConfigError,
+    EndpointError,
     ExpressionError,
     InvalidStateError,
     LimitExceededError,
@@ -46,6 +47,7 @@ _STATUS: Sequence[tuple[type[BaseException], int]] = (
     (InvalidEventError, 422),
     (ExpressionError, 422),
     (SerializationError, 422),
+    (EndpointError, 502),
     (RunTimeoutError, 504),
     (StoreUnavailableError, 503),
     (StoreError, 500),
@@ -152,5 +154,6 @@ _DESCRIPTIONS = {
     413: "Payload over a documented limit",
     415: "The body is not JSON (`Content-Type: application/json`)",
     422: "A field is invalid; `error.field` names it",
+    502: "An app's endpoint could not be reached, refused the signature or answered wrongly",
     503: "The database is unavailable",
 }

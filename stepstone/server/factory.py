@@ -20,6 +20,7 @@ from stepstone.server.body import BodyLimit
 from stepstone.server.jobs import JobRunner
 from stepstone.server.loopback import LoopbackOnly
 from stepstone.server.routes import (
+    apps,
     bulk,
     event_log,
     events,
@@ -47,6 +48,7 @@ _ROUTERS = (
     bulk,
     jobs,
     functions,
+    apps,
     workers,
     health,
     metrics_route,

@@ -20,7 +20,7 @@ from stepstone.events import Event
 from stepstone.inventory import FunctionInfo
 from stepstone.runs import Run, Span, StepRecord
 from stepstone.store import rows
-from stepstone.store.rows import JobRow, WorkerRow
+from stepstone.store.rows import AppRow, JobRow, WorkerRow
 
 # Requests are checked against Literals of the engine's enums (plain strings, so
 # the OpenAPI spec lists their values); responses say ``str`` for run statuses so
@@ -471,6 +471,58 @@ class WorkerOut(BaseModel):
 
 class WorkerList(BaseModel):
     workers: list[WorkerOut]
+
+
+# -- apps served over HTTP -----------------------------------------------------------------------
+class AppIn(BaseModel):
+    """An endpoint serving an app (``ss.serve``) to register or sync."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    url: str = Field(description="The endpoint's absolute http(s) URL, as the server reaches it")
+
+
+class AppOut(BaseModel):
+    url: str
+    app: str
+    app_version: str | None = None
+    max_duration: float = Field(description="Seconds the endpoint may spend on one invocation")
+    functions: list[str] = Field(description="The function ids its last good sync registered")
+    created_at: datetime
+    synced_at: datetime = Field(description="The last good sync")
+    error: str | None = Field(None, description="Why the last sync failed, if it did (since synced_at)")
+    error_at: datetime | None = None
+
+    @classmethod
+    def of(cls, row: AppRow) -> AppOut:
+        return cls(
+            url=row.url,
+            app=row.app,
+            app_version=row.app_version,
+            max_duration=row.max_duration,
+            functions=list(row.function_ids),
+            created_at=_at(row.created_at),
+            synced_at=_at(row.synced_at),
+            error=row.error,
+            error_at=_dt(row.error_at),
+        )
+
+    def to_row(self) -> AppRow:
+        return AppRow(
+            url=self.url,
+            app=self.app,
+            app_version=self.app_version,
+            max_duration=self.max_duration,
+            function_ids=tuple(self.functions),
+            created_at=self.created_at.timestamp(),
+            synced_at=self.synced_at.timestamp(),
+            error=self.error,
+            error_at=None if self.error_at is None else self.error_at.timestamp(),
+        )
+
+
+class AppList(BaseModel):
+    apps: list[AppOut]
 
 
 class Health(BaseModel):

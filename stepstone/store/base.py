@@ -1,7 +1,7 @@
 """The domain-level storage interface: ``Store`` and ``Tx``.
 
 ``Tx`` is the union of role protocols (``RunsTx``, ``QueueTx``, ``JournalTx``,
-``WaitsTx``, ``FlowTx``, ``ViewsTx``, ``JobsTx``, ...; one concern a module in
+``WaitsTx``, ``FlowTx``, ``ViewsTx``, ``JobsTx``, ``AppsTx``, ...; one concern a module in
 ``store/roles/``, re-exported here): a consumer takes the one role it uses, so
 its signature says what it may touch and a fake store need only implement the
 roles its tests exercise. ``Tx`` is for the stores and for code that needs
@@ -27,6 +27,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+from stepstone.store.roles.apps import AppsTx
 from stepstone.store.roles.flow import AccumulatorKind, FlowTx
 from stepstone.store.roles.journal import ActionsTx, JournalTx
 from stepstone.store.roles.mailbox import MailboxTx
@@ -40,6 +41,7 @@ from stepstone.store.roles.waits import WaitsTx
 __all__ = [
     "AccumulatorKind",
     "ActionsTx",
+    "AppsTx",
     "CronTx",
     "FlowTx",
     "FunctionsTx",
@@ -77,6 +79,7 @@ class Tx(
     ViewsTx,
     JobsTx,
     RetentionTx,
+    AppsTx,
     Protocol,
 ):
     """Every domain operation inside one transaction: the union of the roles.

@@ -20,6 +20,33 @@ SELECT id, app, config FROM functions;
 -- name: retired_functions
 SELECT id, retired_at FROM functions WHERE retired_at IS NOT NULL;
 
+-- name: retire_app_functions
+UPDATE functions SET retired_at = :now WHERE app = :app AND retired_at IS NULL
+RETURNING id;
+
+-- name: upsert_app
+INSERT INTO apps (url, app, app_version, max_duration, function_ids, created_at, synced_at)
+VALUES (:url, :app, :app_version, :max_duration, :function_ids, :created_at, :synced_at)
+ON CONFLICT (url) DO UPDATE SET app = excluded.app, app_version = excluded.app_version,
+    max_duration = excluded.max_duration, function_ids = excluded.function_ids,
+    synced_at = excluded.synced_at, error = NULL, error_at = NULL;
+
+-- name: record_app_error
+UPDATE apps SET error = :error, error_at = :now WHERE url = :url
+RETURNING url;
+
+-- name: get_app
+SELECT url, app, app_version, max_duration, function_ids, created_at, synced_at, error, error_at
+FROM apps WHERE url = :url;
+
+-- name: list_apps
+SELECT url, app, app_version, max_duration, function_ids, created_at, synced_at, error, error_at
+FROM apps ORDER BY url;
+
+-- name: delete_app
+DELETE FROM apps WHERE url = :url
+RETURNING url;
+
 -- name: claim_key
 INSERT INTO dedupe (key, ref, expires_at) VALUES (:key, :ref, :expires_at)
 ON CONFLICT (key) DO UPDATE SET ref = excluded.ref, expires_at = excluded.expires_at

@@ -598,3 +598,35 @@ class Pruned:
         for table, n in other.counts.items():
             merged[table] = merged.get(table, 0) + n
         return Pruned(counts=merged)
+
+
+# -- apps served over HTTP (issue 16) ------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class AppRow:
+    """An app the server serves by URL: what its last good sync found
+    (``synced_at``), and the last failed sync's reason (``error`` at
+    ``error_at``; ``None`` once a sync succeeds)."""
+
+    url: str
+    app: str
+    app_version: str | None
+    max_duration: float
+    function_ids: tuple[str, ...]
+    created_at: float
+    synced_at: float
+    error: str | None = None
+    error_at: float | None = None
+
+    @classmethod
+    def from_row(cls, row: Row) -> AppRow:
+        return cls(
+            url=row["url"],
+            app=row["app"],
+            app_version=row["app_version"],
+            max_duration=float(row["max_duration"]),
+            function_ids=tuple(json.loads(row["function_ids"])),
+            created_at=float(row["created_at"]),
+            synced_at=float(row["synced_at"]),
+            error=row["error"],
+            error_at=None if row["error_at"] is None else float(row["error_at"]),
+        )

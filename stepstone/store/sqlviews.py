@@ -1,5 +1,5 @@
-"""The read-mostly side of ``Tx`` over SQL: the worker registry, operator views
-(metrics, dashboard) and background jobs."""
+"""The read-mostly side of ``Tx`` over SQL: the worker registry, the apps
+served over HTTP, operator views (metrics, dashboard) and background jobs."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 
 from stepstone.store.rows import (
+    AppRow,
     BacklogRow,
     EventRow,
     EventRunRow,
@@ -20,7 +21,38 @@ from stepstone.store.sqlbase import SqlPlumbing
 
 
 class SqlViews(SqlPlumbing):
-    """Workers, operator views and jobs (mixed into ``SqlTx``)."""
+    """Workers, apps, operator views and jobs (mixed into ``SqlTx``)."""
+
+    # -- apps served over HTTP ----------------------------------------------------------------
+    def upsert_app(self, row: AppRow) -> None:
+        self._exec(
+            "upsert_app",
+            {
+                "url": row.url,
+                "app": row.app,
+                "app_version": row.app_version,
+                "max_duration": row.max_duration,
+                "function_ids": json.dumps(sorted(row.function_ids)),
+                "created_at": row.created_at,
+                "synced_at": row.synced_at,
+            },
+        )
+
+    def record_app_error(self, url: str, error: str, now: float) -> bool:
+        return self._one("record_app_error", {"url": url, "error": error, "now": now}) is not None
+
+    def get_app(self, url: str) -> AppRow | None:
+        row = self._one("get_app", {"url": url})
+        return None if row is None else AppRow.from_row(row)
+
+    def list_apps(self) -> list[AppRow]:
+        return [AppRow.from_row(row) for row in self._all("list_apps")]
+
+    def delete_app(self, url: str) -> bool:
+        return self._one("delete_app", {"url": url}) is not None
+
+    def retire_app_functions(self, app: str, now: float) -> int:
+        return len(self._all("retire_app_functions", {"app": app, "now": now}))
 
     # -- workers ------------------------------------------------------------------------------
     def upsert_worker(self, worker: WorkerRow) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from tests.server.conftest import API_KEY, Shop, serve, shop  # noqa: F401 - fixtures
+from tests.server.conftest import API_KEY, Shop, endpoint, serve, shop  # noqa: F401 - fixtures
 
 if TYPE_CHECKING:  # Playwright is imported only where a browser test runs
     from playwright.sync_api import Browser, Page

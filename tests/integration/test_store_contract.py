@@ -8,6 +8,7 @@ registries, SQL drivers, many connections) are pinned to the SQL stores with
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ from stepstone.scheduler.leasing import lease as lease_pass
 from stepstone.store import make_store
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import (
+    AppRow,
     CancelFlag,
     Fence,
     LeasedRun,
@@ -295,6 +297,45 @@ def test_functions_registry(store: Store) -> None:
     store.transact_sync(lambda tx: tx.register_functions("app", {"f": '{"id": "f"}'}, NOW))
     store.transact_sync(lambda tx: tx.register_functions("other", {"f": '{"id": "f", "x": 1}'}, NOW))
     assert store.read_sync(lambda tx: tx.load_functions()) == {"f": ("other", '{"id": "f", "x": 1}')}
+
+
+@SQL_ONLY
+def test_apps_registry(store: Store) -> None:
+    first = AppRow(
+        url="http://a/",
+        app="a",
+        app_version="1",
+        max_duration=60.0,
+        function_ids=("f", "g"),
+        created_at=NOW,
+        synced_at=NOW,
+    )
+    assert store.transact_sync(lambda tx: tx.record_app_error("http://a/", "down", NOW)) is False
+    assert store.read_sync(lambda tx: tx.list_apps()) == []
+    store.transact_sync(lambda tx: tx.upsert_app(first))
+    assert store.read_sync(lambda tx: tx.get_app("http://a/")) == first
+    assert store.transact_sync(lambda tx: tx.record_app_error("http://a/", "down", NOW + 1)) is True
+    failed = store.read_sync(lambda tx: tx.get_app("http://a/"))
+    assert failed is not None and (failed.error, failed.error_at, failed.synced_at) == ("down", NOW + 1, NOW)
+    again = dataclasses.replace(
+        first, app_version="2", function_ids=("g",), created_at=NOW + 5, synced_at=NOW + 2
+    )
+    store.transact_sync(lambda tx: tx.upsert_app(again))  # keeps created_at, clears the error
+    assert store.read_sync(lambda tx: tx.list_apps()) == [dataclasses.replace(again, created_at=NOW)]
+    with pytest.raises(StoreError):  # one URL per app name
+        store.transact_sync(lambda tx: tx.upsert_app(dataclasses.replace(first, url="http://b/")))
+    assert store.transact_sync(lambda tx: tx.delete_app("http://a/")) is True
+    assert store.transact_sync(lambda tx: tx.delete_app("http://a/")) is False
+    assert store.read_sync(lambda tx: tx.get_app("http://a/")) is None
+
+
+@SQL_ONLY
+def test_retiring_an_apps_functions_touches_no_other_app(store: Store) -> None:
+    store.transact_sync(lambda tx: tx.register_functions("a", {"f": '{"id": "f"}', "g": '{"id": "g"}'}, NOW))
+    store.transact_sync(lambda tx: tx.register_functions("b", {"h": '{"id": "h"}'}, NOW))
+    assert store.transact_sync(lambda tx: tx.retire_app_functions("a", NOW + 1)) == 2
+    assert store.transact_sync(lambda tx: tx.retire_app_functions("a", NOW + 2)) == 0  # already retired
+    assert store.read_sync(lambda tx: tx.retired_functions()) == {"f": NOW + 1, "g": NOW + 1}
 
 
 def test_group_commit_rolls_back_a_failing_operation_alone(store: Store) -> None:

@@ -1,3 +1,6 @@
+-- index apps_by_app
+CREATE UNIQUE INDEX apps_by_app ON apps (app);
+
 -- index batches_by_run
 CREATE INDEX batches_by_run ON batches (run_id);
 
@@ -78,6 +81,19 @@ CREATE INDEX waits_by_match ON waits (event_name, match_key, match_value);
 
 -- index waits_by_step
 CREATE UNIQUE INDEX waits_by_step ON waits (run_id, step_id, event_name);
+
+-- table apps
+CREATE TABLE apps (
+    url           TEXT PRIMARY KEY,
+    app           TEXT NOT NULL,
+    app_version   TEXT,
+    max_duration  REAL NOT NULL,
+    function_ids  TEXT NOT NULL,
+    created_at    REAL NOT NULL,
+    synced_at     REAL NOT NULL,
+    error         TEXT,
+    error_at      REAL
+);
 
 -- table batches
 CREATE TABLE batches (

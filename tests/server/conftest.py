@@ -45,16 +45,10 @@ class Live:
         assert not self.thread.is_alive(), "server did not stop"
 
 
-def start_server(
-    app: ss.App, *, auth: AuthConfig | None = None, workers: bool = False, **options: Any
-) -> Live:
-    port = free_port()
-    api = create_app(
-        app,
-        auth or AuthConfig((API_KEY,), (EVENT_KEY,)),
-        workers=WorkerSettings(concurrency=4, drain_timeout=5) if workers else None,
-        **options,
-    )
+def run_asgi(api: Any, port: int | None = None) -> tuple[str, uvicorn.Server, threading.Thread]:
+    """Serve an ASGI app with uvicorn on a loopback port, in a background thread,
+    once it accepts connections: its URL, the server and the thread."""
+    port = port or free_port()
     config = uvicorn.Config(api, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
@@ -64,7 +58,19 @@ def start_server(
         assert thread.is_alive(), "server thread died"
         assert time.monotonic() < deadline, "server did not start"
         time.sleep(0.01)
-    url = f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{port}", server, thread
+
+
+def start_server(
+    app: ss.App, *, auth: AuthConfig | None = None, workers: bool = False, **options: Any
+) -> Live:
+    api = create_app(
+        app,
+        auth or AuthConfig((API_KEY,), (EVENT_KEY,)),
+        workers=WorkerSettings(concurrency=4, drain_timeout=5) if workers else None,
+        **options,
+    )
+    url, server, thread = run_asgi(api)
     http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30)
     return Live(url, app, http, server, thread)
 
@@ -167,3 +173,21 @@ def shop(serve: Callable[..., Live], db_url: str) -> Iterator[Shop]:
     live.stop()  # its workers use the app's store: stop them before closing it
     app.close()
     other.close()
+
+
+# -- endpoints serving apps over signed HTTP (tests/server/endpoints.py) --------------------------
+@pytest.fixture
+def endpoint() -> Iterator[Callable[..., Any]]:
+    """Start real endpoints (``endpoints.Endpoint``); all are stopped at the end."""
+    from tests.server.endpoints import Endpoint
+
+    started: list[Endpoint] = []
+
+    def start(asgi: Any) -> Endpoint:
+        started.append(Endpoint(asgi))
+        return started[-1]
+
+    yield start
+    for one in started:
+        if one.server is not None:
+            one.stop()

@@ -1,6 +1,7 @@
 """The functions page (triggers, flow control, live load, backlog per
 concurrency key), the events page (each event and the runs it started), the
-workers page, the database page (rows and bytes per table, the oldest ended
+workers page, the apps page (apps served over HTTP: their functions, last sync
+and error; the script syncs one or adds a URL), the database page (rows and bytes per table, the oldest ended
 run) and the bulk actions page (filters, a server-side preview of the
 count, recent jobs; the script starts the job and follows it)."""
 
@@ -68,6 +69,14 @@ def build(state: ServerState) -> APIRouter:
         rows = await store.read(lambda tx: tx.list_workers(now - WORKERS_WITHIN))
         return render(
             request, "workers.html", session, active="workers", workers=rows, now=now, stale_after=STALE_AFTER
+        )
+
+    @router.get("/apps")
+    async def apps_page(request: Request) -> Response:
+        session = session_of(state, request)
+        rows = await store.read(lambda tx: tx.list_apps())
+        return render(
+            request, "apps.html", session, active="apps", apps=rows, signing=state.signing is not None
         )
 
     @router.get("/database")

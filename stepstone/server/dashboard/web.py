@@ -35,6 +35,7 @@ NAV = (
     ("events", "/events", "Events"),
     ("bulk", "/bulk", "Bulk actions"),
     ("workers", "/workers", "Workers"),
+    ("apps", "/apps", "Apps"),
     ("database", "/database", "Database"),
 )
 

@@ -167,6 +167,33 @@
         button.disabled = false;
       }
     },
+    async addApp(button) {
+      const status = document.getElementById("app-status");
+      const field = document.getElementById("app-url");
+      field.removeAttribute("aria-invalid");
+      try {
+        if (!field.value.trim()) { invalid(field, status, "Give the endpoint's URL."); return; }
+        const app = await api("POST", "/apps", { url: field.value.trim() });
+        status.textContent = `Synced ${app.app}: ${app.functions.length} function(s).`;
+        status.classList.remove("err");
+        location.reload();
+      } catch (error) {
+        invalid(field, status, error.message);  // the server's reason: bad URL, unreachable, signature, conflict
+      } finally {
+        button.disabled = false;
+      }
+    },
+    async syncApp(button) {
+      try {
+        await api("POST", "/apps", { url: button.dataset.url });
+      } finally {
+        location.reload();  // the row shows the outcome: a new sync time, or the failure's reason
+      }
+    },
+    async unregisterApp(button) {
+      await api("DELETE", `/apps?url=${encodeURIComponent(button.dataset.url)}`);
+      location.reload();
+    },
     async bulk(button) {
       const d = button.dataset;
       const body = { function_id: d.function };
@@ -260,6 +287,8 @@
     wire(document);
     const form = document.getElementById("send-event");
     if (form) form.addEventListener("submit", (event) => { event.preventDefault(); act(form.querySelector("[data-action=send]")); });
+    const addApp = document.getElementById("add-app");
+    if (addApp) addApp.addEventListener("submit", (event) => { event.preventDefault(); act(addApp.querySelector("[data-action=addApp]")); });
     for (const region of document.querySelectorAll("[data-live]")) live(region);
   });
 })();

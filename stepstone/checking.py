@@ -22,7 +22,6 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from stepstone import serde
 from stepstone.clock import Clock
 from stepstone.divergence import Divergence, ReplayOutcome, classify
 from stepstone.events import Event
@@ -218,8 +217,7 @@ class Checker:
         """Recorded outputs as the handler sees them (decrypted by middleware)."""
         hooks = Hooks((*self.middleware, *fn.middleware))
         if hooks.has("transform_input"):
-            values = {s.step_id: serde.loads(s.output) for s in steps if s.status == StepStatus.COMPLETED}
-            interp.memo_values = await hooks.transform_input(ctx, values)
+            interp.memo_values = await hooks.transform_input(ctx, await interp.recorded_values())
 
     async def check(self, histories: AsyncIterator[RunHistory], function_ids: Sequence[str]) -> CheckReport:
         """Replay each history of ``function_ids``; runs never started are not counted."""

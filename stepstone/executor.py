@@ -34,6 +34,7 @@ from stepstone.interpreter import Interpreter
 from stepstone.journal import RunJournal
 from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
+from stepstone.runstate import StoreMemos
 from stepstone.runtime import end_run, ingest, park_run, prepare, prepare_invoke, start_invoked
 from stepstone.runtime.waits import begin_wait, build_wait
 from stepstone.services import Ingest, StartChild
@@ -167,14 +168,13 @@ async def _invoke(fn: FunctionDef, leased: LeasedRun, journal: RunJournal, env: 
         step_timeout=fn.step_timeout,
         abandoned=env.abandoned,
         pause_on_divergence=fn.on_nondeterminism == OnNondeterminism.PAUSE,
+        memos=StoreMemos(env.store, leased.run.id, leased.steps, leased.output_bytes),
+        max_state=fn.max_state,
     )
     ctx = _context(fn, leased, events, interp)
     try:
-        if hooks.has("transform_input"):
-            values = {
-                s.step_id: serde.loads(s.output) for s in leased.steps if s.status == StepStatus.COMPLETED
-            }
-            interp.memo_values = await hooks.transform_input(ctx, values)
+        if hooks.has("transform_input"):  # handed every recorded value: read them all now
+            interp.memo_values = await hooks.transform_input(ctx, await interp.recorded_values())
         output = await _call_handler(fn, ctx, interp, env.threads)
         outcome: tuple[str, Any] = ("return", output)
     except (PauseSignal, CancelSignal, LeaseLostSignal) as signal:

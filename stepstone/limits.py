@@ -12,3 +12,4 @@ MAX_REQUEST_BYTES = 4 * 1024 * 1024  # HTTP request bodies (a list of events, a 
 MAX_ERROR_TEXT_BYTES = 64 * 1024  # a stored error's message, and its traceback, each (cut, not refused)
 MAX_ERROR_TYPE_BYTES = 1024  # a stored error's type name (cut, not refused)
 MAX_TRANSACTION_SECONDS = 5.0  # a step.transaction's function, run while the commit's transaction is open
+DEFAULT_MAX_STATE_BYTES = 32 * 1024 * 1024  # a run's stored step outputs, summed (max_state=)

@@ -284,7 +284,11 @@ class RunRow:
 
 @dataclass(frozen=True, kw_only=True)
 class LeasedRun:
-    """What a worker needs to run an invocation, read in the leasing transaction."""
+    """What a worker needs to run an invocation, read in the leasing transaction.
+
+    ``steps`` is the run's step index: its memos *without their outputs*
+    (``output`` is ``None``), and ``output_bytes`` each output's stored size; a
+    replay reads an output when it reaches its step (``runstate.StoreMemos``)."""
 
     run: RunRow
     epoch: int
@@ -292,6 +296,7 @@ class LeasedRun:
     steps: list[StepRow]
     cancel_requested: bool = False
     start_deadline: float | None = None
+    output_bytes: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,7 +16,7 @@ import pytest
 import stepstone as ss
 from stepstone.runstate import StoreMemos
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import StepKind, StepRow, StepStatus
+from stepstone.store.rows import StepKind, StepStatus
 from tests.conftest import BACKENDS, MEMORY, backend_url
 from tests.integration.test_store_contract import NOW, add_runs, lease, step
 from tests.polling import wait_for

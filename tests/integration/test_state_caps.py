@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -131,7 +132,7 @@ def test_a_waits_event_counts_toward_the_total(app: ss.App, db_url: str) -> None
     assert totals(run.error.message) == (recorded + 500, 1000)
 
 
-def test_encrypted_outputs_count_as_stored(make_app: Any, db_url: str) -> None:
+def test_encrypted_outputs_count_as_stored(make_app: Callable[..., ss.App], db_url: str) -> None:
     app = make_app(middleware=[ss.EncryptionMiddleware("a long random secret for tests")])
 
     @app.function(id="f", trigger=ss.on_event("go"), max_state=2000)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
@@ -234,7 +233,7 @@ class Interpreter:
         """Remember a memo written in this invocation, counting its output."""
         if row.output is not None:
             self.budget.count(row.output)
-            row = dataclasses.replace(row, output=None)
+            row = row.without_output()
         self.memo[row.step_id] = row
 
     # -- step.run ----------------------------------------------------------------------

@@ -196,6 +196,16 @@ class StepRow:
     ended_at: float | None = None
     fingerprint: str | None = None
 
+    def without_output(self) -> StepRow:
+        """This memo without its output: what a replay keeps once the value is
+        handed to the handler. (Copied field by field: ``dataclasses.replace``
+        would cost a step checkpoint ~4 us more.)"""
+        copy = object.__new__(StepRow)
+        fields = copy.__dict__
+        fields.update(self.__dict__)
+        fields["output"] = None
+        return copy
+
     @classmethod
     def from_row(cls, row: Row) -> StepRow:
         return cls(

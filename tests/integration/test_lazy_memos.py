@@ -113,3 +113,9 @@ def test_a_resumed_run_with_a_large_history_stays_in_bounded_memory(app: ss.App,
     assert app.runs.get(run_id).output == count * size
     history_bytes = count * (size + 2)
     assert peak < history_bytes / 2, f"peak {peak} bytes while resuming a {history_bytes}-byte history"
+
+
+def test_a_memo_without_its_output_equals_a_replaced_copy() -> None:
+    memo = step("r", "s", '"value"', position=3)
+    assert memo.without_output() == dataclasses.replace(memo, output=None)
+    assert memo.output == '"value"'  # the original is untouched

@@ -204,7 +204,7 @@ class Checker:
         ctx = _context(fn, leased, _events(leased), interp)
         error: BaseException | None = None
         try:
-            await self._reveal(fn, ctx, interp, history.steps)
+            await self._reveal(fn, ctx, interp)
             await _call_handler(fn, ctx, interp, self.threads)
         except _Frontier:
             pass
@@ -213,7 +213,7 @@ class Checker:
         await interp.settle()
         return classify(interp.outcome(history, error))
 
-    async def _reveal(self, fn: FunctionDef, ctx: Any, interp: Interpreter, steps: list[StepRow]) -> None:
+    async def _reveal(self, fn: FunctionDef, ctx: Any, interp: Interpreter) -> None:
         """Recorded outputs as the handler sees them (decrypted by middleware)."""
         hooks = Hooks((*self.middleware, *fn.middleware))
         if hooks.has("transform_input"):

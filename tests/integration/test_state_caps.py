@@ -22,6 +22,7 @@ import stepstone as ss
 from tests.polling import wait_for
 
 from ..conftest import FAST, query, run_of, send_and_wait
+from ..usertables import create_table, inserter, rows
 
 
 def text(size: int) -> str:
@@ -192,3 +193,25 @@ def test_an_invalid_max_state_fails_at_decoration_naming_the_field(bad: Any) -> 
 
         @app.function(id="f", trigger=ss.on_event("go"), max_state=bad)
         def f(ctx: ss.Context) -> None: ...
+
+
+def test_a_transaction_step_past_the_cap_rolls_its_writes_back(app: ss.App, db_url: str) -> None:
+    create_table(db_url)
+    insert = inserter(db_url)
+
+    @app.function(id="f", trigger=ss.on_event("go"), max_state=1000, backoff=FAST)
+    def f(ctx: ss.Context) -> None:
+        ctx.step.run("a", lambda: text(600))
+
+        def record(conn: Any) -> str:
+            insert(conn, "u1")
+            return text(600)
+
+        ctx.step.transaction("record", record)
+
+    app.start()
+    run = send_and_wait(app, ss.Event("go"))
+    assert run.status == "failed" and run.error is not None
+    assert totals(run.error.message) == (1200, 1000)
+    assert [s.status for s in run.steps if s.id == "record"] == ["failed"]
+    assert rows(db_url) == []  # the user's write rolled back with the step

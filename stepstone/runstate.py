@@ -28,7 +28,7 @@ from stepstone.sizes import stored_bytes
 from stepstone.store.base import Store
 from stepstone.store.rows import StepRow, StepStatus
 
-PAGE_STEPS = 64  # at most this many outputs per read
+PAGE_STEPS = 1024  # at most this many outputs per read (small outputs: a whole run in one)
 PAGE_BYTES = 4 * 1024 * 1024  # and about this many bytes (at least one output)
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Literal, TypeVar
 
-from stepstone import serde
+from stepstone import limits, serde
 from stepstone.attempts import DEFAULT_MAX_ABANDONED
 from stepstone.bridge import Plan, Portal, async_face, coroutine_call, sync_face
 from stepstone.catalog import Catalog
@@ -40,6 +40,7 @@ from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
 from stepstone.runs import Runs, write_call
 from stepstone.runtime import ingest, prepare
+from stepstone.sizes import Size
 from stepstone.store import make_store
 from stepstone.store.base import FunctionsTx, Store, Tx, WorkersTx
 from stepstone.store.rows import WorkerRow
@@ -157,6 +158,7 @@ class App:
         middleware: Sequence[Any] = (),
         step_timeout: Duration | None = None,
         on_nondeterminism: Literal["warn", "pause"] | None = None,
+        max_state: Size | None = limits.DEFAULT_MAX_STATE_BYTES,
     ) -> Callable[[F], F]:
         """Register a durable function; invalid options raise ``ConfigError`` here."""
         flow_options = {
@@ -183,6 +185,8 @@ class App:
             }.items()
             if v is not None
         }
+        if max_state != limits.DEFAULT_MAX_STATE_BYTES:
+            options["max_state"] = max_state  # null: no cap
 
         def decorate(handler: F) -> F:
             fn = build_function(
@@ -197,6 +201,7 @@ class App:
                 options=options,
                 step_timeout=step_timeout,
                 on_nondeterminism=on_nondeterminism or self.on_nondeterminism,
+                max_state=max_state,
             )
             with self._lock:
                 self.registry.add(fn)

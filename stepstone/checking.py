@@ -22,7 +22,6 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from stepstone import serde
 from stepstone.clock import Clock
 from stepstone.divergence import Divergence, ReplayOutcome, classify
 from stepstone.events import Event
@@ -206,7 +205,7 @@ class Checker:
         ctx = _context(fn, leased, _events(leased), interp)
         error: BaseException | None = None
         try:
-            await self._reveal(fn, ctx, interp, history.steps)
+            await self._reveal(fn, ctx, interp)
             await _call_handler(fn, ctx, interp, self.threads)
         except _Frontier:
             pass
@@ -215,12 +214,11 @@ class Checker:
         await interp.settle()
         return classify(interp.outcome(history, error))
 
-    async def _reveal(self, fn: FunctionDef, ctx: Any, interp: Interpreter, steps: list[StepRow]) -> None:
+    async def _reveal(self, fn: FunctionDef, ctx: Any, interp: Interpreter) -> None:
         """Recorded outputs as the handler sees them (decrypted by middleware)."""
         hooks = Hooks((*self.middleware, *fn.middleware))
         if hooks.has("transform_input"):
-            values = {s.step_id: serde.loads(s.output) for s in steps if s.status == StepStatus.COMPLETED}
-            interp.memo_values = await hooks.transform_input(ctx, values)
+            interp.memo_values = await hooks.transform_input(ctx, await interp.recorded_values())
 
     async def check(self, histories: AsyncIterator[RunHistory], function_ids: Sequence[str]) -> CheckReport:
         """Replay each history of ``function_ids``; runs never started are not counted."""

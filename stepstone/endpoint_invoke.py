@@ -41,6 +41,7 @@ from stepstone.function import FunctionDef
 from stepstone.journal import warning_span
 from stepstone.middleware import Middleware
 from stepstone.registry import Registry
+from stepstone.runstate import DictMemos, MemoSource
 from stepstone.services import Effect
 from stepstone.signals import LeaseLostSignal
 from stepstone.store.base import Tx
@@ -127,6 +128,10 @@ class EndpointEnv(HostServices):
     def __post_init__(self) -> None:
         registry = self.registry
         self.matcher = lambda: registry
+
+    def memos(self, leased: LeasedRun) -> MemoSource:
+        """The request carries every recorded output."""
+        return DictMemos.of(leased.steps)
 
     def function(self, ref: str | Callable[..., Any]) -> FunctionDef | None:
         found = super().function(ref)

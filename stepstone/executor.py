@@ -35,6 +35,7 @@ from stepstone.interpreter import Interpreter
 from stepstone.journal import RunJournal
 from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
+from stepstone.runstate import MemoSource, StoreMemos
 from stepstone.runtime import end_run, park_run
 from stepstone.runtime.waits import build_wait
 from stepstone.services import Journal, Services
@@ -121,6 +122,10 @@ class ExecEnv(HostServices):
     # The worker's count of sync step threads abandoned past their timeout.
     abandoned: AbandonedThreads = field(default_factory=AbandonedThreads)
 
+    def memos(self, leased: LeasedRun) -> MemoSource:
+        """The lease carries the step index; outputs are read a page at a time."""
+        return StoreMemos(self.store, leased.run.id, leased.steps, leased.output_bytes)
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -182,6 +187,10 @@ class HandlerHost(Services, Protocol):
     middleware: tuple[Middleware, ...]
     abandoned: AbandonedThreads
 
+    def memos(self, leased: LeasedRun) -> MemoSource:
+        """Where the replay reads the outputs of ``leased``'s recorded steps."""
+        ...
+
 
 @dataclass(frozen=True)
 class Handled:
@@ -227,15 +236,14 @@ async def run_handler(
         step_timeout=fn.step_timeout,
         abandoned=host.abandoned,
         pause_on_divergence=fn.on_nondeterminism == OnNondeterminism.PAUSE,
+        memos=host.memos(leased),
+        max_state=fn.max_state,
     )
     journal.bind(interp)
     ctx = _context(fn, leased, events, interp)
     try:
-        if hooks.has("transform_input"):
-            values = {
-                s.step_id: serde.loads(s.output) for s in leased.steps if s.status == StepStatus.COMPLETED
-            }
-            interp.memo_values = await hooks.transform_input(ctx, values)
+        if hooks.has("transform_input"):  # handed every recorded value: read them all now
+            interp.memo_values = await hooks.transform_input(ctx, await interp.recorded_values())
         output = await _call_handler(fn, ctx, interp, host.threads)
         outcome: tuple[str, Any] = ("return", output)
     except (PauseSignal, CancelSignal, LeaseLostSignal) as signal:

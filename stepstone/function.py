@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from stepstone import limits
 from stepstone.durations import Duration
 from stepstone.errors import ConfigError
 from stepstone.flow import FlowConfig
 from stepstone.flow.checks import positive_duration
+from stepstone.sizes import Size, parse_size
 from stepstone.triggers import CronTrigger, EventTrigger, Trigger, normalise_triggers
 
 
@@ -91,6 +93,7 @@ class FunctionDef:
     failure_of: str | None = None
     step_timeout: float | None = None  # seconds an attempt of step.run may take (None: no limit)
     on_nondeterminism: OnNondeterminism = OnNondeterminism.WARN
+    max_state: int | None = limits.DEFAULT_MAX_STATE_BYTES  # a run's stored outputs, summed (None: no cap)
 
     def __post_init__(self) -> None:
         self.is_async = inspect.iscoroutinefunction(self.handler)
@@ -141,6 +144,7 @@ def build_function(
     options: dict[str, Any],
     step_timeout: Duration | None = None,
     on_nondeterminism: str = OnNondeterminism.WARN,
+    max_state: Size | None = limits.DEFAULT_MAX_STATE_BYTES,
 ) -> FunctionDef:
     if not callable(handler):
         raise ConfigError("handler", "the decorated object must be callable")
@@ -162,4 +166,5 @@ def build_function(
         options=options,
         step_timeout=None if step_timeout is None else positive_duration(step_timeout, "step_timeout"),
         on_nondeterminism=nondeterminism_policy(on_nondeterminism),
+        max_state=None if max_state is None else parse_size(max_state, field="max_state"),
     )

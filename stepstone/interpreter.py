@@ -44,6 +44,7 @@ from stepstone.events import Event
 from stepstone.function import ResolvedBackoff
 from stepstone.memos import callable_fingerprint, mismatch
 from stepstone.middleware import NO_HOOKS, Hooks
+from stepstone.runstate import DictMemos, MemoSource, StateBudget
 from stepstone.services import Effect, Journal, Services
 from stepstone.signals import (
     PauseSignal,
@@ -82,7 +83,13 @@ class Interpreter:
         step_timeout: float | None = None,
         abandoned: AbandonedThreads | None = None,
         pause_on_divergence: bool = False,
+        memos: MemoSource | None = None,
+        max_state: int | None = None,
     ) -> None:
+        """``steps`` are the run's memos, with their outputs or without them
+        (a lease's step index): a completed memo without its output gets it
+        from ``memos`` when the replay reaches it (by default, the outputs
+        ``steps`` carry). ``max_state`` caps the run's stored outputs."""
         self.run_id = run_id
         self.pause_on_divergence = pause_on_divergence  # on_nondeterminism="pause"
         self.hooks = hooks
@@ -91,6 +98,8 @@ class Interpreter:
         self.services = services
         self.run_event = run_event
         self.memo = {s.step_id: s for s in steps}
+        self.memos = DictMemos.of(steps) if memos is None else memos
+        self.budget = StateBudget(max_state, self.memos.stored_bytes())
         self.journal = journal
         self.clock = clock
         self.retries = retries
@@ -215,8 +224,17 @@ class Interpreter:
         return None if memo is None else memo.fingerprint
 
     def _save(self, row: StepRow, span: SpanRow | None, effect: Effect | None = None) -> None:
-        self.memo[row.step_id] = row
+        """Stage a memo; the interpreter keeps it without its output (the
+        handler holds the value; the journal holds the text until it commits)."""
         self.journal.stage(row, span, effect)
+        self.keep(row)
+
+    def keep(self, row: StepRow) -> None:
+        """Remember a memo written in this invocation, counting its output."""
+        if row.output is not None:
+            self.budget.count(row.output)
+            row = row.without_output()
+        self.memo[row.step_id] = row
 
     # -- step.run ----------------------------------------------------------------------
     async def begin_step(
@@ -229,7 +247,7 @@ class Interpreter:
             await self._judge(step_id)
         if memo is not None:
             if memo.status == StepStatus.COMPLETED:
-                return True, self.memo_value(memo)
+                return True, await self.memo_value(memo)
             if memo.status == StepStatus.FAILED:
                 raise _step_error(memo)
             if memo.wake_at is not None and memo.wake_at > self.clock.now():
@@ -240,17 +258,24 @@ class Interpreter:
             await self.hooks.before_step(self.ctx, step_id)
         return False, (memo.attempts if memo else 0)
 
-    def memo_value(self, memo: StepRow) -> Any:
+    async def memo_value(self, memo: StepRow) -> Any:
         """A completed step's value, as middleware's ``transform_input`` left it."""
         if self.memo_values is not None and memo.step_id in self.memo_values:
             return self.memo_values[memo.step_id]
-        return serde.loads(memo.output)
+        output = memo.output if memo.output is not None else await self.memos.output(memo)
+        return serde.loads(output)
 
-    def _outcome(self, memo: StepRow) -> Any:
+    async def recorded_values(self) -> dict[str, Any]:
+        """Every completed step's value, read at once: what middleware's
+        ``transform_input`` is handed before the handler runs."""
+        done = [m for m in self.memo.values() if m.status == StepStatus.COMPLETED]
+        return {m.step_id: await self.memo_value(m) for m in sorted(done, key=lambda m: m.position)}
+
+    async def _outcome(self, memo: StepRow) -> Any:
         """A settled memo's value, or its error raised again."""
         if memo.status == StepStatus.FAILED:
             raise _step_error(memo)
-        return self.memo_value(memo)
+        return await self.memo_value(memo)
 
     def _attempt_row(
         self,
@@ -307,6 +332,7 @@ class Interpreter:
                     stored = serde.dumps(
                         kept, what=f"step {step_id!r} output", limit=limits.MAX_STEP_OUTPUT_BYTES
                     )
+                self.budget.check(step_id, stored)  # counted by _save, with no await between
             except StepstoneError as exc:
                 failure = exc
         if failure is None:
@@ -420,6 +446,7 @@ class Interpreter:
             clock=self.clock,
             hooks=self.hooks,
             ctx=self.ctx,
+            budget=self.budget,
         )
         current_step.reset(token)
         outcome = await self.journal.apply_step(commit)
@@ -427,7 +454,7 @@ class Interpreter:
             return await self.finish_step(
                 step_id, attempt, started, None, outcome, retries, StepKind.TRANSACTION
             )
-        self.memo[step_id] = outcome
+        self.keep(outcome)
         result = serde.loads(commit.encoded)
         if self.hooks.active:
             await self.hooks.after_step(self.ctx, step_id, result, None)

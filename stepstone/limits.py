@@ -13,3 +13,4 @@ MAX_ERROR_TEXT_BYTES = 64 * 1024  # a stored error's message, and its traceback,
 MAX_ERROR_TYPE_BYTES = 1024  # a stored error's type name (cut, not refused)
 MAX_TRANSACTION_SECONDS = 5.0  # a step.transaction's function, run while the commit's transaction is open
 MAX_PUSH_BYTES = 64 * 1024 * 1024  # an invocation request or answer of a function served over HTTP
+DEFAULT_MAX_STATE_BYTES = 32 * 1024 * 1024  # a run's stored step outputs, summed (max_state=)

@@ -122,7 +122,7 @@ async def _resolved(interp: Interpreter, memo: StepRow) -> StepRow | None:
     expire = ExpireWait(run_id=interp.run_id, step_id=memo.step_id, failure=failure, now=now)
     row: StepRow | None = await interp.journal.apply(interp.services.effect(expire))
     if row is not None:
-        interp.memo[memo.step_id] = row
+        interp.keep(row)  # the event (or child output) that won the race counts as state
     return row
 
 
@@ -141,7 +141,7 @@ async def wait_for_event(
         await interp._judge(step_id)
     if memo is not None:
         resolved = await _resolved(interp, memo)
-        value = interp._outcome(resolved) if resolved else None
+        value = await interp._outcome(resolved) if resolved else None
         return Event.from_json(value) if value else None
     if timeout is None:
         _warn_untimed_wait(interp.ctx.function_id if interp.ctx is not None else "", step_id)
@@ -176,7 +176,7 @@ async def wait_for_signal(interp: Interpreter, step_id: str, name: str, timeout:
         await interp._judge(step_id)
     if memo is not None:
         resolved = await _resolved(interp, memo)
-        return interp._outcome(resolved) if resolved else None
+        return await interp._outcome(resolved) if resolved else None
     now = interp.clock.now()
     expires = _expiry(step_id, now, timeout)
     row = _waiting(interp, step_id, StepKind.SIGNAL, now, expires)
@@ -188,7 +188,7 @@ async def wait_for_signal(interp: Interpreter, step_id: str, name: str, timeout:
     if output is None:
         raise interp._pause(expires, RunStatus.WAITING)
     done = StepStatus.COMPLETED
-    interp.memo[step_id] = dataclasses.replace(row, status=done, output=output, ended_at=now)
+    interp.keep(dataclasses.replace(row, status=done, output=output, ended_at=now))
     value = serde.loads(output)
     if interp.hooks.has("transform_input"):  # as a memo's value reaches a replay (decrypted)
         value = (await interp.hooks.transform_input(interp.ctx, {step_id: value}))[step_id]
@@ -220,7 +220,7 @@ async def invoke(
         await interp._judge(step_id)
     if memo is not None:
         resolved = await _resolved(interp, memo)
-        return interp._outcome(resolved) if resolved else None
+        return await interp._outcome(resolved) if resolved else None
     target = interp.services.function(function)
     if target is None:
         raise NonRetriableError(f"step {step_id!r}: no function {function!r} to invoke")
@@ -277,7 +277,7 @@ async def send_event(interp: Interpreter, step_id: str, events: Event | Sequence
     if memo is None and interp._unreached:  # a new step: judged before it executes
         await interp._judge(step_id)
     if memo is not None and memo.status in (StepStatus.COMPLETED, StepStatus.FAILED):
-        return list(interp._outcome(memo))
+        return list(await interp._outcome(memo))
     now = interp.clock.now()
     await interp.journal.flush()
     try:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 from collections.abc import Callable
@@ -42,7 +43,7 @@ from stepstone.registry import Registry
 from stepstone.signals import CancelSignal
 from stepstone.signing import SIGNATURE_HEADER, SignatureError, SigningKeys, sign, verify
 from stepstone.store.base import Store
-from stepstone.store.rows import ENDED_STATUSES, LeasedRun, RunStatus
+from stepstone.store.rows import ENDED_STATUSES, LeasedRun, RunStatus, StepStatus
 from stepstone.wire import Answer, Decision, WireError, encode_request
 from stepstone.worker import Worker, default_instance_id
 
@@ -127,8 +128,21 @@ async def push(leased: LeasedRun, env: ExecEnv, endpoint: Endpoint) -> Outcome |
     return await execute(leased, env, over_http)
 
 
+async def _with_outputs(leased: LeasedRun, env: ExecEnv) -> LeasedRun:
+    """The lease carries the step index only; the request carries every recorded
+    output (read a page at a time), as the endpoint has no database."""
+    memos = env.memos(leased)
+    steps = [
+        dataclasses.replace(step, output=await memos.output(step))
+        if step.status == StepStatus.COMPLETED
+        else step
+        for step in sorted(leased.steps, key=lambda s: s.position)
+    ]
+    return dataclasses.replace(leased, steps=steps)
+
+
 async def _invoke_remote(leased: LeasedRun, journal: RunJournal, env: ExecEnv, endpoint: Endpoint) -> Outcome:
-    body = encode_request(leased)
+    body = encode_request(await _with_outputs(leased, env))
     if len(body) > limits.MAX_PUSH_BYTES:
         message = (
             f"the run's state is {len(body)} bytes, over the {limits.MAX_PUSH_BYTES} an invocation carries"

@@ -25,13 +25,16 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stepstone import limits, serde
 from stepstone.clock import Clock
 from stepstone.middleware import Hooks
 from stepstone.store.base import Tx
 from stepstone.store.rows import StepRow, StepStatus
+
+if TYPE_CHECKING:
+    from stepstone.runstate import StateBudget  # a layer above: handed in by the interpreter
 
 
 class TransactionCommit:
@@ -50,10 +53,12 @@ class TransactionCommit:
         clock: Clock,
         hooks: Hooks,
         ctx: Any,
+        budget: StateBudget | None = None,
     ) -> None:
         self.fn, self.args, self.row = fn, args, row
         self.context = contextvars.copy_context()  # the step's scope, for the writer's thread
         self.clock, self.hooks, self.ctx = clock, hooks, ctx
+        self.budget = budget  # the run's max_state: an output past it rolls the writes back
         self.encoded = "null"  # the result as JSON, before transform_output
         self._attempted = False
 
@@ -79,8 +84,10 @@ class TransactionCommit:
         that cannot be stored rolls the writes back)."""
         what = f"step {self.row.step_id!r} output"
         result = self.context.run(self.fn, conn, *self.args)
-        self.encoded = serde.dumps(result, what=what, limit=limits.MAX_STEP_OUTPUT_BYTES)
-        if not self.hooks.has("transform_output"):
-            return self.encoded
-        kept = self.hooks.transform_output_now(self.ctx, serde.loads(self.encoded), self.row.step_id)
-        return serde.dumps(kept, what=what, limit=limits.MAX_STEP_OUTPUT_BYTES)
+        self.encoded = stored = serde.dumps(result, what=what, limit=limits.MAX_STEP_OUTPUT_BYTES)
+        if self.hooks.has("transform_output"):
+            kept = self.hooks.transform_output_now(self.ctx, serde.loads(self.encoded), self.row.step_id)
+            stored = serde.dumps(kept, what=what, limit=limits.MAX_STEP_OUTPUT_BYTES)
+        if self.budget is not None:
+            self.budget.check(self.row.step_id, stored)
+        return stored

@@ -88,6 +88,17 @@ SELECT * FROM runs WHERE id = :id;
 -- name: get_steps
 SELECT * FROM steps WHERE run_id = :run_id ORDER BY position;
 
+-- name: step_index
+-- (what a lease reads of a run's memos: everything but the outputs, and their sizes)
+SELECT run_id, step_id, position, kind, status, attempts, NULL AS output, error, wake_at,
+       started_at, ended_at, fingerprint, {output_bytes} AS output_bytes
+FROM steps WHERE run_id = :run_id ORDER BY position;
+
+-- name: step_outputs
+-- (the outputs of a run's completed steps at positions first..last: a page of a replay)
+SELECT step_id, output FROM steps
+WHERE run_id = :run_id AND position BETWEEN :first AND :last AND status = 'completed';
+
 -- name: get_events
 SELECT e.* FROM run_events re JOIN events e ON e.seq = re.event_seq
 WHERE re.run_id = :run_id ORDER BY re.position;

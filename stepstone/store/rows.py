@@ -196,6 +196,16 @@ class StepRow:
     ended_at: float | None = None
     fingerprint: str | None = None
 
+    def without_output(self) -> StepRow:
+        """This memo without its output: what a replay keeps once the value is
+        handed to the handler. (Copied field by field: ``dataclasses.replace``
+        would cost a step checkpoint ~4 us more.)"""
+        copy = object.__new__(StepRow)
+        fields = copy.__dict__
+        fields.update(self.__dict__)
+        fields["output"] = None
+        return copy
+
     @classmethod
     def from_row(cls, row: Row) -> StepRow:
         return cls(
@@ -284,7 +294,11 @@ class RunRow:
 
 @dataclass(frozen=True, kw_only=True)
 class LeasedRun:
-    """What a worker needs to run an invocation, read in the leasing transaction."""
+    """What a worker needs to run an invocation, read in the leasing transaction.
+
+    ``steps`` is the run's step index: its memos *without their outputs*
+    (``output`` is ``None``), and ``output_bytes`` each output's stored size; a
+    replay reads an output when it reaches its step (``runstate.StoreMemos``)."""
 
     run: RunRow
     epoch: int
@@ -292,6 +306,7 @@ class LeasedRun:
     steps: list[StepRow]
     cancel_requested: bool = False
     start_deadline: float | None = None
+    output_bytes: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)

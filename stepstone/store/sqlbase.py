@@ -35,6 +35,7 @@ class Dialect:
     server_clock: str | None = None  # SQL reading the server's clock (epoch seconds, column "now")
     fence_raises: bool = False  # fence checks fail on the server (no need to read them back)
     statement_timeout: bool = False  # a transaction-local statement_timeout bounds user SQL (usertx.py)
+    output_bytes: str = "octet_length(output)"  # {output_bytes}: a step output's stored size in bytes
     _cache: dict[str | tuple[str, tuple[tuple[str, int], ...]], str] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -47,6 +48,7 @@ class Dialect:
         text = _raw_queries()[name]
         expansions = {k: ", ".join(f":{k}_{i}" for i in range(n)) or "NULL" for k, n in lists.items()}
         text = text.replace("{lock}", self.lock).replace("{lock_wait}", self.lock_wait)
+        text = text.replace("{output_bytes}", self.output_bytes)
         for k, v in expansions.items():
             text = text.replace("{" + k + "}", v)
         if self.pyformat:

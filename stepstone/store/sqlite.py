@@ -40,7 +40,7 @@ for _words in (RunStatus, StepStatus, StepKind, WaitKind, JobStatus):
 
 T = TypeVar("T")
 
-DIALECT = Dialect("sqlite")
+DIALECT = Dialect("sqlite", output_bytes="length(CAST(output AS BLOB))")
 
 
 def translate(exc: BaseException) -> BaseException:

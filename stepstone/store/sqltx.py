@@ -164,6 +164,10 @@ class SqlTx(SqlViews, SqlWaits, SqlRetention):
     def get_steps(self, run_id: str) -> list[StepRow]:
         return [StepRow.from_row(r) for r in self._all("get_steps", {"run_id": run_id})]
 
+    def step_outputs(self, run_id: str, first: int, last: int) -> dict[str, str | None]:
+        rows = self._all("step_outputs", {"run_id": run_id, "first": first, "last": last})
+        return {r["step_id"]: r["output"] for r in rows}
+
     def get_events(self, run_id: str) -> list[EventRow]:
         return [EventRow.from_row(r) for r in self._all("get_events", {"run_id": run_id})]
 
@@ -236,11 +240,13 @@ class SqlTx(SqlViews, SqlWaits, SqlRetention):
         self._exec("start_clock", {"run_id": run_id, "now": now})
         self._exec("drop_debounce_of", {"run_id": run_id})
         self._exec("drop_batch_of", {"run_id": run_id})
+        index = self._all("step_index", {"run_id": run_id})
         return LeasedRun(
             run=RunRow.from_row(run),
             epoch=item["epoch"],
             events=self.get_events(run_id),
-            steps=self.get_steps(run_id),
+            steps=[StepRow.from_row(r) for r in index],
+            output_bytes={r["step_id"]: r["output_bytes"] for r in index if r["output_bytes"] is not None},
             cancel_requested=bool(item["cancel_requested"]),
             start_deadline=item["start_deadline"],
         )

@@ -173,3 +173,19 @@ def versioned(ctx: ss.Context) -> str:
     if APP_VERSION == "v3":
         ctx.step.run("audit", effect, ctx.run_id, "audit")
     return str(ctx.step.run("ship", effect, ctx.run_id, "ship"))
+
+
+LONG_STEPS = int(os.environ.get("LONG_STEPS", "150"))
+LONG_OUTPUT = 20_000  # bytes of each step's output: the history outgrows a memo page many times
+
+
+def large_effect(run_id: str, step: str) -> str:
+    effect(run_id, step)
+    return f"{step}:" + "x" * LONG_OUTPUT
+
+
+@app.function(id="long-history", trigger=ss.on_event("long"), max_state=None)
+def long_history(ctx: ss.Context) -> list[list[object]]:
+    """Many steps with large outputs: a resumed worker replays them from memo pages."""
+    values = [ctx.step.run(f"s{i}", large_effect, ctx.run_id, f"s{i}") for i in range(LONG_STEPS)]
+    return [[value.split(":", 1)[0], len(value)] for value in values]

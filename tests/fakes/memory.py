@@ -134,6 +134,13 @@ class MemoryTx:
     def get_step(self, run_id: str, step_id: str) -> StepRow | None:
         return self.s.steps.get((run_id, step_id))
 
+    def step_outputs(self, run_id: str, first: int, last: int) -> dict[str, str | None]:
+        return {
+            s.step_id: s.output
+            for s in self.get_steps(run_id)
+            if first <= s.position <= last and s.status == StepStatus.COMPLETED
+        }
+
     def get_events(self, run_id: str) -> list[EventRow]:
         return [self.s.events[seq] for seq in self.s.runs[run_id].event_seqs] if run_id in self.s.runs else []
 
@@ -246,8 +253,11 @@ class MemoryTx:
             run=run.row,
             epoch=item.epoch,
             events=self.get_events(run_id),
-            steps=self.get_steps(run_id),
+            steps=[dataclasses.replace(s, output=None) for s in self.get_steps(run_id)],
             cancel_requested=item.cancel_requested,
+            output_bytes={
+                s.step_id: len(s.output.encode()) for s in self.get_steps(run_id) if s.output is not None
+            },
             start_deadline=item.start_deadline,
         )
 

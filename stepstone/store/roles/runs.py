@@ -33,6 +33,11 @@ class RunsTx(Protocol):
         """One step memo of the run, or ``None``."""
         ...
 
+    def step_outputs(self, run_id: str, first: int, last: int) -> dict[str, str | None]:
+        """The outputs of the run's completed steps at positions ``first`` to
+        ``last`` (inclusive), by step id: one page of a lazy replay."""
+        ...
+
     def get_events(self, run_id: str) -> list[EventRow]:
         """The events that started the run, in order."""
         ...

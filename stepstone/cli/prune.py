@@ -39,9 +39,13 @@ def prune(older_than: str, dry_run: bool, batch: int, database_url: str | None) 
 def _prune(app: App, retention: float, dry_run: bool, batch: int) -> None:
     now = app.clock.now()
     store = app.store
-    runs = store.read_sync(count_prunable_op(now - retention))
+    counts = store.read_sync(count_prunable_op(retention, now))
+    runs = counts["runs"]
     if dry_run:
-        console.print(f"would delete {runs} run(s) that ended before the cutoff (dry run)", highlight=False)
+        console.print(f"would delete {runs} run(s) that ended before the cutoff (dry run), and now:")
+        for table, n in counts.items():
+            if table != "runs":
+                console.print(f"  {table}: {n}", highlight=False)
         return
     columns = (TextColumn("pruning runs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=errors) as bar:

@@ -1,9 +1,11 @@
 """Retention: deleting what a database no longer needs, in small transactions.
 
 Ended runs older than the app's ``retention`` go with their steps, spans,
-event links, waits and queue rows, then the events no remaining run links to;
-expired dedupe keys, idle GCRA cells and wait keys no wait uses go whatever the
-retention. Each batch is one short transaction of at most ``RUN_BATCH`` runs
+event links, waits, queue rows and signals, then the events no remaining run
+links to, finished jobs, and functions no deploy registers (with their
+schedules) once retired that long and without runs; batches and debounces
+whose run is gone, expired dedupe keys, idle GCRA cells and wait keys no wait
+uses go whatever the retention. Each batch is one short transaction of at most ``RUN_BATCH`` runs
 or ``ROW_BATCH`` rows, so SQLite's write lock is never held for long and a
 checkpoint waits for at most one batch.
 
@@ -23,7 +25,7 @@ import time
 from collections.abc import Callable, Generator, Iterator
 
 from stepstone.store.base import Tx
-from stepstone.store.rows import ENDED_STATUSES, Pruned
+from stepstone.store.rows import ENDED_STATUSES, Pruned, PruneTarget
 
 RUN_BATCH = 100  # runs per transaction, each with its steps, spans, links and waits
 ROW_BATCH = 1000  # events, keys or cells per transaction
@@ -53,12 +55,26 @@ def prune_plan(
     return total
 
 
+def targets(retention: float | None, now: float) -> list[tuple[PruneTarget, float]]:
+    """The tables pruned by their own rule, in order, each with its bound: what
+    is older than the cutoff (only with a retention), then rows whose run is
+    gone, expired keys and idle cells (whatever the retention)."""
+    aged = (PruneTarget.EVENTS, PruneTarget.JOBS, PruneTarget.CRONS, PruneTarget.FUNCTIONS)
+    by_age = [] if retention is None else [(target, now - retention) for target in aged]
+    return [
+        *by_age,
+        (PruneTarget.BATCHES, now),
+        (PruneTarget.DEBOUNCES, now),
+        (PruneTarget.DEDUPE, now),
+        (PruneTarget.GCRA, now - CELL_GRACE),
+    ]
+
+
 def _phases(retention: float | None, now: float, run_batch: int, row_batch: int) -> Iterator[BatchOp]:
     if retention is not None:
         yield runs_batch_op(now - retention, run_batch)
-        yield _counted("events", lambda tx: tx.prune_events(now - retention, row_batch), row_batch)
-    yield _counted("dedupe", lambda tx: tx.prune_dedupe(now, row_batch), row_batch)
-    yield _counted("gcra", lambda tx: tx.prune_gcra(now - CELL_GRACE, row_batch), row_batch)
+    for target, before in targets(retention, now):
+        yield _rows_op(target, before, row_batch)
     yield _counted("wait_keys", lambda tx: tx.prune_wait_keys(row_batch), row_batch)
 
 
@@ -72,6 +88,10 @@ def runs_batch_op(cutoff: float, limit: int) -> BatchOp:
     return op
 
 
+def _rows_op(target: PruneTarget, before: float, limit: int) -> BatchOp:
+    return _counted(str(target), lambda tx: tx.prune_rows(target, before, limit), limit)
+
+
 def _counted(table: str, delete: Callable[[Tx], int], limit: int) -> BatchOp:
     def op(tx: Tx) -> Batch:
         n = delete(tx)
@@ -80,9 +100,19 @@ def _counted(table: str, delete: Callable[[Tx], int], limit: int) -> BatchOp:
     return op
 
 
-def count_prunable_op(cutoff: float) -> Callable[[Tx], int]:
-    """How many runs a prune with this cutoff would delete (at most ``COUNT_CAP``)."""
-    return lambda tx: len(tx.prunable_runs(cutoff, ENDED_STATUSES, COUNT_CAP))
+def count_prunable_op(retention: float, now: float) -> Callable[[Tx], dict[str, int]]:
+    """What a prune would delete now, by table (each at most ``COUNT_CAP``): runs
+    ended before the cutoff, and the rows of each ``PruneTarget`` prunable now
+    (events and functions that only the runs' deletion would free are not
+    counted; nor are wait keys)."""
+
+    def op(tx: Tx) -> dict[str, int]:
+        counts = {"runs": len(tx.prunable_runs(now - retention, ENDED_STATUSES, COUNT_CAP))}
+        for target, before in targets(retention, now):
+            counts[str(target)] = tx.prunable_rows(target, before, COUNT_CAP)
+        return counts
+
+    return op
 
 
 def run_plan(
@@ -114,4 +144,5 @@ __all__ = [
     "prune_plan",
     "run_plan",
     "runs_batch_op",
+    "targets",
 ]

@@ -118,7 +118,7 @@ def pruner(url: str) -> None:
     """``stepstone prune --older-than 30d``'s loop, paused between batches while
     the parent says so: stdin ``pause``/``go``; stdout ``paused`` or, at the
     end, ``done``, each with the rows deleted so far by table as JSON."""
-    from stepstone.scheduler.retention import prune_plan, run_plan
+    from stepstone.scheduler.retention import Pace, prune_plan, run_plan
     from stepstone.store.rows import Pruned
 
     going = threading.Event()
@@ -144,7 +144,8 @@ def pruner(url: str) -> None:
     app = ss.App("bench-pruner", database_url=url, retention=None)
     print("ready", flush=True)
     going.wait()
-    total = run_plan(prune_plan(30 * DAY, app.clock.now()), app.store.transact_sync, between)
+    pace = Pace()
+    total = run_plan(prune_plan(30 * DAY, app.clock.now(), pace), app.store.transact_sync, between, pace)
     print("done " + json.dumps(dict(total.counts)), flush=True)
     app.close()
 

@@ -15,7 +15,15 @@ import pytest
 import stepstone as ss
 from stepstone import metrics
 from stepstone.actions import replay_op
-from stepstone.scheduler.retention import CELL_GRACE, prune_plan, run_plan, runs_batch_op
+from stepstone.scheduler.retention import (
+    CELL_GRACE,
+    ROW_BATCH,
+    RUN_BATCH,
+    Pace,
+    prune_plan,
+    run_plan,
+    runs_batch_op,
+)
 from stepstone.store.rows import ENDED_STATUSES, Pruned, RunStatus
 
 from ..conftest import query, run_of, send_and_wait
@@ -123,9 +131,12 @@ def test_a_worker_prunes_ended_runs_and_keeps_live_ones_and_invoked_children(
     assert rows_of(db_url, live[0].id)["runs"] == 1 and rows_of(db_url, live[1].id)["runs"] == 1
 
 
-def _prune(app: ss.App, retention: float | None, now: float, **batches: int) -> list[Pruned]:
+def _prune(
+    app: ss.App, retention: float | None, now: float, runs: int = RUN_BATCH, rows: int = ROW_BATCH
+) -> list[Pruned]:
     seen: list[Pruned] = []
-    run_plan(prune_plan(retention, now, **batches), app.store.transact_sync, seen.append)
+    pace = Pace(runs=runs, rows=rows, budget=float("inf"), duty=1.0)  # batches of exactly these sizes
+    run_plan(prune_plan(retention, now, pace), app.store.transact_sync, seen.append, pace)
     return seen
 
 
@@ -145,7 +156,7 @@ def test_batches_are_bounded_and_events_other_runs_use_are_kept(app: ss.App, db_
     execute(db_url, f"UPDATE runs SET status = 'failed' WHERE id = '{shared.id}'")
     app.runs.replay(shared.id)
 
-    batches = _prune(app, 0.001, time.time() + 5, run_batch=3, row_batch=2)
+    batches = _prune(app, 0.001, time.time() + 5, runs=3, rows=2)
     runs_per_batch = [b.counts["runs"] for b in batches if "runs" in b.counts]
     assert runs_per_batch == [3, 3, 3, 0]  # 9 ended runs, 3 per transaction, then none left
     assert all(b.counts.get("events", 0) <= 2 and b.counts.get("dedupe", 0) <= 2 for b in batches)
@@ -276,7 +287,7 @@ def test_a_prune_between_a_replays_read_and_write_never_leaves_a_missing_run_req
             outcome["replay"] = "not found"
 
     def prune() -> None:
-        outcome["pruned"] = pruner.store.transact_sync(runs_batch_op(cutoff, 10))[0].counts["runs"]
+        outcome["pruned"] = pruner.store.transact_sync(runs_batch_op(cutoff, Pace(runs=10)))[0].counts["runs"]
         pruned.set()
 
     threads = [threading.Thread(target=replay), threading.Thread(target=prune)]

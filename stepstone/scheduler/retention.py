@@ -39,9 +39,9 @@ COUNT_CAP = 1_000_000  # a dry run counts at most this many runs
 # would take the lock again before any of them, so it leaves a window at least
 # that long after each batch.
 REST = 0.1
-BUDGET = 0.02  # seconds a batch aims to hold the write lock: batches shrink when slower
-DUTY = 0.05  # the most of its time a pruner spends in transactions (it rests the rest)
-MIN_SCALE = 0.01  # batches never shrink below this share of their size (nor below one row)
+BUDGET = 0.05  # seconds a batch aims to hold the write lock: batches shrink when slower
+DUTY = 0.2  # the most of its time a pruner spends in transactions (it rests the rest)
+MIN_SCALE = 0.1  # batches never shrink below this share of their size (nor below one row)
 
 Batch = tuple[Pruned, bool]  # what one transaction deleted, and whether more may remain
 BatchOp = Callable[[Tx], Batch]
@@ -192,6 +192,7 @@ __all__ = [
     "BUDGET",
     "CELL_GRACE",
     "DUTY",
+    "MIN_SCALE",
     "Pace",
     "REST",
     "ROW_BATCH",

@@ -495,29 +495,21 @@ class DatabaseStatsOut(BaseModel):
 
     @classmethod
     def of(cls, stats: DatabaseStats) -> DatabaseStatsOut:
-        run = stats.oldest_ended
-        return cls(
-            tables=[TableSizeOut(name=t.name, rows=t.rows, bytes=t.bytes) for t in stats.tables],
-            total_bytes=stats.total_bytes,
-            oldest_ended=None
-            if run is None
-            else EndedRunOut(
-                id=run.id, function_id=run.function_id, status=run.status, ended_at=_at(run.ended_at)
-            ),
-        )
+        return cls.model_validate(stats, from_attributes=True)  # (an epoch float becomes a date-time)
 
     def to_stats(self) -> DatabaseStats:
         run = self.oldest_ended
         return DatabaseStats(
-            tables=[TableSize(name=t.name, rows=t.rows, bytes=t.bytes) for t in self.tables],
+            tables=[TableSize(**t.model_dump()) for t in self.tables],
             total_bytes=self.total_bytes,
             oldest_ended=None
             if run is None
             else EndedRun(
-                id=run.id,
-                function_id=run.function_id,
-                status=rows.RunStatus(run.status),
-                ended_at=run.ended_at.timestamp(),
+                **{
+                    **run.model_dump(),
+                    "status": rows.RunStatus(run.status),
+                    "ended_at": run.ended_at.timestamp(),
+                }
             ),
         )
 

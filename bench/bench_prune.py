@@ -16,6 +16,7 @@ has deleted every old run (or after ``--max-seconds``).
     .venv/bin/python bench/bench_prune.py                      # SQLite, 1,000,000 rows
     .venv/bin/python bench/bench_prune.py --runs 20000         # quicker
     .venv/bin/python bench/bench_prune.py --postgres           # a private durable cluster
+    .venv/bin/python bench/bench_prune.py --fixed-pace         # the earlier pace, to compare
     .venv/bin/python bench/bench_prune.py --database-url postgresql://...
 """
 
@@ -73,6 +74,7 @@ def _raw(url: str) -> Iterator[tuple[Any, str]]:
 
         conn = psycopg.connect(url)
         yield conn, "%s"
+        conn.execute("SELECT setval(pg_get_serial_sequence('events', 'seq'), (SELECT MAX(seq) FROM events))")
         conn.commit()
         conn.autocommit = True
         conn.execute("VACUUM ANALYZE")
@@ -114,7 +116,7 @@ def _chunk(ids: range, at: float) -> list[tuple[str, Sequence[tuple[Any, ...]]]]
 
 
 # -- the pruner process -----------------------------------------------------------------------
-def pruner(url: str) -> None:
+def pruner(url: str, fixed: bool) -> None:
     """``stepstone prune --older-than 30d``'s loop, paused between batches while
     the parent says so: stdin ``pause``/``go``; stdout ``paused`` or, at the
     end, ``done``, each with the rows deleted so far by table as JSON."""
@@ -144,7 +146,7 @@ def pruner(url: str) -> None:
     app = ss.App("bench-pruner", database_url=url, retention=None)
     print("ready", flush=True)
     going.wait()
-    pace = Pace()
+    pace = Pace(budget=float("inf"), duty=1.0) if fixed else Pace()  # fixed: 100 runs, 100 ms rests
     total = run_plan(prune_plan(30 * DAY, app.clock.now(), pace), app.store.transact_sync, between, pace)
     print("done " + json.dumps(dict(total.counts)), flush=True)
     app.close()
@@ -210,6 +212,7 @@ async def measure(
         __file__,
         "--pruner",
         url,
+        *(["--fixed-pace"] if args.fixed_pace else []),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
     )
@@ -305,10 +308,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--max-seconds", type=float, default=3600.0, help="stop measuring after this")
     parser.add_argument("--postgres", action="store_true", help="a private PostgreSQL cluster")
     parser.add_argument("--database-url", default=None, help="an existing (empty) database")
+    parser.add_argument(
+        "--fixed-pace", action="store_true", help="the earlier pace: full batches, 100 ms rests (to compare)"
+    )
     parser.add_argument("--pruner", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.pruner:
-        pruner(args.pruner)
+        pruner(args.pruner, args.fixed_pace)
         return
     with database(args) as url:
         t = time.perf_counter()
@@ -316,6 +322,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(
             f"built {args.runs:,} old runs = {rows:,} rows in {time.perf_counter() - t:.1f} s ({url.split(':')[0]})"
         )
+        print("pace: " + ("fixed (100 runs, 100 ms rests)" if args.fixed_pace else "Pace() (adaptive)"))
         gaps, windows, pruned = asyncio.run(measure(url, args))
         report(rows, gaps, windows, pruned)
 

@@ -12,12 +12,13 @@ from collections.abc import Callable
 from typing import Any
 
 import stepstone as ss
+from stepstone import metrics
 from stepstone.scheduler.retention import Pace, count_prunable_op, prune_plan, run_plan
 from stepstone.store.rows import Pruned
 
 from ..conftest import query, send_and_wait
 from ..polling import wait_for
-from .test_retention import execute
+from .test_retention import execute, pruned_total
 
 RETENTION = 60.0
 LATER = 3 * 86400.0  # the prune looks this far ahead: all written now (and tomorrow's cron ticks) is older
@@ -75,7 +76,14 @@ def test_jobs_functions_crons_batches_debounces_and_signals_follow_their_rules(
     now = time.time()
     _orphans_and_jobs(db_url, now)
 
+    counted = {t: pruned_total(t) for t in ("functions", "crons", "jobs", "signals")}
     total = _prune(v2, now + LATER)
+    assert {t: pruned_total(t) - n for t, n in counted.items()} == {  # the metric, per table
+        "functions": 2,
+        "crons": 2,
+        "jobs": 1,
+        "signals": 1,
+    }
     assert total.counts["runs"] == 2 and total.counts["signals"] == 1  # "old" and the signalled run
     assert total.counts["jobs"] == 1 and total.counts["batches"] == 1 and total.counts["debounces"] == 1
     assert count(db_url, "signals") == 1 and count(db_url, "signals", f"run_id = '{waiting.id}'") == 1
@@ -110,7 +118,8 @@ def _orphans_and_jobs(db_url: str, now: float) -> None:
 
 def _prune(app: ss.App, now: float) -> Pruned:
     pace = Pace(duty=1.0)  # no rest beyond the minimum: the test's database is idle
-    return run_plan(prune_plan(RETENTION, now, pace), app.store.transact_sync, lambda _: None, pace)
+    counted = lambda batch: metrics.pruned(batch.counts)  # noqa: E731 - as the worker and the CLI count
+    return run_plan(prune_plan(RETENTION, now, pace), app.store.transact_sync, counted, pace)
 
 
 def test_a_dry_run_counts_every_table_and_deletes_nothing(

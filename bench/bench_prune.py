@@ -120,7 +120,7 @@ def pruner(url: str, fixed: bool) -> None:
     """``stepstone prune --older-than 30d``'s loop, paused between batches while
     the parent says so: stdin ``pause``/``go``; stdout ``paused`` or, at the
     end, ``done``, each with the rows deleted so far by table as JSON."""
-    from stepstone.scheduler.retention import Pace, prune_plan, run_plan
+    from stepstone.scheduler.retention import Pace, pace_for, prune_plan, run_plan
     from stepstone.store.rows import Pruned
 
     going = threading.Event()
@@ -146,7 +146,9 @@ def pruner(url: str, fixed: bool) -> None:
     app = ss.App("bench-pruner", database_url=url, retention=None)
     print("ready", flush=True)
     going.wait()
-    pace = Pace(budget=float("inf"), duty=1.0) if fixed else Pace()  # fixed: 100 runs, 100 ms rests
+    pace = (
+        Pace(budget=float("inf"), duty=1.0) if fixed else pace_for(app.store.dialect)
+    )  # fixed: 100 ms rests
     total = run_plan(prune_plan(30 * DAY, app.clock.now(), pace), app.store.transact_sync, between, pace)
     print("done " + json.dumps(dict(total.counts)), flush=True)
     app.close()
@@ -322,7 +324,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(
             f"built {args.runs:,} old runs = {rows:,} rows in {time.perf_counter() - t:.1f} s ({url.split(':')[0]})"
         )
-        print("pace: " + ("fixed (100 runs, 100 ms rests)" if args.fixed_pace else "Pace() (adaptive)"))
+        print(
+            "pace: " + ("fixed (100 runs, 100 ms rests)" if args.fixed_pace else "pace_for(store) (adaptive)")
+        )
         gaps, windows, pruned = asyncio.run(measure(url, args))
         report(rows, gaps, windows, pruned)
 

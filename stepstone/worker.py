@@ -52,7 +52,7 @@ from stepstone.scheduler.maintenance import (
     schedules_of,
     timeouts_op,
 )
-from stepstone.scheduler.retention import Pace, prune_plan
+from stepstone.scheduler.retention import pace_for, prune_plan
 from stepstone.store.base import Store, Tx, WorkersTx
 from stepstone.store.rows import ENDED_STATUSES, LeasedRun, WorkerRow
 
@@ -354,7 +354,7 @@ class Worker:
         """One retention pass (``scheduler/retention.py``), resting between its
         batches as its ``Pace`` says, then a pause until the next: ``PRUNE_EVERY``, at most half the
         retention."""
-        pace = Pace()
+        pace = pace_for(self.store.dialect)
         plan = prune_plan(self.retention, self.clock.now(), pace)
         with contextlib.suppress(StopIteration):
             op = next(plan)

@@ -13,7 +13,7 @@ from stepstone.app import App
 from stepstone.cli.common import console, errors, guard, resolve_url
 from stepstone.durations import parse_duration
 from stepstone.errors import ConfigError
-from stepstone.scheduler.retention import RUN_BATCH, Pace, count_prunable_op, prune_plan, run_plan
+from stepstone.scheduler.retention import RUN_BATCH, count_prunable_op, pace_for, prune_plan, run_plan
 from stepstone.store.rows import Pruned
 
 
@@ -55,7 +55,7 @@ def _prune(app: App, retention: float, dry_run: bool, batch: int) -> None:
             metrics.pruned(pruned.counts)
             bar.advance(task, pruned.counts.get("runs", 0))
 
-        pace = Pace(runs=batch)
+        pace = pace_for(store.dialect, runs=batch)
         total = run_plan(prune_plan(retention, now, pace), store.transact_sync, advance, pace)
     deleted = ", ".join(f"{n} {table}" for table, n in sorted(total.counts.items()) if n) or "nothing"
     console.print(f"deleted {deleted}", highlight=False)

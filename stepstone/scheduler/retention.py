@@ -41,6 +41,7 @@ COUNT_CAP = 1_000_000  # a dry run counts at most this many runs
 REST = 0.1
 BUDGET = 0.05  # seconds a batch aims to hold the write lock: batches shrink when slower
 DUTY = 0.2  # the most of its time a pruner spends in transactions (it rests the rest)
+PG_BUDGET, PG_DUTY = 0.25, 0.5  # the same on PostgreSQL (row locks: see pace_for)
 MIN_SCALE = 0.1  # batches never shrink below this share of their size (nor below one row)
 
 Batch = tuple[Pruned, bool]  # what one transaction deleted, and whether more may remain
@@ -89,6 +90,16 @@ class Pace:
                 self.held = self.clock() - began
 
         return op
+
+
+def pace_for(dialect: str, runs: int = RUN_BATCH) -> Pace:
+    """The pace for a store: SQLite has one write lock for the whole database,
+    so the default; PostgreSQL locks only the rows a batch deletes, which no
+    checkpoint touches, so batches may take longer and rests be shorter (what
+    they share is the server's CPU and WAL)."""
+    if dialect == "sqlite":
+        return Pace(runs=runs)
+    return Pace(runs=runs, budget=PG_BUDGET, duty=PG_DUTY)
 
 
 def prune_plan(retention: float | None, now: float, pace: Pace | None = None) -> Plan:
@@ -198,6 +209,7 @@ __all__ = [
     "ROW_BATCH",
     "RUN_BATCH",
     "count_prunable_op",
+    "pace_for",
     "prune_plan",
     "run_plan",
     "runs_batch_op",

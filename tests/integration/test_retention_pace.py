@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import stepstone as ss
-from stepstone.scheduler.retention import MIN_SCALE, REST, BatchOp, Pace, prune_plan, run_plan
+from stepstone.scheduler.retention import MIN_SCALE, REST, BatchOp, Pace, pace_for, prune_plan, run_plan
 from stepstone.store.base import Tx
 from stepstone.store.rows import Pruned
 
@@ -111,3 +111,13 @@ def _write_when_free(db_url: str, waiting: threading.Event, order: list[str]) ->
         conn.execute("INSERT INTO gcra (key, tat) VALUES ('probe', 1e12)")
         conn.execute("COMMIT")
         order.append("writer")
+
+
+def test_postgresql_paces_lighter_than_sqlite() -> None:
+    """SQLite's one write lock gets the default pace; PostgreSQL's row locks a
+    longer budget and shorter rests."""
+    lite, pg = pace_for("sqlite", runs=7), pace_for("postgres", runs=7)
+    assert lite == Pace(runs=7) and pg.runs == 7
+    assert pg.budget > lite.budget and pg.duty > lite.duty
+    lite.held = pg.held = 0.2
+    assert pg.after() < lite.after() and pg.scale == 1.0 > lite.scale  # 0.2 s: within PostgreSQL's budget

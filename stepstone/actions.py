@@ -73,8 +73,10 @@ def resume_op(run_id: str, now: float) -> Callable[[Tx], None]:
 
 def _run_in(tx: Tx, run_id: str, statuses: tuple[RunStatus, ...], rule: str) -> RunRow:
     """The run an action applies to: ``NotFoundError`` if there is none,
-    ``InvalidStateError`` (naming ``rule``) if its status is not one of ``statuses``."""
-    run = tx.get_run(run_id)
+    ``InvalidStateError`` (naming ``rule``) if its status is not one of ``statuses``.
+    Its row is locked: a prune deleting it is waited for (the run is then gone),
+    one coming later sees it live again (``delete_runs`` checks the status)."""
+    run = tx.lock_run(run_id)
     if run is None:
         raise NotFoundError(f"no run {run_id!r}")
     if run.status not in statuses:
@@ -111,7 +113,7 @@ def rerun_op(
     stays as it was, linked to the original run."""
 
     def op(tx: Tx) -> str:
-        run = tx.get_run(run_id)
+        run = tx.lock_run(run_id)  # a prune waits: the new run links the events it reads
         if run is None:
             raise NotFoundError(f"no run {run_id!r}")
         steps = tx.get_steps(run_id)

@@ -22,7 +22,7 @@ from stepstone import errors
 from stepstone.bridge import Portal, portal_face
 from stepstone.durations import Duration, parse_duration
 from stepstone.events import Event, validate_event
-from stepstone.inventory import FunctionInfo
+from stepstone.inventory import DatabaseStats, FunctionInfo
 from stepstone.runs import Run, Span
 from stepstone.store.rows import AppRow, JobStatus, RunStatus, WorkerRow
 
@@ -180,6 +180,16 @@ class Client(_Remote):
         return [str(i) for i in body["ids"]]
 
     send = _sync(send_async)
+
+    # -- the database ---------------------------------------------------------------------------
+    async def stats_async(self) -> DatabaseStats:
+        """Rows and bytes per table, the database's size and the oldest ended run
+        (``stepstone stats``; ``GET /api/v1/stats``)."""
+        from stepstone.server.schemas import DatabaseStatsOut
+
+        return DatabaseStatsOut.model_validate(await self.request("GET", "/api/v1/stats")).to_stats()
+
+    stats = _sync(stats_async)
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def aclose(self) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from stepstone.errors import ConfigError
 from stepstone.store.base import FunctionsTx, Tx
-from stepstone.store.rows import ENDED_STATUSES, RunRow, TableSize
+from stepstone.store.rows import ENDED_STATUSES, RunRow, RunStatus, TableSize
 
 _SHAPE_KEYS = ("id", "triggers", "retries", "failure_of")
 
@@ -64,20 +64,37 @@ def require_function(tx: FunctionsTx, function_id: str, field_name: str = "funct
 
 
 @dataclass(frozen=True, kw_only=True)
+class EndedRun:
+    """The run that ended first: how far back the database goes."""
+
+    id: str
+    function_id: str
+    status: RunStatus
+    ended_at: float
+
+    @classmethod
+    def of(cls, run: RunRow | None) -> EndedRun | None:
+        if run is None or run.ended_at is None:
+            return None
+        return cls(id=run.id, function_id=run.function_id, status=run.status, ended_at=run.ended_at)
+
+
+@dataclass(frozen=True, kw_only=True)
 class DatabaseStats:
     """What the database holds, so that an operator sees growth before the disk
-    does (``stepstone stats``, the dashboard's overview)."""
+    does (``stepstone stats``, the dashboard's Database page, ``GET
+    /api/v1/stats``, ``ss.Client.stats()``)."""
 
     tables: list[TableSize]
     total_bytes: int
-    oldest_ended: RunRow | None
+    oldest_ended: EndedRun | None
 
 
 def database_stats(tx: Tx) -> DatabaseStats:
     return DatabaseStats(
         tables=tx.table_sizes(),
         total_bytes=tx.database_bytes(),
-        oldest_ended=tx.oldest_ended_run(ENDED_STATUSES),
+        oldest_ended=EndedRun.of(tx.oldest_ended_run(ENDED_STATUSES)),
     )
 
 

@@ -52,7 +52,7 @@ from stepstone.scheduler.maintenance import (
     schedules_of,
     timeouts_op,
 )
-from stepstone.scheduler.retention import REST, prune_plan
+from stepstone.scheduler.retention import pace_for, prune_plan
 from stepstone.store.base import Store, Tx, WorkersTx
 from stepstone.store.rows import ENDED_STATUSES, LeasedRun, WorkerRow
 
@@ -355,16 +355,18 @@ class Worker:
     # -- retention: its own loop, so that leasing never waits for it --------------------------
     async def _prune_once(self) -> None:
         """One retention pass (``scheduler/retention.py``), resting between its
-        batches, then a pause until the next: ``PRUNE_EVERY``, at most half the
+        batches as its ``Pace`` says, then a pause until the next: ``PRUNE_EVERY``, at most half the
         retention."""
-        plan = prune_plan(self.retention, self.clock.now())
+        pace = pace_for(self.store.dialect)
+        plan = prune_plan(self.retention, self.clock.now(), pace)
         with contextlib.suppress(StopIteration):
             op = next(plan)
             while not self._stopping:
                 batch = await self.store.transact(op)
+                rest = pace.after()
                 metrics.pruned(batch[0].counts)
                 op = plan.send(batch)
-                await asyncio.sleep(REST)
+                await asyncio.sleep(rest)
         every = PRUNE_EVERY if self.retention is None else min(PRUNE_EVERY, self.retention / 2)
         await asyncio.sleep(every)
 

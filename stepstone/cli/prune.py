@@ -13,14 +13,14 @@ from stepstone.app import App
 from stepstone.cli.common import console, errors, guard, resolve_url
 from stepstone.durations import parse_duration
 from stepstone.errors import ConfigError
-from stepstone.scheduler.retention import RUN_BATCH, count_prunable_op, prune_plan, run_plan
+from stepstone.scheduler.retention import RUN_BATCH, count_prunable_op, pace_for, prune_plan, run_plan
 from stepstone.store.rows import Pruned
 
 
 @click.command()
 @click.option("--older-than", default="30d", show_default=True, help="Delete runs that ended longer ago.")
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
-@click.option("--batch", default=RUN_BATCH, show_default=True, help="Runs per transaction.")
+@click.option("--batch", default=RUN_BATCH, show_default=True, help="Runs per transaction, at most.")
 @click.option("--database-url", default=None, help="Default: $STEPSTONE_DATABASE_URL or local SQLite.")
 def prune(older_than: str, dry_run: bool, batch: int, database_url: str | None) -> None:
     """Delete ended runs older than --older-than (with their steps, spans and the
@@ -39,9 +39,13 @@ def prune(older_than: str, dry_run: bool, batch: int, database_url: str | None) 
 def _prune(app: App, retention: float, dry_run: bool, batch: int) -> None:
     now = app.clock.now()
     store = app.store
-    runs = store.read_sync(count_prunable_op(now - retention))
+    counts = store.read_sync(count_prunable_op(retention, now))
+    runs = counts["runs"]
     if dry_run:
-        console.print(f"would delete {runs} run(s) that ended before the cutoff (dry run)", highlight=False)
+        console.print(f"would delete {runs} run(s) that ended before the cutoff (dry run), and now:")
+        for table, n in counts.items():
+            if table != "runs":
+                console.print(f"  {table}: {n}", highlight=False)
         return
     columns = (TextColumn("pruning runs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=errors) as bar:
@@ -51,6 +55,7 @@ def _prune(app: App, retention: float, dry_run: bool, batch: int) -> None:
             metrics.pruned(pruned.counts)
             bar.advance(task, pruned.counts.get("runs", 0))
 
-        total = run_plan(prune_plan(retention, now, run_batch=batch), store.transact_sync, advance)
+        pace = pace_for(store.dialect, runs=batch)
+        total = run_plan(prune_plan(retention, now, pace), store.transact_sync, advance, pace)
     deleted = ", ".join(f"{n} {table}" for table, n in sorted(total.counts.items()) if n) or "nothing"
     console.print(f"deleted {deleted}", highlight=False)

@@ -3,7 +3,6 @@ operator sees the database grow before the disk fills (issue 17)."""
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import asdict
 from datetime import UTC, datetime
 
@@ -12,25 +11,30 @@ from rich.table import Table
 
 from stepstone.app import App
 from stepstone.cli import render
-from stepstone.cli.common import console, guard, resolve_url
+from stepstone.cli.common import console, guard, open_target, target_options
+from stepstone.client import Client
 from stepstone.inventory import DatabaseStats, database_stats, human_bytes
 
 
 @click.command()
-@click.option("--database-url", default=None, help="Default: $STEPSTONE_DATABASE_URL or local SQLite.")
+@target_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def stats(database_url: str | None, as_json: bool) -> None:
+def stats(database_url: str | None, url: str | None, api_key: str | None, as_json: bool) -> None:
     """Rows and bytes per table, the database's size and the oldest ended run."""
-    with contextlib.closing(App("cli", database_url=resolve_url(database_url))) as app:
+    with open_target(database_url, url, api_key) as target:
 
         def show() -> None:
-            found = app.store.read_sync(database_stats)
+            found = _read(target)
             if as_json:
                 render.emit_json(asdict(found))
             else:
                 _print(found)
 
         guard(show)
+
+
+def _read(target: App | Client) -> DatabaseStats:
+    return target.stats() if isinstance(target, Client) else target.store.read_sync(database_stats)
 
 
 def _print(found: DatabaseStats) -> None:
@@ -40,7 +44,7 @@ def _print(found: DatabaseStats) -> None:
     table.add_row("[bold]total[/]", f"{sum(t.rows for t in found.tables):,}", human_bytes(found.total_bytes))
     console.print(table)
     run = found.oldest_ended
-    if run is None or run.ended_at is None:
+    if run is None:
         console.print("oldest ended run: none")
     else:
         ended = datetime.fromtimestamp(run.ended_at, UTC)

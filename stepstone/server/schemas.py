@@ -17,10 +17,10 @@ from stepstone import limits
 from stepstone.encryption import mask
 from stepstone.errors import ErrorInfo
 from stepstone.events import Event
-from stepstone.inventory import FunctionInfo
+from stepstone.inventory import DatabaseStats, EndedRun, FunctionInfo
 from stepstone.runs import Run, Span, StepRecord
 from stepstone.store import rows
-from stepstone.store.rows import AppRow, JobRow, WorkerRow
+from stepstone.store.rows import AppRow, JobRow, TableSize, WorkerRow
 
 # Requests are checked against Literals of the engine's enums (plain strings, so
 # the OpenAPI spec lists their values); responses say ``str`` for run statuses so
@@ -523,6 +523,47 @@ class AppOut(BaseModel):
 
 class AppList(BaseModel):
     apps: list[AppOut]
+
+
+class TableSizeOut(BaseModel):
+    name: str
+    rows: int = Field(description="Exact row count")
+    bytes: int | None = Field(description="The table and its indexes on disk; null where not measurable")
+
+
+class EndedRunOut(BaseModel):
+    id: str
+    function_id: str
+    status: RunStatus
+    ended_at: datetime
+
+
+class DatabaseStatsOut(BaseModel):
+    """`stepstone stats` over HTTP: what the database holds."""
+
+    tables: list[TableSizeOut]
+    total_bytes: int = Field(description="The whole database on disk")
+    oldest_ended: EndedRunOut | None = Field(description="The run that ended first; null if none has")
+
+    @classmethod
+    def of(cls, stats: DatabaseStats) -> DatabaseStatsOut:
+        return cls.model_validate(stats, from_attributes=True)  # (an epoch float becomes a date-time)
+
+    def to_stats(self) -> DatabaseStats:
+        run = self.oldest_ended
+        return DatabaseStats(
+            tables=[TableSize(**t.model_dump()) for t in self.tables],
+            total_bytes=self.total_bytes,
+            oldest_ended=None
+            if run is None
+            else EndedRun(
+                **{
+                    **run.model_dump(),
+                    "status": rows.RunStatus(run.status),
+                    "ended_at": run.ended_at.timestamp(),
+                }
+            ),
+        )
 
 
 class Health(BaseModel):

@@ -85,6 +85,11 @@ VALUES (:run_id, :function_id, :partition_key, :available_at, :sort_at, :start_d
 -- name: get_run
 SELECT * FROM runs WHERE id = :id;
 
+-- name: lock_run
+-- (an operator's action: a prune deleting the run meanwhile is waited for, and
+-- then the run is gone; a prune after it sees the run live again)
+SELECT * FROM runs WHERE id = :id {lock_wait};
+
 -- name: get_steps
 SELECT * FROM steps WHERE run_id = :run_id ORDER BY position;
 
@@ -698,23 +703,80 @@ DELETE FROM waits WHERE run_id IN ({run_ids});
 -- name: delete_run_queue
 DELETE FROM queue WHERE run_id IN ({run_ids});
 
--- name: prune_events
--- Events received before :cutoff that no remaining run links to (a run's
+-- name: delete_run_signals
+DELETE FROM signals WHERE run_id IN ({run_ids});
+
+-- Tables retention prunes by their own rule (rows.PruneTarget): each
+-- prunable_<target> selects the keys of up to `limit` rows (a dry run counts
+-- them), and prune_<target> deletes the same rows, {query:...} being that
+-- select's text (one condition, written once).
+-- name: prunable_events
+-- Events received before the cutoff that no remaining run links to (a run's
 -- events are received before it starts, so before it ends).
-DELETE FROM events WHERE seq IN (
-    SELECT e.seq FROM events e
-    WHERE e.received_at < :cutoff
-      AND NOT EXISTS (SELECT 1 FROM run_events re WHERE re.event_seq = e.seq)
-    ORDER BY e.received_at
-    LIMIT :limit);
+SELECT e.seq FROM events e
+WHERE e.received_at < :before
+  AND NOT EXISTS (SELECT 1 FROM run_events re WHERE re.event_seq = e.seq)
+ORDER BY e.received_at
+LIMIT :limit
+
+-- name: prune_events
+DELETE FROM events WHERE seq IN ({query:prunable_events});
+
+-- name: prunable_jobs
+-- (an active job, queued or running, is never finished)
+SELECT id FROM jobs WHERE finished_at < :before AND status NOT IN ({active}) LIMIT :limit
+
+-- name: prune_jobs
+DELETE FROM jobs WHERE id IN ({query:prunable_jobs});
+
+-- name: prunable_crons
+-- Schedules overdue since before the cutoff (a host advances its row as soon
+-- as it is due) of a function retired since before it, or of none.
+SELECT c.function_id, c.schedule FROM crons c
+WHERE c.next_at < :before
+  AND NOT EXISTS (SELECT 1 FROM functions f
+                  WHERE f.id = c.function_id AND (f.retired_at IS NULL OR f.retired_at >= :before))
+LIMIT :limit
+
+-- name: prune_crons
+DELETE FROM crons WHERE (function_id, schedule) IN ({query:prunable_crons});
+
+-- name: prunable_functions
+-- Retired (no deploy registers it) since before the cutoff, and no run of it is
+-- left: a function any deploy hosts, or whose runs remain, is kept.
+SELECT f.id FROM functions f
+WHERE f.retired_at < :before
+  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.function_id = f.id)
+LIMIT :limit
+
+-- name: prune_functions
+DELETE FROM functions WHERE id IN ({query:prunable_functions});
+
+-- name: prunable_batches
+-- (a pending batch's run exists: it is inserted with its row)
+SELECT b.key FROM batches b WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = b.run_id) LIMIT :limit
+
+-- name: prune_batches
+DELETE FROM batches WHERE key IN ({query:prunable_batches});
+
+-- name: prunable_debounces
+SELECT d.key FROM debounces d WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = d.run_id) LIMIT :limit
+
+-- name: prune_debounces
+DELETE FROM debounces WHERE key IN ({query:prunable_debounces});
+
+-- name: prunable_dedupe
+SELECT key FROM dedupe WHERE expires_at <= :before LIMIT :limit
 
 -- name: prune_dedupe
-DELETE FROM dedupe WHERE key IN (
-    SELECT key FROM dedupe WHERE expires_at <= :now LIMIT :limit);
+DELETE FROM dedupe WHERE key IN ({query:prunable_dedupe});
+
+-- name: prunable_gcra
+-- A cell whose theoretical arrival time is past acts as a missing one.
+SELECT key FROM gcra WHERE tat < :before LIMIT :limit
 
 -- name: prune_gcra
--- A cell whose theoretical arrival time is past acts as a missing one.
-DELETE FROM gcra WHERE key IN (SELECT key FROM gcra WHERE tat < :before LIMIT :limit);
+DELETE FROM gcra WHERE key IN ({query:prunable_gcra});
 
 -- name: orphan_wait_keys
 -- (PostgreSQL: locked, so a wait created meanwhile, whose upsert of its key

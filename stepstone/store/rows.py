@@ -598,6 +598,20 @@ class TableSize:
     bytes: int | None
 
 
+class PruneTarget(StrEnum):
+    """A table retention prunes by its own rule, not with a run (a run's steps,
+    spans, links, waits, queue row and signals go with it)."""
+
+    EVENTS = "events"  #: received before the cutoff, linked to no run
+    JOBS = "jobs"  #: finished before the cutoff
+    CRONS = "crons"  #: overdue since the cutoff, of a function retired since then or of none
+    FUNCTIONS = "functions"  #: retired since before the cutoff, with no run left
+    BATCHES = "batches"  #: whose run is gone (a pending batch's run exists)
+    DEBOUNCES = "debounces"  #: whose run is gone
+    DEDUPE = "dedupe"  #: expired
+    GCRA = "gcra"  #: idle: its theoretical arrival time is past
+
+
 @dataclass(frozen=True, kw_only=True)
 class Pruned:
     """Rows one pruning transaction deleted, by table."""

@@ -13,6 +13,7 @@ from typing import Any
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.M)
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+_INCLUDE = re.compile(r"\{query:(\w+)\}")  # another statement's text, as a subquery
 
 
 @cache
@@ -45,7 +46,7 @@ class Dialect:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        text = _raw_queries()[name]
+        text = _INCLUDE.sub(lambda m: _raw_queries()[m.group(1)], _raw_queries()[name])
         expansions = {k: ", ".join(f":{k}_{i}" for i in range(n)) or "NULL" for k, n in lists.items()}
         text = text.replace("{lock}", self.lock).replace("{lock_wait}", self.lock_wait)
         text = text.replace("{output_bytes}", self.output_bytes)

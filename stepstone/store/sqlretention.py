@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from stepstone.store.rows import Pruned, RunRow, RunStatus, TableSize
+from stepstone.store.rows import JOB_ACTIVE_STATUSES, Pruned, PruneTarget, RunRow, RunStatus, TableSize
 from stepstone.store.sqlbase import SqlPlumbing
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -19,7 +19,10 @@ _RUN_ROWS = (
     ("run_events", "delete_run_links"),
     ("waits", "delete_run_waits_of"),
     ("queue", "delete_run_queue"),
+    ("signals", "delete_run_signals"),
 )
+# The statuses some prune_<target> statements name ({active}: jobs that are not finished).
+_LISTS = {"active": list(JOB_ACTIVE_STATUSES)}
 
 
 class SqlRetention(SqlPlumbing):
@@ -65,14 +68,11 @@ class SqlRetention(SqlPlumbing):
                 counts[table] = int(self._exec(query, {}, {"run_ids": gone}).rowcount)
         return Pruned(counts=counts)
 
-    def prune_events(self, cutoff: float, limit: int) -> int:
-        return int(self._exec("prune_events", {"cutoff": cutoff, "limit": limit}).rowcount)
+    def prunable_rows(self, target: PruneTarget, before: float, limit: int) -> int:
+        return len(self._all(f"prunable_{target}", {"before": before, "limit": limit}, _LISTS))
 
-    def prune_dedupe(self, now: float, limit: int) -> int:
-        return int(self._exec("prune_dedupe", {"now": now, "limit": limit}).rowcount)
-
-    def prune_gcra(self, before: float, limit: int) -> int:
-        return int(self._exec("prune_gcra", {"before": before, "limit": limit}).rowcount)
+    def prune_rows(self, target: PruneTarget, before: float, limit: int) -> int:
+        return int(self._exec(f"prune_{target}", {"before": before, "limit": limit}, _LISTS).rowcount)
 
     def prune_wait_keys(self, limit: int) -> int:
         deleted = 0

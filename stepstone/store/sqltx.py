@@ -161,6 +161,10 @@ class SqlTx(SqlViews, SqlWaits, SqlRetention):
         row = self._one("get_run", {"id": run_id})
         return None if row is None else RunRow.from_row(row)
 
+    def lock_run(self, run_id: str) -> RunRow | None:
+        row = self._one("lock_run", {"id": run_id})
+        return None if row is None else RunRow.from_row(row)
+
     def get_steps(self, run_id: str) -> list[StepRow]:
         return [StepRow.from_row(r) for r in self._all("get_steps", {"run_id": run_id})]
 

@@ -39,6 +39,8 @@ def test_prune_dry_run_then_prune_keeps_live_runs(make_app: Callable[..., ss.App
 
     dry = cli(db_url, "prune", "--older-than", "1ms", "--dry-run")
     assert "would delete 3 run(s)" in dry.stdout
+    for table in ("events", "jobs", "crons", "functions", "batches", "debounces", "dedupe", "gcra"):
+        assert f"  {table}: " in dry.stdout, dry.stdout  # every table it prunes, counted now
     assert len(app.runs.list()) == 4
     done = cli(db_url, "prune", "--older-than", "1ms", "--batch", "2")
     assert "deleted" in done.stdout and "3 runs" in done.stdout and "3 steps" in done.stdout

@@ -172,3 +172,21 @@ def test_rerun_with_edited_event_data_from_the_cli(server: str, database: tuple[
     array = cli("runs", "rerun", run.id, "name", "--event-data", "[1]", ok=False, **remote)
     assert "must be a JSON object" in array.stderr
     assert len(app.runs.list(function_id="greet")) == 3
+
+
+def test_stats_through_a_server_match_the_database(server: str, database: tuple[str, ss.App]) -> None:
+    url, app = database
+    [event_id] = app.send(ss.Event("hello", {"name": "ada"}))
+    run = app.runs.wait(app.runs.list(event_id=event_id)[0].id)
+    remote: Remote = {"STEPSTONE_URL": server, "STEPSTONE_API_KEY": "cli-key"}
+    over_http = json.loads(cli("stats", "--json", **remote).stdout)
+    direct = json.loads(cli("stats", "--json", STEPSTONE_DATABASE_URL=url).stdout)
+    assert over_http["oldest_ended"]["id"] == direct["oldest_ended"]["id"] == run.id
+    assert (
+        abs(over_http["oldest_ended"]["ended_at"] - direct["oldest_ended"]["ended_at"]) < 1e-5
+    )  # (JSON: µs)
+    rows = {t["name"]: t["rows"] for t in direct["tables"]}
+    assert {t["name"]: t["rows"] for t in over_http["tables"]}["runs"] == rows["runs"] == 1
+    assert f"oldest ended run: {run.id}" in cli("stats", **remote).stdout
+    refused = cli("stats", STEPSTONE_URL=server, STEPSTONE_API_KEY="wrong", ok=False)
+    assert refused.returncode != 0 and "key" in (refused.stderr + refused.stdout).lower()

@@ -127,6 +127,9 @@ class MemoryTx:
         run = self.s.runs.get(run_id)
         return None if run is None else run.row
 
+    def lock_run(self, run_id: str) -> RunRow | None:
+        return self.get_run(run_id)  # one transaction at a time
+
     def get_steps(self, run_id: str) -> list[StepRow]:
         steps = [s for (r, _), s in self.s.steps.items() if r == run_id]
         return sorted(steps, key=lambda s: s.position)

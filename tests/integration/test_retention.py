@@ -5,6 +5,7 @@ unused wait keys go too. On both stores."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -13,12 +14,22 @@ import pytest
 
 import stepstone as ss
 from stepstone import metrics
-from stepstone.scheduler.retention import CELL_GRACE, prune_plan, run_plan
+from stepstone.actions import replay_op
+from stepstone.scheduler.retention import (
+    CELL_GRACE,
+    ROW_BATCH,
+    RUN_BATCH,
+    Pace,
+    prune_plan,
+    run_plan,
+    runs_batch_op,
+)
 from stepstone.store.rows import ENDED_STATUSES, Pruned, RunStatus
 
 from ..conftest import query, run_of, send_and_wait
 from ..polling import wait_for
 
+DEADLINE = 10.0
 NOT_ENDED = "paused"  # a live status this branch does not have: kept because it is not ended
 
 
@@ -120,9 +131,12 @@ def test_a_worker_prunes_ended_runs_and_keeps_live_ones_and_invoked_children(
     assert rows_of(db_url, live[0].id)["runs"] == 1 and rows_of(db_url, live[1].id)["runs"] == 1
 
 
-def _prune(app: ss.App, retention: float | None, now: float, **batches: int) -> list[Pruned]:
+def _prune(
+    app: ss.App, retention: float | None, now: float, runs: int = RUN_BATCH, rows: int = ROW_BATCH
+) -> list[Pruned]:
     seen: list[Pruned] = []
-    run_plan(prune_plan(retention, now, **batches), app.store.transact_sync, seen.append)
+    pace = Pace(runs=runs, rows=rows, budget=float("inf"), duty=1.0)  # batches of exactly these sizes
+    run_plan(prune_plan(retention, now, pace), app.store.transact_sync, seen.append, pace)
     return seen
 
 
@@ -142,7 +156,7 @@ def test_batches_are_bounded_and_events_other_runs_use_are_kept(app: ss.App, db_
     execute(db_url, f"UPDATE runs SET status = 'failed' WHERE id = '{shared.id}'")
     app.runs.replay(shared.id)
 
-    batches = _prune(app, 0.001, time.time() + 5, run_batch=3, row_batch=2)
+    batches = _prune(app, 0.001, time.time() + 5, runs=3, rows=2)
     runs_per_batch = [b.counts["runs"] for b in batches if "runs" in b.counts]
     assert runs_per_batch == [3, 3, 3, 0]  # 9 ended runs, 3 per transaction, then none left
     assert all(b.counts.get("events", 0) <= 2 and b.counts.get("dedupe", 0) <= 2 for b in batches)
@@ -222,3 +236,73 @@ def test_an_invalid_retention_names_the_field(value: Any) -> None:
     with pytest.raises(ss.ConfigError) as bad:
         ss.App("a", retention=value)
     assert bad.value.field == "retention"
+
+
+class _PausedAfterRead:
+    """A transaction that stops, after the replay's first read, until told to go
+    on: where a prune in another transaction is let in."""
+
+    def __init__(self, tx: Any, read: threading.Event, go_on: threading.Event) -> None:
+        self._tx, self._read, self._go_on = tx, read, go_on
+
+    def get_steps(self, run_id: str) -> Any:  # the replay's first call after reading the run
+        self._read.set()
+        assert self._go_on.wait(DEADLINE)
+        return self._tx.get_steps(run_id)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tx, name)
+
+
+def _blocked_backends(db_url: str) -> int:
+    return int(query(db_url, "SELECT COUNT(*) FROM pg_locks WHERE NOT granted")[0][0])
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)  # SQLite serialises writers
+def test_a_prune_between_a_replays_read_and_write_never_leaves_a_missing_run_requeued(
+    make_app: Callable[..., ss.App], db_url: str
+) -> None:
+    """The replay has read the failed run; a prune (another worker) deletes that
+    run before the replay writes. Either the prune waits and keeps the run the
+    replay made live, or the replay finds no run: never a replay that reports
+    success over a deleted run, nor a queue row or span without its run."""
+    app, pruner = make_app(), make_app()
+    app.function(id="f", trigger=ss.on_event("go"), retries=0)(
+        lambda ctx: ctx.step.run("s", lambda: 1) and ctx.step.run("boom", lambda: 1 / 0)
+    )
+    app.start()
+    failed = send_and_wait(app, ss.Event("go"))
+    app.stop()
+    assert failed.status == "failed"
+    cutoff = time.time() + 5
+    read, go_on, pruned = threading.Event(), threading.Event(), threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def replay() -> None:
+        op = replay_op(failed.id, time.time())
+        try:
+            app.store.transact_sync(lambda tx: op(_PausedAfterRead(tx, read, go_on)))
+            outcome["replay"] = "replayed"
+        except ss.NotFoundError:
+            outcome["replay"] = "not found"
+
+    def prune() -> None:
+        outcome["pruned"] = pruner.store.transact_sync(runs_batch_op(cutoff, Pace(runs=10)))[0].counts["runs"]
+        pruned.set()
+
+    threads = [threading.Thread(target=replay), threading.Thread(target=prune)]
+    threads[0].start()
+    assert read.wait(DEADLINE)
+    threads[1].start()
+    wait_for(lambda: pruned.is_set() or _blocked_backends(db_url) > 0, DEADLINE, "the prune done or waiting")
+    go_on.set()
+    for thread in threads:
+        thread.join(DEADLINE)
+    assert outcome in ({"replay": "replayed", "pruned": 0}, {"replay": "not found", "pruned": 1}), outcome
+    queued = query(db_url, f"SELECT COUNT(*) FROM queue WHERE run_id = '{failed.id}'")[0][0]
+    spans = query(db_url, f"SELECT COUNT(*) FROM spans WHERE run_id = '{failed.id}'")[0][0]
+    if outcome["replay"] == "replayed":
+        assert app.runs.get(failed.id).status == "running" and queued == 1
+        assert rows_of(db_url, failed.id)["steps"] == 1  # its completed memo kept
+    else:
+        assert rows_of(db_url, failed.id)["runs"] == 0 and queued == 0 and spans == 0

@@ -1,5 +1,6 @@
-"""Operator views over HTTP: run counts per status, each function's load and
-backlog per concurrency key, timelines, and the preview of a bulk action."""
+"""Operator views over HTTP: the database's size (rows and bytes per table),
+run counts per status, each function's load and backlog per concurrency key,
+timelines, and the preview of a bulk action."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from fastapi import APIRouter, Query
 
 from stepstone.errors import ConfigError
 from stepstone.expressions import compile_expression
+from stepstone.inventory import database_stats
 from stepstone.server import insights
 from stepstone.server.params import check_range, parse_moment
-from stepstone.server.schemas import ReplayableStatus
+from stepstone.server.schemas import DatabaseStatsOut, ReplayableStatus
 from stepstone.server.state import ServerState
 from stepstone.server.view_schemas import (
     BulkAction,
@@ -52,6 +54,13 @@ def build(state: ServerState) -> APIRouter:
         if function_id is not None:
             await state.require_function(function_id)
         return lo, hi
+
+    @router.get("/stats", response_model=DatabaseStatsOut, summary="Database size")
+    async def database() -> DatabaseStatsOut:
+        """Every table with its exact row count and bytes on disk (table and indexes),
+        the database's size and the run that ended first: what `stepstone stats` shows.
+        (Counts every table: not for a page that refreshes every few seconds.)"""
+        return DatabaseStatsOut.of(await state.app.store.read(database_stats))
 
     @router.get("/stats/runs", response_model=StatusCounts, summary="Run counts per status")
     async def run_counts(

@@ -1,13 +1,16 @@
 """The retention role: what the database holds (rows and bytes per table, the
-oldest ended run) and the bounded deletes of old ended runs, orphan events,
-expired dedupe keys, idle GCRA cells and unused wait keys (issue 17)."""
+oldest ended run) and the bounded deletes of old ended runs (with their rows)
+and of the tables pruned by their own rule (``PruneTarget``: orphan events,
+finished jobs, retired functions and their schedules, batches and debounces
+of deleted runs, expired dedupe keys, idle GCRA cells) and unused wait keys
+(issue 17)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Protocol
 
-from stepstone.store.rows import Pruned, RunRow, RunStatus, TableSize
+from stepstone.store.rows import Pruned, PruneTarget, RunRow, RunStatus, TableSize
 
 
 class RetentionTx(Protocol):
@@ -34,20 +37,18 @@ class RetentionTx(Protocol):
 
     def delete_runs(self, run_ids: Sequence[str], cutoff: float, ended: Sequence[RunStatus]) -> Pruned:
         """Delete these runs (each only if it still ended before ``cutoff``) with
-        their steps, spans, event links, waits and queue rows."""
+        their steps, spans, event links, waits, queue rows and signals."""
         ...
 
-    def prune_events(self, cutoff: float, limit: int) -> int:
-        """Delete up to ``limit`` events received before ``cutoff`` that no run links to."""
+    def prunable_rows(self, target: PruneTarget, before: float, limit: int) -> int:
+        """How many rows (at most ``limit``) ``prune_rows`` would delete now."""
         ...
 
-    def prune_dedupe(self, now: float, limit: int) -> int:
-        """Delete up to ``limit`` dedupe keys expired at ``now``."""
-        ...
-
-    def prune_gcra(self, before: float, limit: int) -> int:
-        """Delete up to ``limit`` GCRA cells idle since ``before`` (their arrival
-        time is past: a missing cell acts the same)."""
+    def prune_rows(self, target: PruneTarget, before: float, limit: int) -> int:
+        """Delete up to ``limit`` rows of ``target`` its rule marks as prunable at
+        ``before`` (``PruneTarget``: events, jobs, crons and functions older than
+        the retention's cutoff; expired dedupe keys at now; GCRA cells idle since
+        then; batches and debounces whose run is gone). Returns how many."""
         ...
 
     def prune_wait_keys(self, limit: int) -> int:

@@ -25,6 +25,12 @@ class RunsTx(Protocol):
         """The run, or ``None`` if there is no such run."""
         ...
 
+    def lock_run(self, run_id: str) -> RunRow | None:
+        """``get_run``, its row locked until the transaction ends (PostgreSQL: a
+        writer that read it first, such as a prune deleting it, is waited for):
+        what an operator's action reads before it writes."""
+        ...
+
     def get_steps(self, run_id: str) -> list[StepRow]:
         """The run's step memos, in the order they were first recorded."""
         ...

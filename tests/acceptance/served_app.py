@@ -1,13 +1,12 @@
 """An app served over HTTP by a process without a database (``ss.serve`` under
-uvicorn: ``served_app:asgi``; ``ss.serve_wsgi`` under wsgiref: ``python -m
-served_app PORT``), its steps writing the side-effect ledger. Keys come from
+uvicorn: ``served_app:asgi``; ``ss.serve_wsgi`` mounted in a Flask app:
+``flask_app.py PORT``), its steps writing the side-effect ledger. Keys come from
 ENDPOINT_KEY (and ENDPOINT_KEY_FALLBACK); MAX_DURATION bounds each request."""
 
 from __future__ import annotations
 
 import os
 import sqlite3
-import sys
 import time
 
 import stepstone as ss
@@ -111,19 +110,3 @@ _keys = {
 }
 asgi = ss.serve(app, **_keys)  # type: ignore[arg-type]
 wsgi = ss.serve_wsgi(app, **_keys)  # type: ignore[arg-type]
-
-
-if __name__ == "__main__":  # the WSGI face under the standard library's server
-    from socketserver import ThreadingMixIn
-    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
-
-    class _Quiet(WSGIRequestHandler):
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    class _Threading(ThreadingMixIn, WSGIServer):
-        daemon_threads = True
-
-    make_server(
-        "127.0.0.1", int(sys.argv[1]), wsgi, server_class=_Threading, handler_class=_Quiet
-    ).serve_forever()

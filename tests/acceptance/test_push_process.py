@@ -62,8 +62,9 @@ class Procs:
     ) -> None:
         keys = {"ENDPOINT_KEY": key, "ENDPOINT_KEY_FALLBACK": fallback, **(env or {})}
         port = str(self.endpoint_port)
-        if wsgi:
-            args = [sys.executable, str(HERE / "served_app.py"), port]
+        if wsgi:  # a Flask app with the endpoint mounted beside its own routes
+            args = [sys.executable, str(HERE / "flask_app.py"), port]
+            self.endpoint_url = f"http://127.0.0.1:{port}/api/stepstone"
         else:
             uvicorn = ["-m", "uvicorn", "served_app:asgi", "--port", port, "--log-level", "warning"]
             args = [sys.executable, *uvicorn]
@@ -248,8 +249,10 @@ def test_the_endpoint_killed_mid_run_and_restarted(procs: Procs) -> None:
     assert any(s.name == "endpoint unavailable" for s in trace)  # the outage shows in the trace
 
 
-def test_a_wsgi_endpoint(procs: Procs) -> None:
+def test_a_flask_app_serves_through_serve_wsgi(procs: Procs) -> None:
     procs.start_endpoint(OLD, wsgi=True)
+    own_page = httpx.get(procs.endpoint_url.removesuffix("/api/stepstone") + "/", timeout=10)
+    assert own_page.text == "the shop's own page"  # the app's own routes are untouched
     procs.register(SigningKeys.of(OLD))
     procs.start_server(OLD)
     [event_id] = procs.client.send(ss.Event("order", {}))

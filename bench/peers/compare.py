@@ -194,12 +194,11 @@ def main() -> int:
     print(
         f"Stepstone (this tree) vs DBOS Transact {version}; python {sys.version.split()[0]}, cpus {os.cpu_count()}"
     )
-    rows = ["| store | workload | Stepstone | DBOS | ratio Stepstone/DBOS |", "|---|---|---|---|---|"]
+    print("| store | workload | Stepstone | DBOS | ratio Stepstone/DBOS |\n|---|---|---|---|---|", flush=True)
     stores = ["sqlite", "postgres"] if args.store == "both" else [args.store]
     for store in stores:
         with sqlite_databases() if store == "sqlite" else postgres_databases() as databases:
-            rows += compare(store, databases, args)
-    print("\n".join(rows))
+            print("\n".join(compare(store, databases, args)), flush=True)
     return 0
 
 

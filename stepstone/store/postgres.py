@@ -230,9 +230,21 @@ class PostgresStore:
         return await self.submit(op)
 
     def transact_sync(self, op: Callable[[Tx], T]) -> T:
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._writers.put(op, sync_resolver(future))
-        return future.result()
+        """A blocking caller waits for its commit either way: with a writer idle
+        it runs the operation itself, on that writer's connection (no thread
+        hand-off); otherwise the writers group-commit it. An event loop's
+        writes (``submit``) are always handed over: run on the loop, each
+        commit would hold it for a round trip and end group commit."""
+        outcome = self._writers.run_here(op)
+        if outcome is None:
+            future: concurrent.futures.Future[T] = concurrent.futures.Future()
+            self._writers.put(op, sync_resolver(future))
+            return future.result()
+        ok, value = outcome
+        if not ok:
+            raise value
+        result: T = value
+        return result
 
     # -- reads -------------------------------------------------------------------------
     def read_sync(self, op: Callable[[Tx], T]) -> T:

@@ -256,8 +256,10 @@ class PostgresStore:
                 raise self._backoff.failure()
             try:
                 with self._pool_ready().connection() as conn:
-                    [(ok, value)] = run_batch(conn, [op], _read_tx, READ_BEGIN, translate)
-                    broken = conn.broken
+                    # pipelined: BEGIN goes with the first statement, so a read of
+                    # n statements costs n + 1 round trips, not n + 2
+                    ok, value = run_alone(conn, op, _read_tx, _no_hook, translate, READ_BEGIN)
+                    broken = conn.broken or conn.closed  # a failed pipeline closes its connection
             except psycopg.Error as exc:  # no connection could be had in time
                 raise translate(exc) from exc
             if ok:
@@ -321,6 +323,10 @@ class PostgresStore:
             threads.shutdown(wait=True)
         if pool is not None:
             pool.close()
+
+
+def _no_hook(tx: Any) -> None:
+    """A read sends nothing before its ``COMMIT``."""
 
 
 def _read_tx(conn: Any) -> Tx:

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from stepstone.app import App
 
 T = TypeVar("T")
+LOCAL_POLL = 0.1  # seconds before runs.wait first polls again when workers run in this process
 
 
 def _dt(ts: float | None) -> datetime | None:
@@ -353,7 +354,7 @@ class Runs(BulkActions):
     # -- waiting -------------------------------------------------------------------------
     def _wait(self, run_id: str, timeout: Duration = "30s") -> Plan[Run]:
         """Wait until the run ends; ``RunTimeoutError`` (a ``TimeoutError``) if not."""
-        waiter = _Waiter(run_id, timeout)
+        waiter = _Waiter(run_id, timeout, local=bool(self._app._local_workers))
         wakeup = Wakeup()
         with self._app._watching(run_id, wakeup.set):
             while True:
@@ -386,13 +387,16 @@ class Runs(BulkActions):
 
 class _Waiter:
     """Deadline and poll interval of ``runs.wait``: in-process runs signal their end;
-    runs finished by other processes are noticed by polling (2 ms, doubling to 250 ms)."""
+    runs finished by other processes are noticed by polling (2 ms, doubling to 250 ms).
+    With workers in this process the run usually ends there, so polling starts
+    at 100 ms: each poll is a read (four round trips on PostgreSQL) that competes
+    with the run it waits for."""
 
-    def __init__(self, run_id: str, timeout: Duration) -> None:
+    def __init__(self, run_id: str, timeout: Duration, *, local: bool = False) -> None:
         self.run_id = run_id
         self.timeout = timeout
         self.deadline = time.monotonic() + parse_duration(timeout, field="timeout")
-        self.interval = 0.002
+        self.interval = LOCAL_POLL if local else 0.002
 
     def check(self, run: Run) -> Run | float:
         if run.ended:

@@ -1,7 +1,8 @@
 """Fewer round trips for a lone operation: psycopg's pipeline mode.
 
 When a writer has a single operation to commit (the common case for a
-sequential run: one checkpoint per step), its statements go out pipelined:
+sequential run: one checkpoint per step), and for every read, its statements
+go out pipelined:
 each is only *sent*; the writer waits for the server when a result is read (a
 row, a row count) and once at the end. A checkpoint reads nothing before its
 ``COMMIT`` (its fence check raises on the server), so it costs one round trip
@@ -109,15 +110,17 @@ def run_alone(
     make_tx: Callable[[Any], Any],
     before_commit: Callable[[Any], Any],
     translate: Callable[[BaseException], BaseException],
+    begin: str = "BEGIN",
 ) -> OpResult:
-    """``op`` in its own pipelined transaction. Any failure (the operation's own
-    error, a statement's, the ``COMMIT``'s) rolls everything back."""
+    """``op`` in its own pipelined transaction (opened by ``begin``). Any failure
+    (the operation's own error, a statement's, the ``COMMIT``'s) rolls everything
+    back."""
     failure: BaseException | None = None
     value: Any = None
     try:
         with conn.pipeline() as pipeline:
             piped = Pipelined(conn, pipeline)
-            piped.execute("BEGIN")
+            piped.execute(begin)
             tx = make_tx(piped)
             try:
                 value = op(tx)

@@ -17,6 +17,16 @@ while the server stays away; meanwhile batches fail at once with
 An operation chosen as a deadlock victim (or failing serialisation) was rolled
 back alone, leaving nothing behind: it is queued again, up to
 ``MAX_ATTEMPTS`` times, before its caller hears of it.
+
+A blocking caller whose operation meets idle writers and an empty queue
+need not hand it over (``run_here``): it borrows the connection of the writer
+that went idle last, while that writer stays parked, and runs the operation
+on its own thread, saving the two thread hand-offs (queue and wake-up, then
+the result back). Whatever is queued meanwhile goes to the other writers, or
+waits for the borrower to give the connection back. Event loops never borrow:
+a commit run on the loop holds it for a round trip, so the next commit finds
+the queue empty again and every commit goes alone (measured: 3.5 transactions
+per queued run instead of 1.3, half the throughput).
 """
 
 from __future__ import annotations
@@ -40,6 +50,17 @@ log = logging.getLogger("stepstone.store.postgres")
 Resolve = Callable[[bool, Any], None]
 BatchRunner = Callable[[Any, list[Callable[[Any], Any]]], list[OpResult]]
 MAX_ATTEMPTS = 5
+
+
+class _Slot:
+    """A writer's connection and wake-up. Only the writer's thread uses the
+    connection, except while the slot is off the idle stack for ``run_here``."""
+
+    __slots__ = ("conn", "wake")
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.wake = threading.Event()
 
 
 @dataclass(frozen=True)
@@ -95,7 +116,7 @@ class Writers:
         self.retryable = retryable
         self.max_batch = max_batch
         self.items: deque[_Item] = deque()
-        self.idle: list[threading.Event] = []  # a stack: the last writer to go idle is woken first
+        self.idle: list[_Slot] = []  # a stack: the last writer to go idle is woken first
         self.lock = threading.Lock()
         self.closed = False
         self._threads = [
@@ -113,7 +134,7 @@ class Writers:
             if not self.closed:
                 self.items.append(item)
                 if self.idle:
-                    self.idle.pop().set()
+                    self.idle.pop().wake.set()
                 return
         item.resolve(False, StoreError("postgresql: the store is closed"))
 
@@ -121,8 +142,8 @@ class Writers:
         """Finish what is queued, then stop the writers."""
         with self.lock:
             self.closed = True
-            for event in self.idle:
-                event.set()
+            for slot in self.idle:
+                slot.wake.set()
         for thread in self._threads:
             thread.join(timeout)
         with self.lock:
@@ -130,8 +151,35 @@ class Writers:
         for item in left:  # only if a writer could not finish in time
             item.resolve(False, StoreError("postgresql: the store is closed"))
 
+    def run_here(self, op: Callable[[Any], Any]) -> OpResult | None:
+        """Run ``op`` alone on the calling thread, on the connection of the
+        writer that went idle last; ``None`` (nothing done) unless every
+        queued operation is taken and a writer is idle. Retries a deadlock
+        victim as the writers do."""
+        with self.lock:
+            if self.items or not self.idle or self.closed:
+                return None
+            slot = self.idle.pop()  # parked until given back: no other user of its connection
+        try:
+            attempt = 1
+            while True:
+                slot.conn = self._usable(slot.conn)
+                if slot.conn is None:
+                    return False, self._backoff.failure()
+                [(ok, value)] = self.run(slot.conn, [op])
+                if ok or attempt == MAX_ATTEMPTS or not self.retryable(value):
+                    return ok, value
+                log.info("postgresql: retrying an operation (%s)", value)
+                attempt += 1
+        finally:
+            with self.lock:
+                if self.items or self.closed:
+                    slot.wake.set()  # its thread takes what was queued meanwhile (or stops)
+                else:
+                    self.idle.append(slot)
+
     # -- writer thread ----------------------------------------------------------------
-    def _take(self, wake: threading.Event) -> list[_Item] | None:
+    def _take(self, slot: _Slot) -> list[_Item] | None:
         """The next batch; ``None`` once closed and drained."""
         while True:
             with self.lock:
@@ -140,31 +188,30 @@ class Writers:
                     return [self.items.popleft() for _ in range(count)]
                 if self.closed:
                     return None
-                wake.clear()
-                self.idle.append(wake)
-            wake.wait()
+                slot.wake.clear()
+                self.idle.append(slot)
+            slot.wake.wait()
 
     def _loop(self) -> None:
-        conn: Any = None
-        wake = threading.Event()
+        slot = _Slot()
         while True:
-            batch = self._take(wake)
+            batch = self._take(slot)
             if batch is None:
                 break
-            conn = self._usable(conn)
-            if conn is None:
+            slot.conn = self._usable(slot.conn)
+            if slot.conn is None:
                 outcomes: list[OpResult] = [(False, self._backoff.failure()) for _ in batch]
             else:
-                outcomes = self.run(conn, [item.op for item in batch])
+                outcomes = self.run(slot.conn, [item.op for item in batch])
             for item, (ok, value) in zip(batch, outcomes, strict=True):
                 if not ok and item.attempt < MAX_ATTEMPTS and self.retryable(value):
                     log.info("postgresql: retrying an operation (%s)", value)
                     self._put(_Item(item.op, item.resolve, item.attempt + 1))
                 else:
                     item.resolve(ok, value)
-        if conn is not None:
+        if slot.conn is not None:
             with contextlib.suppress(Exception):
-                conn.close()
+                slot.conn.close()
 
     def _usable(self, conn: Any) -> Any:
         """The thread's connection, reconnected if it broke; ``None`` while backing off."""

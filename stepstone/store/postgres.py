@@ -230,9 +230,21 @@ class PostgresStore:
         return await self.submit(op)
 
     def transact_sync(self, op: Callable[[Tx], T]) -> T:
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._writers.put(op, sync_resolver(future))
-        return future.result()
+        """A blocking caller waits for its commit either way: with a writer idle
+        it runs the operation itself, on that writer's connection (no thread
+        hand-off); otherwise the writers group-commit it. An event loop's
+        writes (``submit``) are always handed over: run on the loop, each
+        commit would hold it for a round trip and end group commit."""
+        outcome = self._writers.run_here(op)
+        if outcome is None:
+            future: concurrent.futures.Future[T] = concurrent.futures.Future()
+            self._writers.put(op, sync_resolver(future))
+            return future.result()
+        ok, value = outcome
+        if not ok:
+            raise value
+        result: T = value
+        return result
 
     # -- reads -------------------------------------------------------------------------
     def read_sync(self, op: Callable[[Tx], T]) -> T:
@@ -244,8 +256,10 @@ class PostgresStore:
                 raise self._backoff.failure()
             try:
                 with self._pool_ready().connection() as conn:
-                    [(ok, value)] = run_batch(conn, [op], _read_tx, READ_BEGIN, translate)
-                    broken = conn.broken
+                    # pipelined: BEGIN goes with the first statement, so a read of
+                    # n statements costs n + 1 round trips, not n + 2
+                    ok, value = run_alone(conn, op, _read_tx, _no_hook, translate, READ_BEGIN)
+                    broken = conn.broken or conn.closed  # a failed pipeline closes its connection
             except psycopg.Error as exc:  # no connection could be had in time
                 raise translate(exc) from exc
             if ok:
@@ -309,6 +323,10 @@ class PostgresStore:
             threads.shutdown(wait=True)
         if pool is not None:
             pool.close()
+
+
+def _no_hook(tx: Any) -> None:
+    """A read sends nothing before its ``COMMIT``."""
 
 
 def _read_tx(conn: Any) -> Tx:

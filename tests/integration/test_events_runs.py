@@ -306,3 +306,59 @@ def test_cancel_many_and_replay_many(make_app: Callable[..., ss.App]) -> None:
         app.runs.cancel_many(if_="event.data.")
     with pytest.raises(ss.ConfigError, match="status"):
         app.runs.replay_many(status="completed")
+
+
+def _count_run_reads(app: ss.App) -> list[str]:
+    """Reads of one run (``runs.get`` and each poll of ``runs.wait``) by this thread."""
+    store = app.store
+    reads: list[str] = []
+    plain = store.read_sync
+
+    def counted(op: Callable[[Any], Any]) -> Any:
+        if getattr(op, "__qualname__", "").startswith("_get_op"):
+            reads.append(op.__qualname__)
+        return plain(op)
+
+    store.read_sync = counted  # type: ignore[method-assign]
+    return reads
+
+
+def test_waiting_for_a_run_a_local_worker_executes_reads_it_twice_not_every_few_ms(app: ss.App) -> None:
+    """The local worker signals the run's end, so ``runs.wait`` does not poll the
+    store meanwhile (a 30 ms run used to cost five reads)."""
+
+    def work() -> int:
+        threading.Event().wait(0.03)  # the work takes 30 ms
+        return 1
+
+    @app.function(id="f", trigger=ss.on_event("go"))
+    def f(ctx: ss.Context[ss.SyncStep]) -> int:
+        done: int = ctx.step.run("work", work)
+        return done
+
+    app.start(concurrency=1)
+    try:
+        [eid] = app.send(ss.Event("go"))
+        run_id = run_of(app, eid).id
+        reads = _count_run_reads(app)
+        assert app.runs.wait(run_id, timeout="10s").output == 1
+    finally:
+        app.stop()
+    assert 1 <= len(reads) <= 3, reads  # before the end, after it (and one poll if the host is slow)
+
+
+def test_a_run_another_process_ends_is_still_noticed_by_an_app_with_workers(
+    make_app: Callable[..., ss.App],
+) -> None:
+    host = make_app("host")
+    host.function(id="f", trigger=ss.on_event("go"))(lambda ctx: 7)
+    client = make_app("client")
+    client.function(id="g", trigger=ss.on_event("other"))(lambda ctx: None)
+    host.start(concurrency=1)
+    client.start(concurrency=1)  # workers here, but none hosting f: polling notices f's end
+    try:
+        [eid] = client.send(ss.Event("go"))
+        assert client.runs.wait(run_of(client, eid, "f").id, timeout="10s").output == 7
+    finally:
+        client.stop()
+        host.stop()

@@ -443,3 +443,82 @@ def test_closing_a_listener_never_writes_to_a_closed_pipe(
     thread.join(10)  # the thread saw it before being woken
     assert not thread.is_alive()
     listener._wake_and_release(thread, 5.0)  # close()'s second half: raised OSError (EBADF)
+
+
+def _holding(store: PostgresStore) -> tuple[threading.Thread, threading.Event, threading.Event, list[str]]:
+    """A blocking caller inside its own write until ``release`` is set; ``where``
+    gets the name of the thread that ran the write."""
+    inside, release, where = threading.Event(), threading.Event(), []
+
+    def held(tx: Tx) -> None:
+        where.append(threading.current_thread().name)
+        tx.get_run("-")  # the transaction is open on the server
+        inside.set()
+        assert release.wait(10)
+
+    thread = threading.Thread(target=lambda: store.transact_sync(held), name="blocking-caller")
+    thread.start()
+    assert inside.wait(10)
+    return thread, inside, release, where
+
+
+def _where_ran(store: PostgresStore) -> str:
+    names: list[str] = []
+    store.transact_sync(lambda tx: names.append(threading.current_thread().name))
+    return names[0]
+
+
+def test_a_blocking_write_runs_on_its_callers_thread_when_a_writer_is_idle(pg_url: str) -> None:
+    store = PostgresStore.from_url(pg_url + "?writers=2")
+    request_close(store)
+    assert _where_ran(store) == threading.current_thread().name  # no hand-off to a writer thread
+    thread, _inside, release, where = _holding(store)
+    assert where == ["blocking-caller"]
+    try:
+        # one writer is lent out: the next caller borrows the other one
+        assert _where_ran(store) == threading.current_thread().name
+    finally:
+        release.set()
+        thread.join(10)
+
+
+def test_work_queued_while_a_writer_is_lent_is_committed(pg_url: str) -> None:
+    """With its only writer lent to a blocking caller, an event loop's write
+    waits for it to come back, then commits on that writer's thread."""
+    store = PostgresStore.from_url(pg_url + "?writers=1")
+    request_close(store)
+    store.transact_sync(_new_run("before"))  # connect the writer
+    thread, _inside, release, _where = _holding(store)
+    names: list[str] = []
+
+    async def submit() -> None:
+        def op(tx: Tx) -> None:
+            names.append(threading.current_thread().name)
+            _new_run("queued")(tx)
+
+        future = store.submit(op)
+        await asyncio.sleep(0.2)
+        assert not future.done()  # the writer is lent out
+        release.set()
+        await asyncio.wait_for(future, 10)
+
+    asyncio.run(submit())
+    thread.join(10)
+    assert names and names[0].startswith("stepstone-pg-writer")
+    assert store.read_sync(lambda tx: tx.get_run("queued")) is not None
+    assert _where_ran(store) == threading.current_thread().name  # lent again once idle
+
+
+def test_closing_while_a_writer_is_lent_waits_for_it_and_no_longer(pg_url: str) -> None:
+    store = PostgresStore.from_url(pg_url + "?writers=1")
+    store.transact_sync(_new_run("x"))
+    thread, _inside, release, _where = _holding(store)
+    closing = threading.Thread(target=store.close)
+    closing.start()
+    closing.join(0.3)
+    assert closing.is_alive()  # the lent connection is in use
+    started = time.monotonic()
+    release.set()
+    closing.join(10)
+    thread.join(10)
+    assert not closing.is_alive() and time.monotonic() - started < 5  # not the writers' 10 s join timeout

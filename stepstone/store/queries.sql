@@ -99,12 +99,14 @@ SELECT re.run_id, e.* FROM run_events re JOIN events e ON e.seq = re.event_seq
 WHERE re.run_id IN ({run_ids}) ORDER BY re.run_id, re.position;
 
 -- name: mark_running
+-- (every run a lease pass took, at once; each gets the epoch its queue item was
+-- just given by take_items)
 UPDATE runs SET
     status = CASE WHEN status IN ('queued', 'sleeping', 'waiting') THEN 'running' ELSE status END,
     started_at = COALESCE(started_at, :now),
-    epoch = :epoch,
+    epoch = (SELECT q.epoch FROM queue q WHERE q.run_id = runs.id),
     app_version = COALESCE(:app_version, app_version)
-WHERE id = :id
+WHERE id IN ({run_ids})
 RETURNING *;
 
 -- name: next_due
@@ -329,7 +331,7 @@ SELECT MIN(d) AS due FROM (
 UPDATE queue SET start_deadline = NULL,
     finish_deadline = CASE WHEN finish_timeout IS NULL THEN NULL
                            ELSE COALESCE(finish_deadline, :now + finish_timeout) END
-WHERE run_id = :run_id;
+WHERE run_id IN ({run_ids});
 
 -- name: clear_deadlines
 UPDATE queue SET start_deadline = NULL, finish_deadline = NULL WHERE run_id = :run_id;
@@ -391,10 +393,12 @@ SELECT COUNT(*) AS n FROM queue WHERE ckey1 = :ckey AND owner IS NOT NULL AND av
 -- name: live_ckey2
 SELECT COUNT(*) AS n FROM queue WHERE ckey2 = :ckey AND owner IS NOT NULL AND available_at > :now;
 
--- name: take_item
+-- name: take_items
+-- (the items a lease pass chose in one partition, in one statement; on
+-- PostgreSQL partition_items holds their rows)
 UPDATE queue SET owner = :owner, epoch = epoch + 1, available_at = :until, wake_requested = 0,
     fresh = 0
-WHERE run_id = :run_id
+WHERE run_id IN ({run_ids})
 RETURNING run_id, epoch, cancel_requested, start_deadline;
 
 -- name: partition_times
@@ -434,10 +438,10 @@ ON CONFLICT (key) DO UPDATE SET run_id = excluded.run_id, size = excluded.size,
 DELETE FROM batches WHERE key = :key;
 
 -- name: drop_debounce_of
-DELETE FROM debounces WHERE run_id = :run_id;
+DELETE FROM debounces WHERE run_id IN ({run_ids});
 
 -- name: drop_batch_of
-DELETE FROM batches WHERE run_id = :run_id;
+DELETE FROM batches WHERE run_id IN ({run_ids});
 
 -- name: lease_of
 -- ({lock_wait}: a cancellation waits for a lease pass holding the item, then

@@ -227,23 +227,49 @@ class SqlTx(SqlViews, SqlWaits, SqlRetention):
     def take(
         self, owner: str, run_id: str, now: float, until: float, app_version: str | None = None
     ) -> LeasedRun | None:
-        item = self._one("take_item", {"owner": owner, "run_id": run_id, "until": until})
-        if item is None:
-            return None
-        run = self._one(
-            "mark_running", {"id": run_id, "now": now, "epoch": item["epoch"], "app_version": app_version}
-        )
-        self._exec("start_clock", {"run_id": run_id, "now": now})
-        self._exec("drop_debounce_of", {"run_id": run_id})
-        self._exec("drop_batch_of", {"run_id": run_id})
-        return LeasedRun(
-            run=RunRow.from_row(run),
-            epoch=item["epoch"],
-            events=self.get_events(run_id),
-            steps=self.get_steps(run_id),
-            cancel_requested=bool(item["cancel_requested"]),
-            start_deadline=item["start_deadline"],
-        )
+        taken = self.take_many(owner, [run_id], now, until, app_version)
+        return taken[0] if taken else None
+
+    def take_many(
+        self,
+        owner: str,
+        run_ids: Sequence[str],
+        now: float,
+        until: float,
+        app_version: str | None = None,
+        *,
+        accumulators: bool = True,
+    ) -> list[LeasedRun]:
+        if not run_ids:
+            return []
+        ids = {"run_ids": run_ids}
+        items = {r["run_id"]: r for r in self._all("take_items", {"owner": owner, "until": until}, ids)}
+        if not items:
+            return []
+        ids = {"run_ids": sorted(items)}
+        runs = {r["id"]: r for r in self._all("mark_running", {"now": now, "app_version": app_version}, ids)}
+        self._exec("start_clock", {"now": now}, ids)
+        if accumulators:
+            self._exec("drop_debounce_of", None, ids)
+            self._exec("drop_batch_of", None, ids)
+        events: dict[str, list[EventRow]] = {run_id: [] for run_id in items}
+        for row in self._all("events_of_runs", None, ids):
+            events[row["run_id"]].append(EventRow.from_row(row))
+        steps: dict[str, list[StepRow]] = {run_id: [] for run_id in items}
+        for row in self._all("steps_of_runs", None, ids):
+            steps[row["run_id"]].append(StepRow.from_row(row))
+        return [
+            LeasedRun(
+                run=RunRow.from_row(runs[run_id]),
+                epoch=items[run_id]["epoch"],
+                events=events[run_id],
+                steps=steps[run_id],
+                cancel_requested=bool(items[run_id]["cancel_requested"]),
+                start_deadline=items[run_id]["start_deadline"],
+            )
+            for run_id in run_ids
+            if run_id in items
+        ]
 
     def settle_partition(self, key: str, now: float, next_at: float | None, recheck: float) -> None:
         """Record a lease pass over a partition: it is next due when its earliest

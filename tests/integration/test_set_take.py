@@ -1,0 +1,110 @@
+"""A lease pass takes a partition's chosen items in one statement (issue 18,
+throughput): it must still honour every concurrency limit exactly, however many
+items are due, count a second key across partitions, and serve partitions in
+turn. Driven through the store with explicit times, on both stores.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+import stepstone as ss
+from stepstone.registry import Registry
+from stepstone.runtime import ingest, prepare
+from stepstone.scheduler.leasing import RECHECK, lease, next_pass_at
+from stepstone.store.base import Store, Tx
+from stepstone.store.rows import Fence, LeasedRun, RunStatus
+
+from .test_postgres import uncommitted
+
+NOW = 1_000_000.0
+TTL = 60.0
+
+
+def _registry(concurrency: ss.Concurrency | list[ss.Concurrency] | None = None) -> Registry:
+    app = ss.App("take", database_url="sqlite:///never-opened.db")  # only its registry is used
+    app.function(id="keyed", trigger=ss.on_event("keyed"), concurrency=concurrency)(lambda ctx: None)
+    app.function(id="plain", trigger=ss.on_event("plain"))(lambda ctx: None)
+    app.function(id="other", trigger=ss.on_event("other"))(lambda ctx: None)
+    return app.registry
+
+
+def _send(store: Store, registry: Registry, events: list[ss.Event]) -> None:
+    prepared = prepare(events, NOW)
+    store.transact_sync(lambda tx: ingest(tx, prepared, registry, NOW))
+
+
+def _pass(store: Store, registry: Registry, wanted: int, at: float = NOW) -> list[LeasedRun]:
+    return store.transact_sync(lambda tx: lease(tx, "w", registry, wanted, at, at + TTL))
+
+
+def _tenants(leased: list[LeasedRun]) -> Counter[str]:
+    """Leased runs per tenant (``keyed``) or per function (the others)."""
+    return Counter(
+        json.loads(lr.events[0].data)["t"] if lr.run.function_id == "keyed" else lr.run.function_id
+        for lr in leased
+    )
+
+
+def test_one_pass_takes_exactly_each_keys_limit_however_many_are_due(store: Store) -> None:
+    registry = _registry(concurrency=ss.Concurrency(limit=3, key="event.data.t"))
+    _send(store, registry, [ss.Event("keyed", {"t": f"t{i % 3}"}) for i in range(60)])
+    _send(store, registry, [ss.Event("plain") for _ in range(20)])
+    first = _pass(store, registry, 100)
+    assert _tenants(first) == {"t0": 3, "t1": 3, "t2": 3, "plain": 20}
+    assert all(lr.run.status == RunStatus.RUNNING and lr.events for lr in first)
+    assert len({lr.run.id for lr in first}) == len(first)
+    assert _pass(store, registry, 100, NOW + 1) == []  # every key is full, the plain queue empty
+
+    done = next(lr for lr in first if _tenants([lr]) == {"t1": 1})
+
+    def finish(tx: Tx) -> None:
+        fence = Fence(run_id=done.run.id, owner="w", epoch=done.epoch)
+        assert tx.finish_run(fence, done.run.id, RunStatus.COMPLETED, None, None, NOW + 2)
+
+    store.transact_sync(finish)
+    assert _tenants(_pass(store, registry, 100, NOW + 3)) == {"t1": 1}  # exactly the slot freed
+
+
+def test_a_second_key_is_counted_across_the_partitions_of_one_pass(store: Store) -> None:
+    limits = [ss.Concurrency(limit=5, key="event.data.t"), ss.Concurrency(limit=4, key="event.data.r")]
+    registry = _registry(concurrency=limits)
+    _send(store, registry, [ss.Event("keyed", {"t": f"t{i % 3}", "r": "eu"}) for i in range(30)])
+    first = _pass(store, registry, 100)
+    assert len(first) == 4  # the shared second key, though each tenant has room for 5
+    assert max(_tenants(first).values()) <= 5
+    assert _pass(store, registry, 100, NOW + 1) == []
+
+
+def test_a_full_worker_serves_partitions_in_turn(store: Store) -> None:
+    registry = _registry()
+    _send(store, registry, [ss.Event("plain") for _ in range(10)])
+    _send(store, registry, [ss.Event("other") for _ in range(10)])
+    served = [_tenants(_pass(store, registry, 3, NOW + n)) for n in range(4)]
+    # each pass fills the worker from one partition, then the other one's turn comes
+    assert [set(c) for c in served] in ([{"plain"}, {"other"}] * 2, [{"other"}, {"plain"}] * 2)
+    assert all(sum(c.values()) == 3 for c in served)
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_a_pass_that_finds_its_partition_held_waits_instead_of_spinning(db_url: str, store: Store) -> None:
+    """Two worker processes, one partition: while one pass holds the partition
+    row, the other takes nothing and must not be told its work is due now (it
+    would pass again at once, in a loop, for as long as the first pass runs)."""
+    registry = _registry()
+    _send(store, registry, [ss.Event("plain") for _ in range(10)])
+    ids = registry.ids()
+
+    def second(tx: Tx) -> tuple[list[LeasedRun], float | None]:
+        leased = lease(tx, "w2", registry, 5, NOW, NOW + TTL)
+        return leased, next_pass_at(tx, ids, NOW, bool(leased))
+
+    with uncommitted(db_url, lambda tx: lease(tx, "w1", registry, 5, NOW, NOW + TTL)):
+        leased, due = store.transact_sync(second)
+    assert leased == []
+    assert due == NOW + RECHECK
+    leased, due = store.transact_sync(second)  # the first pass committed: the rest is taken
+    assert len(leased) == 5

@@ -6,17 +6,21 @@ turn. Driven through the store with explicit times, on both stores.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 
 import pytest
 
 import stepstone as ss
+from stepstone.clock import SystemClock
+from stepstone.journal import RunJournal
 from stepstone.registry import Registry
 from stepstone.runtime import ingest, prepare
 from stepstone.scheduler.leasing import RECHECK, lease, next_pass_at
+from stepstone.signals import LeaseLostSignal
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import Fence, LeasedRun, RunStatus
+from stepstone.store.rows import Fence, LeasedRun, RunStatus, StepKind, StepRow, StepStatus
 
 from .test_postgres import uncommitted
 
@@ -108,3 +112,49 @@ def test_a_pass_that_finds_its_partition_held_waits_instead_of_spinning(db_url: 
     assert due == NOW + RECHECK
     leased, due = store.transact_sync(second)  # the first pass committed: the rest is taken
     assert len(leased) == 5
+
+
+def test_a_last_commit_without_its_own_fence_check_writes_nothing_once_the_lease_moved(
+    store: Store,
+) -> None:
+    """The run's last commit (memos + end, or memos + park) checks the fence once,
+    in the end or park itself: when another worker took the run meanwhile, the
+    whole transaction rolls back: no memo, no end, the new owner's lease kept."""
+    registry = _registry()
+    _send(store, registry, [ss.Event("plain")])
+    [old] = _pass(store, registry, 1)
+    [new] = _pass(store, registry, 1, NOW + TTL + 1)  # the first lease lapsed
+    run_id = old.run.id
+    fence = Fence(run_id=run_id, owner="w", epoch=old.epoch)
+    journal = RunJournal(store, fence, SystemClock())
+    journal.stage(
+        StepRow(
+            run_id=run_id,
+            step_id="last",
+            position=0,
+            kind=StepKind.RUN,
+            status=StepStatus.COMPLETED,
+            attempts=1,
+            output="1",
+            error=None,
+            wake_at=None,
+            started_at=NOW,
+            ended_at=NOW,
+        ),
+        None,
+    )
+
+    def end(tx: Tx) -> bool:
+        return tx.finish_run(fence, run_id, RunStatus.COMPLETED, "1", None, NOW + TTL + 2)
+
+    with pytest.raises(LeaseLostSignal):
+        asyncio.run(journal.finish(end))
+    assert store.read_sync(lambda tx: tx.get_steps(run_id)) == []
+    run = store.read_sync(lambda tx: tx.get_run(run_id))
+    assert run is not None and run.status == RunStatus.RUNNING and run.ended_at is None
+    assert new.epoch > old.epoch
+    # the new owner's lease is intact: its own end commits
+    new_fence = Fence(run_id=run_id, owner="w", epoch=new.epoch)
+    assert store.transact_sync(
+        lambda tx: tx.finish_run(new_fence, run_id, RunStatus.COMPLETED, "1", None, NOW + TTL + 3)
+    )

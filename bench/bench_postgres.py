@@ -211,12 +211,19 @@ def throughput(
             )
             for _ in range(processes)
         ]
+        server = _server_pids(conn)
         try:
             deadline = time.monotonic() + 600
+            while not _started(conn):  # CPU is counted from the first lease: not start-up
+                if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
+                    raise RuntimeError("workers did not start")
+                time.sleep(0.01)
+            cpu = (_cpu([w.pid for w in workers]), _cpu(server()))
             while _ended(conn) < runs:
                 if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
                     raise RuntimeError("workers did not finish the load")
                 time.sleep(0.2)
+            cpu = (_cpu([w.pid for w in workers]) - cpu[0], _cpu(server()) - cpu[1])
             transactions = _commits(conn) - before
             first, last = conn.execute("SELECT MIN(started_at), MAX(ended_at) FROM runs").fetchone()  # type: ignore[misc]
             if statements:
@@ -232,7 +239,45 @@ def throughput(
         "steps_per_s": 3 * runs / elapsed,
         "runs_per_s": runs / elapsed,
         "transactions_per_run": transactions / runs,
+        "worker_cpu_ms_per_run": cpu[0] * 1e3 / runs,
+        "server_cpu_ms_per_run": cpu[1] * 1e3 / runs,
     }
+
+
+def _started(conn: psycopg.Connection[Any]) -> bool:
+    return conn.execute("SELECT 1 FROM runs WHERE started_at IS NOT NULL LIMIT 1").fetchone() is not None
+
+
+def _cpu(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes so far (Linux /proc); the
+    load of other jobs on the machine does not change it, so it compares
+    runs made minutes apart better than wall-clock throughput does."""
+    ticks = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _server_pids(conn: psycopg.Connection[Any]) -> Callable[[], list[int]]:
+    """The server's processes now (postmaster and its children), if it runs on
+    this machine; none otherwise."""
+    row = conn.execute("SHOW data_directory").fetchone()
+    try:
+        postmaster = int(Path(str(row[0]) if row else "-", "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return lambda: []
+
+    def pids() -> list[int]:
+        found = [postmaster]
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == postmaster:
+                    found.append(int(stat.parent.name))
+        return found
+
+    return pids
 
 
 def statement_counts(conn: psycopg.Connection[Any], runs: int) -> str:
@@ -281,7 +326,9 @@ def report_throughput(args: argparse.Namespace, create: Callable[[str], str]) ->
     for label, result in (("1 worker process ", one), ("2 worker processes", two)):
         print(
             f"  {args.runs} runs x 3 steps, {label}: {result['steps_per_s']:8,.0f} steps/s "
-            f"({result['runs_per_s']:,.0f} runs/s, {result['transactions_per_run']:.2f} transactions/run)"
+            f"({result['runs_per_s']:,.0f} runs/s, {result['transactions_per_run']:.2f} transactions/run; "
+            f"CPU per run: workers {result['worker_cpu_ms_per_run']:.2f} ms, "
+            f"server {result['server_cpu_ms_per_run']:.2f} ms)"
         )
     print(f"  scaling 2 / 1 processes: {two['steps_per_s'] / one['steps_per_s']:.2f}x")
 

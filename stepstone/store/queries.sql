@@ -99,12 +99,14 @@ SELECT re.run_id, e.* FROM run_events re JOIN events e ON e.seq = re.event_seq
 WHERE re.run_id IN ({run_ids}) ORDER BY re.run_id, re.position;
 
 -- name: mark_running
--- (every run a lease pass took, at once; each gets the epoch its queue item was
--- just given by take_items)
+-- (the runs a lease pass took whose queue items take_items gave :epoch: one
+-- statement per distinct epoch, a single one when every run is starting. Not a
+-- subquery on queue by runs.id: on PostgreSQL runs.id is COLLATE "C" and the
+-- queue's key is not, so that comparison could not use the key: a scan.)
 UPDATE runs SET
     status = CASE WHEN status IN ('queued', 'sleeping', 'waiting') THEN 'running' ELSE status END,
     started_at = COALESCE(started_at, :now),
-    epoch = (SELECT q.epoch FROM queue q WHERE q.run_id = runs.id),
+    epoch = :epoch,
     app_version = COALESCE(:app_version, app_version)
 WHERE id IN ({run_ids})
 RETURNING *;

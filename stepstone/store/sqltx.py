@@ -246,8 +246,14 @@ class SqlTx(SqlViews, SqlWaits, SqlRetention):
         items = {r["run_id"]: r for r in self._all("take_items", {"owner": owner, "until": until}, ids)}
         if not items:
             return []
+        by_epoch: dict[int, list[str]] = {}
+        for run_id, item in items.items():
+            by_epoch.setdefault(int(item["epoch"]), []).append(run_id)
+        runs: dict[str, Any] = {}
+        for epoch, taken in by_epoch.items():
+            params = {"now": now, "epoch": epoch, "app_version": app_version}
+            runs.update((r["id"], r) for r in self._all("mark_running", params, {"run_ids": sorted(taken)}))
         ids = {"run_ids": sorted(items)}
-        runs = {r["id"]: r for r in self._all("mark_running", {"now": now, "app_version": app_version}, ids)}
         self._exec("start_clock", {"now": now}, ids)
         if accumulators:
             self._exec("drop_debounce_of", None, ids)

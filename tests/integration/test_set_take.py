@@ -22,6 +22,7 @@ from stepstone.signals import LeaseLostSignal
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import Fence, LeasedRun, RunStatus, StepKind, StepRow, StepStatus
 
+from ..conftest import query
 from .test_postgres import uncommitted
 
 NOW = 1_000_000.0
@@ -158,3 +159,25 @@ def test_a_last_commit_without_its_own_fence_check_writes_nothing_once_the_lease
     assert store.transact_sync(
         lambda tx: tx.finish_run(new_fence, run_id, RunStatus.COMPLETED, "1", None, NOW + TTL + 3)
     )
+
+
+def test_runs_taken_together_under_different_epochs_each_record_their_own(db_url: str, store: Store) -> None:
+    """One pass takes a run leased before (its lease lapsed) beside fresh ones:
+    each run records the epoch its queue item was given, which fences its
+    writes and which a replay's new item starts from."""
+    registry = _registry()
+    _send(store, registry, [ss.Event("plain")])
+    [first] = _pass(store, registry, 1)
+    _send(store, registry, [ss.Event("plain") for _ in range(2)])
+    taken = _pass(store, registry, 5, NOW + TTL + 1)
+    epochs = {lr.run.id: lr.epoch for lr in taken}
+    assert len(epochs) == 3 and epochs[first.run.id] == first.epoch + 1
+    assert sorted(epochs.values()) == [1, 1, first.epoch + 1]
+    stored = dict(query(db_url, "SELECT id, epoch FROM runs"))
+    assert stored == epochs
+    fences = [Fence(run_id=lr.run.id, owner="w", epoch=lr.epoch) for lr in taken]
+
+    def finish_all(tx: Tx) -> list[bool]:
+        return [tx.finish_run(f, f.run_id, RunStatus.COMPLETED, None, None, NOW + TTL + 2) for f in fences]
+
+    assert store.transact_sync(finish_all) == [True, True, True]

@@ -139,11 +139,13 @@ def lease(
 
 def next_pass_at(tx: QueueTx, function_ids: Sequence[str], now: float, took: bool) -> float | None:
     """When the worker's next lease pass is due: the earliest partition hint.
-    After a pass that took nothing, a hint already due names a partition
-    another worker's pass held (skipped, not waited for): looking again at once
-    would spin on its lock, so the worker waits ``RECHECK`` (or less: a run
-    ending anywhere notifies it)."""
+    After a pass that took nothing, a hint still due names a partition the pass
+    did not visit: one another worker's pass held (skipped, not waited for),
+    or one past the pass's limit. Only in the first case, when no due
+    partition is left that this worker could lock now, the worker waits
+    ``RECHECK`` (or less: a run ending anywhere notifies it) instead of passing
+    again at once and spinning on the other pass's lock."""
     due = tx.next_due(function_ids)
-    if not took and due is not None and due <= now:
-        return now + RECHECK
-    return due
+    if took or due is None or due > now:
+        return due
+    return due if tx.due_partitions(function_ids, now, 1) else now + RECHECK

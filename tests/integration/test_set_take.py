@@ -181,3 +181,29 @@ def test_runs_taken_together_under_different_epochs_each_record_their_own(db_url
         return [tx.finish_run(f, f.run_id, RunStatus.COMPLETED, None, None, NOW + TTL + 2) for f in fences]
 
     assert store.transact_sync(finish_all) == [True, True, True]
+
+
+def test_a_pass_that_took_nothing_but_left_due_partitions_unvisited_passes_again_at_once(
+    store: Store,
+) -> None:
+    """Forty tenants at their limit ahead of a plain queue: a pass for one slot
+    visits only its limit of partitions (all full) and takes nothing; the
+    worker must look further at once, not wait as it does for a held partition."""
+    registry = _registry(concurrency=ss.Concurrency(limit=1, key="event.data.t"))
+    _send(store, registry, [ss.Event("keyed", {"t": f"t{i % 40}"}) for i in range(80)])
+    assert len(_pass(store, registry, 100)) == 40  # one per tenant: every key is now full
+    _send(store, registry, [ss.Event("plain") for _ in range(5)])
+    assert _tenants(_pass(store, registry, 1, NOW + 1)) == {"plain": 1}  # served after the tenants
+    ids, later = registry.ids(), NOW + 6  # the tenants' partitions are due for a re-check
+
+    def one_slot(tx: Tx) -> tuple[list[LeasedRun], float | None]:
+        leased = lease(tx, "w", registry, 1, later, later + TTL)
+        return leased, next_pass_at(tx, ids, later, bool(leased))
+
+    leased, due = store.transact_sync(one_slot)
+    assert leased == [] and due is not None and due <= later  # more due partitions: pass again now
+    for _ in range(3):
+        leased, due = store.transact_sync(one_slot)
+        if leased:
+            break
+    assert _tenants(leased) == {"plain": 1}

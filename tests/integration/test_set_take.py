@@ -20,10 +20,11 @@ from stepstone.runtime import ingest, prepare
 from stepstone.scheduler.leasing import RECHECK, lease, next_pass_at
 from stepstone.signals import LeaseLostSignal
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import Fence, LeasedRun, RunStatus, StepKind, StepRow, StepStatus
+from stepstone.store.rows import Fence, LeasedRun, RunStatus
 
 from ..conftest import query
 from .test_postgres import uncommitted
+from .test_store_contract import step
 
 NOW = 1_000_000.0
 TTL = 60.0
@@ -128,22 +129,7 @@ def test_a_last_commit_without_its_own_fence_check_writes_nothing_once_the_lease
     run_id = old.run.id
     fence = Fence(run_id=run_id, owner="w", epoch=old.epoch)
     journal = RunJournal(store, fence, SystemClock())
-    journal.stage(
-        StepRow(
-            run_id=run_id,
-            step_id="last",
-            position=0,
-            kind=StepKind.RUN,
-            status=StepStatus.COMPLETED,
-            attempts=1,
-            output="1",
-            error=None,
-            wake_at=None,
-            started_at=NOW,
-            ended_at=NOW,
-        ),
-        None,
-    )
+    journal.stage(step(run_id, "last"), None)
 
     def end(tx: Tx) -> bool:
         return tx.finish_run(fence, run_id, RunStatus.COMPLETED, "1", None, NOW + TTL + 2)

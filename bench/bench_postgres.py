@@ -41,7 +41,7 @@ STEPSTONE = str(Path(sys.executable).parent / "stepstone")
 
 
 @contextlib.contextmanager
-def server(url: str | None) -> Iterator[Any]:
+def server(url: str | None, statements: bool = False) -> Iterator[Any]:
     """Yields a function that creates a fresh database and returns its URL."""
     if url is not None:
         names = itertools.count()
@@ -64,7 +64,8 @@ def server(url: str | None) -> Iterator[Any]:
         return
     from tests.pgcluster import PgCluster
 
-    cluster = PgCluster.start_new(settings={})  # PostgreSQL's durable defaults
+    settings = {"shared_preload_libraries": "pg_stat_statements"} if statements else {}
+    cluster = PgCluster.start_new(settings=settings)  # PostgreSQL's durable defaults
     try:
         yield lambda name: cluster.create_database(name)
     finally:
@@ -167,18 +168,33 @@ async def three_step_latency(url: str, runs: int = 300) -> list[float]:
     return await three_step_latencies(ss.App("bench", database_url=url), runs)
 
 
-def throughput(url: str, runs: int, processes: int, concurrency: int) -> dict[str, float]:
+def throughput(
+    url: str, runs: int, processes: int, concurrency: int, statements: bool = False
+) -> dict[str, float]:
     """``runs`` queued three-step runs drained by ``processes`` `stepstone worker`
     processes. Timed from the first run's start to the last run's end (database
-    timestamps), so process start-up is not counted."""
+    timestamps), so process start-up is not counted. With ``statements`` (a
+    cluster with pg_stat_statements loaded), prints the statements the workers
+    ran per run."""
     sender = ss.App("sender", database_url=url)
     sender.function(id="three", trigger=ss.on_event("three"))(lambda ctx: None)  # registers the trigger
     for start in range(0, runs, 500):
         sender.send([ss.Event("three") for _ in range(min(500, runs - start))])
     sender.close()
     with psycopg.connect(url, autocommit=True) as conn:
+        # Statistics, as autovacuum gathers them within a minute on a live
+        # database: without any, the planner joins events by a full scan.
+        conn.execute("ANALYZE")
+        if statements:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            conn.execute("SELECT pg_stat_statements_reset()")
         before = _commits(conn)
-        env = {**os.environ, "STEPSTONE_DATABASE_URL": url, "PYTHONPATH": str(ROOT / "bench")}
+        code = str(Path(ss.__file__).resolve().parent.parent)  # PYTHONPATH=<a tree> measures that tree
+        env = {
+            **os.environ,
+            "STEPSTONE_DATABASE_URL": url,
+            "PYTHONPATH": f"{ROOT / 'bench'}{os.pathsep}{code}",
+        }
         workers = [
             subprocess.Popen(
                 [
@@ -195,14 +211,23 @@ def throughput(url: str, runs: int, processes: int, concurrency: int) -> dict[st
             )
             for _ in range(processes)
         ]
+        server = _server_pids(conn)
         try:
             deadline = time.monotonic() + 600
+            while not _started(conn):  # CPU is counted from the first lease: not start-up
+                if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
+                    raise RuntimeError("workers did not start")
+                time.sleep(0.01)
+            cpu = (_cpu([w.pid for w in workers]), _cpu(server()))
             while _ended(conn) < runs:
                 if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
                     raise RuntimeError("workers did not finish the load")
                 time.sleep(0.2)
+            cpu = (_cpu([w.pid for w in workers]) - cpu[0], _cpu(server()) - cpu[1])
             transactions = _commits(conn) - before
             first, last = conn.execute("SELECT MIN(started_at), MAX(ended_at) FROM runs").fetchone()  # type: ignore[misc]
+            if statements:
+                print(statement_counts(conn, runs))
         finally:
             for w in workers:
                 w.terminate()
@@ -214,7 +239,61 @@ def throughput(url: str, runs: int, processes: int, concurrency: int) -> dict[st
         "steps_per_s": 3 * runs / elapsed,
         "runs_per_s": runs / elapsed,
         "transactions_per_run": transactions / runs,
+        "worker_cpu_ms_per_run": cpu[0] * 1e3 / runs,
+        "server_cpu_ms_per_run": cpu[1] * 1e3 / runs,
     }
+
+
+def _started(conn: psycopg.Connection[Any]) -> bool:
+    return conn.execute("SELECT 1 FROM runs WHERE started_at IS NOT NULL LIMIT 1").fetchone() is not None
+
+
+def _cpu(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes so far (Linux /proc); the
+    load of other jobs on the machine does not change it, so it compares
+    runs made minutes apart better than wall-clock throughput does."""
+    ticks = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _server_pids(conn: psycopg.Connection[Any]) -> Callable[[], list[int]]:
+    """The server's processes now (postmaster and its children), if it runs on
+    this machine; none otherwise."""
+    row = conn.execute("SHOW data_directory").fetchone()
+    try:
+        postmaster = int(Path(str(row[0]) if row else "-", "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return lambda: []
+
+    def pids() -> list[int]:
+        found = [postmaster]
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == postmaster:
+                    found.append(int(stat.parent.name))
+        return found
+
+    return pids
+
+
+def statement_counts(conn: psycopg.Connection[Any], runs: int) -> str:
+    """The statements run on this database since the reset, per run, most
+    frequent first (round trips: each is one unless pipelined)."""
+    rows = conn.execute(
+        "SELECT calls, total_exec_time, query FROM pg_stat_statements"
+        " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        " ORDER BY calls DESC"
+    ).fetchall()
+    total = sum(int(calls) for calls, _, _ in rows)
+    lines = [f"    statements per run: {total / runs:.1f}"]
+    for calls, ms, query in rows[:30]:
+        text = " ".join(str(query).split())[:110]
+        lines.append(f"    {calls / runs:6.2f}/run {ms / calls * 1e3:7.1f} us  {text}")
+    return "\n".join(lines)
 
 
 def _ended(conn: psycopg.Connection[Any]) -> int:
@@ -241,6 +320,19 @@ def profile_steps(url: str) -> str:
     return out.getvalue()
 
 
+def report_throughput(args: argparse.Namespace, create: Callable[[str], str]) -> None:
+    one = throughput(create("one"), args.runs, 1, args.concurrency, args.statements)
+    two = throughput(create("two"), args.runs, 2, args.concurrency, args.statements)
+    for label, result in (("1 worker process ", one), ("2 worker processes", two)):
+        print(
+            f"  {args.runs} runs x 3 steps, {label}: {result['steps_per_s']:8,.0f} steps/s "
+            f"({result['runs_per_s']:,.0f} runs/s, {result['transactions_per_run']:.2f} transactions/run; "
+            f"CPU per run: workers {result['worker_cpu_ms_per_run']:.2f} ms, "
+            f"server {result['server_cpu_ms_per_run']:.2f} ms)"
+        )
+    print(f"  scaling 2 / 1 processes: {two['steps_per_s'] / one['steps_per_s']:.2f}x")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -251,8 +343,16 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=10, help="per worker process")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--throughput-only", action="store_true", help="only the queued throughput (1 and 2 processes)"
+    )
+    parser.add_argument(
+        "--statements",
+        action="store_true",
+        help="print the statements per run (private cluster with pg_stat_statements)",
+    )
     args = parser.parse_args()
-    with server(args.database_url) as create:
+    with server(args.database_url, args.statements) as create:
         with psycopg.connect(create("info")) as conn:
             version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
             settings = {
@@ -264,12 +364,13 @@ def main() -> int:
             f"(fsync={settings['fsync']}, synchronous_commit={settings['synchronous_commit']}), "
             f"psycopg {psycopg.__version__}, cpus {os.cpu_count()}"
         )
+        if args.throughput_only:
+            report_throughput(args, create)
+            return 0
         floor = raw_commit(create("floor"))
         parts = checkpoint_breakdown(create("parts"))
         gaps = asyncio.run(per_step(create("steps")))
         latency = asyncio.run(three_step_latency(create("latency")))
-        one = throughput(create("one"), args.runs, 1, args.concurrency)
-        two = throughput(create("two"), args.runs, 2, args.concurrency)
         f50, s50 = statistics.median(floor), statistics.median(gaps)
         print(
             f"  raw single-row commit (floor) p50 {f50 * 1e6:8.1f} us   p99 {pct(floor, 0.99) * 1e6:8.1f} us"
@@ -288,12 +389,7 @@ def main() -> int:
             f"  three-step run send->done     p50 {statistics.median(latency) * 1e3:8.2f} ms  "
             f"p99 {pct(latency, 0.99) * 1e3:8.2f} ms"
         )
-        for label, result in (("1 worker process ", one), ("2 worker processes", two)):
-            print(
-                f"  {args.runs} runs x 3 steps, {label}: {result['steps_per_s']:8,.0f} steps/s "
-                f"({result['runs_per_s']:,.0f} runs/s, {result['transactions_per_run']:.2f} transactions/run)"
-            )
-        print(f"  scaling 2 / 1 processes: {two['steps_per_s'] / one['steps_per_s']:.2f}x")
+        report_throughput(args, create)
         if args.profile:
             print(profile_steps(create("profile")))
     return 0

@@ -117,11 +117,16 @@ class RunJournal:
         return value
 
     async def finish(self, final: Callable[[Tx], Any]) -> Any:
-        """Commit staged writes and the invocation's final write in one transaction."""
+        """Commit staged writes and the invocation's final write in one
+        transaction. ``final`` (a park or an end) is fenced itself: the staged
+        memos are saved without a fence check of their own, and the whole
+        transaction rolls back if ``final`` finds the lease gone."""
         await self._settle_commits()
         if self.lease_lost:
             raise LeaseLostSignal()
-        return await self.commit(self._staged_op(final))
+        staged = self._staged_op(final)
+        staged.fenced_by_then = True
+        return await self.commit(staged)
 
     # -- internals ------------------------------------------------------------------
     def _staged_op(self, then: Callable[[Tx], Any] | None) -> _Staged:
@@ -197,7 +202,7 @@ class _Staged:
     """One fenced commit: the checkpoint of the staged memos and spans, their
     effects, then the invocation's final write (if any)."""
 
-    __slots__ = ("effects", "fence", "keep_flag", "spans", "steps", "then")
+    __slots__ = ("effects", "fence", "fenced_by_then", "keep_flag", "spans", "steps", "then")
 
     def __init__(
         self,
@@ -209,8 +214,15 @@ class _Staged:
     ) -> None:
         self.fence, self.steps, self.spans, self.effects, self.then = fence, steps, spans, effects, then
         self.keep_flag = False  # return (cancel flag, the final write's value)
+        self.fenced_by_then = False  # ``then`` checks the fence and ends the lease (park, end)
 
     def __call__(self, tx: Tx) -> Any:
+        if self.fenced_by_then:  # one fence check, not two, on the run's last commit
+            assert self.then is not None and not self.keep_flag
+            tx.save_steps(self.steps, self.spans)
+            for effect in self.effects:
+                effect(tx)
+            return self.then(tx)
         cancel = tx.checkpoint(self.fence, self.steps, self.spans)
         for effect in self.effects:
             effect(tx)

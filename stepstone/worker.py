@@ -44,7 +44,7 @@ from stepstone.executor import ExecEnv, Outcome, execute
 from stepstone.function import FunctionDef
 from stepstone.middleware import Middleware
 from stepstone.registry import Registry
-from stepstone.scheduler.leasing import lease
+from stepstone.scheduler.leasing import lease, next_pass_at
 from stepstone.scheduler.maintenance import (
     cron_op,
     next_duty_op,
@@ -311,7 +311,7 @@ class Worker:
 
         def op(tx: Tx) -> tuple[list[LeasedRun], float | None, float | None]:
             leased = lease(tx, owner, registry, free, now, until, version)
-            return leased, tx.next_due(ids), duty(tx)
+            return leased, next_pass_at(tx, ids, now, bool(leased)), duty(tx)
 
         sent = time.monotonic()
         leased, due, duty_due = await self.store.transact(op)

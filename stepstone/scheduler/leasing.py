@@ -11,8 +11,11 @@ expires, so a deep backlog behind a full key costs other keys nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from stepstone.flow.batch import ResolvedBatch
+from stepstone.flow.debounce import ResolvedDebounce
 from stepstone.flow.throttle import ResolvedThrottle
 from stepstone.registry import Registry
 from stepstone.store.base import QueueTx
@@ -63,13 +66,26 @@ class _Pass:
         return None if throttle is None else throttle.start_at(self.tx, item.throttle_key, self.now)
 
     def serve(self, key: str) -> float | None:
-        """Take what this partition may give; returns its next due time
-        (``None``: its earliest future item)."""
-        window = self.wanted - len(self.leased) + SCAN_SLACK
+        """Take what this partition may give, in one ``take_many``; returns its
+        next due time (``None``: its earliest future item)."""
+        chosen: list[QueueItem] = []
+        next_at = self.choose(key, chosen)
+        if chosen:
+            ids = [item.run_id for item in chosen]
+            self.leased += self.tx.take_many(
+                self.owner, ids, self.now, self.until, self.app_version, accumulators=self.accumulates(chosen)
+            )
+        return next_at
+
+    def choose(self, key: str, chosen: list[QueueItem]) -> float | None:
+        """Append to ``chosen`` the partition's items to take now, counting their
+        slots; returns the partition's next due time (as ``serve``)."""
+        room = self.wanted - len(self.leased)
+        window = room + SCAN_SLACK
         items = self.tx.partition_items(key, self.now, window)
         blocked_until: float | None = None
         for item in items:
-            if len(self.leased) >= self.wanted:
+            if len(chosen) >= room:
                 return self.now  # more due here; the worker is full
             if not self.has_slot(1, item.ckey1, item.limit1):
                 if item.ckey1 in self.contended:
@@ -83,15 +99,21 @@ class _Pass:
             if throttled is not None:
                 blocked_until = throttled if blocked_until is None else min(blocked_until, throttled)
                 continue
-            taken = self.tx.take(self.owner, item.run_id, self.now, self.until, self.app_version)
-            if taken is not None:
-                self.leased.append(taken)
-                self.count(item)
+            chosen.append(item)
+            self.count(item)
         if len(items) == window:
             return self.now + RECHECK
-        if blocked_until is None and items and len(self.leased) < self.wanted:
+        if blocked_until is None and items and len(chosen) < room:
             return self.now + BLOCKED_RECHECK  # due items a second key blocks
         return blocked_until
+
+    def accumulates(self, items: list[QueueItem]) -> bool:
+        """Whether a taken run may have an open debounce or batch (unknown code: yes)."""
+        for function_id in {item.function_id for item in items}:
+            fn = self.functions.get(function_id)
+            if fn is None or fn.flow.get(ResolvedDebounce) or fn.flow.get(ResolvedBatch):
+                return True
+        return False
 
 
 def lease(
@@ -113,3 +135,17 @@ def lease(
             break  # untouched partitions stay due for the next pass
         tx.settle_partition(key, now, state.serve(key), now + RECHECK)
     return state.leased
+
+
+def next_pass_at(tx: QueueTx, function_ids: Sequence[str], now: float, took: bool) -> float | None:
+    """When the worker's next lease pass is due: the earliest partition hint.
+    After a pass that took nothing, a hint still due names a partition the pass
+    did not visit: one another worker's pass held (skipped, not waited for),
+    or one past the pass's limit. Only in the first case, when no due
+    partition is left that this worker could lock now, the worker waits
+    ``RECHECK`` (or less: a run ending anywhere notifies it) instead of passing
+    again at once and spinning on the other pass's lock."""
+    due = tx.next_due(function_ids)
+    if took or due is None or due > now:
+        return due
+    return due if tx.due_partitions(function_ids, now, 1) else now + RECHECK

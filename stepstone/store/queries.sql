@@ -94,10 +94,10 @@ SELECT * FROM runs WHERE id = :id {lock_wait};
 SELECT * FROM steps WHERE run_id = :run_id ORDER BY position;
 
 -- name: step_index
--- (what a lease reads of a run's memos: everything but the outputs, and their sizes)
+-- (what a lease reads of its runs' memos: everything but the outputs, and their sizes)
 SELECT run_id, step_id, position, kind, status, attempts, NULL AS output, error, wake_at,
        started_at, ended_at, fingerprint, {output_bytes} AS output_bytes
-FROM steps WHERE run_id = :run_id ORDER BY position;
+FROM steps WHERE run_id IN ({run_ids}) ORDER BY run_id, position;
 
 -- name: step_outputs
 -- (the outputs of a run's completed steps at positions first..last: a page of a replay)
@@ -142,12 +142,16 @@ SELECT re.run_id, e.* FROM run_events re JOIN events e ON e.seq = re.event_seq
 WHERE re.run_id IN ({run_ids}) ORDER BY re.run_id, re.position;
 
 -- name: mark_running
+-- (the runs a lease pass took whose queue items take_items gave :epoch: one
+-- statement per distinct epoch, a single one when every run is starting. Not a
+-- subquery on queue by runs.id: on PostgreSQL runs.id is COLLATE "C" and the
+-- queue's key is not, so that comparison could not use the key: a scan.)
 UPDATE runs SET
     status = CASE WHEN status IN ('queued', 'sleeping', 'waiting') THEN 'running' ELSE status END,
     started_at = COALESCE(started_at, :now),
     epoch = :epoch,
     app_version = COALESCE(:app_version, app_version)
-WHERE id = :id
+WHERE id IN ({run_ids})
 RETURNING *;
 
 -- name: next_due
@@ -372,7 +376,7 @@ SELECT MIN(d) AS due FROM (
 UPDATE queue SET start_deadline = NULL,
     finish_deadline = CASE WHEN finish_timeout IS NULL THEN NULL
                            ELSE COALESCE(finish_deadline, :now + finish_timeout) END
-WHERE run_id = :run_id;
+WHERE run_id IN ({run_ids});
 
 -- name: clear_deadlines
 UPDATE queue SET start_deadline = NULL, finish_deadline = NULL WHERE run_id = :run_id;
@@ -434,10 +438,12 @@ SELECT COUNT(*) AS n FROM queue WHERE ckey1 = :ckey AND owner IS NOT NULL AND av
 -- name: live_ckey2
 SELECT COUNT(*) AS n FROM queue WHERE ckey2 = :ckey AND owner IS NOT NULL AND available_at > :now;
 
--- name: take_item
+-- name: take_items
+-- (the items a lease pass chose in one partition, in one statement; on
+-- PostgreSQL partition_items holds their rows)
 UPDATE queue SET owner = :owner, epoch = epoch + 1, available_at = :until, wake_requested = 0,
     fresh = 0
-WHERE run_id = :run_id
+WHERE run_id IN ({run_ids})
 RETURNING run_id, epoch, cancel_requested, start_deadline;
 
 -- name: partition_times
@@ -477,10 +483,10 @@ ON CONFLICT (key) DO UPDATE SET run_id = excluded.run_id, size = excluded.size,
 DELETE FROM batches WHERE key = :key;
 
 -- name: drop_debounce_of
-DELETE FROM debounces WHERE run_id = :run_id;
+DELETE FROM debounces WHERE run_id IN ({run_ids});
 
 -- name: drop_batch_of
-DELETE FROM batches WHERE run_id = :run_id;
+DELETE FROM batches WHERE run_id IN ({run_ids});
 
 -- name: lease_of
 -- ({lock_wait}: a cancellation waits for a lease pass holding the item, then

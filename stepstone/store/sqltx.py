@@ -235,25 +235,59 @@ class SqlTx(SqlViews, SqlWaits, SqlRetention):
     def take(
         self, owner: str, run_id: str, now: float, until: float, app_version: str | None = None
     ) -> LeasedRun | None:
-        item = self._one("take_item", {"owner": owner, "run_id": run_id, "until": until})
-        if item is None:
-            return None
-        run = self._one(
-            "mark_running", {"id": run_id, "now": now, "epoch": item["epoch"], "app_version": app_version}
-        )
-        self._exec("start_clock", {"run_id": run_id, "now": now})
-        self._exec("drop_debounce_of", {"run_id": run_id})
-        self._exec("drop_batch_of", {"run_id": run_id})
-        index = self._all("step_index", {"run_id": run_id})
-        return LeasedRun(
-            run=RunRow.from_row(run),
-            epoch=item["epoch"],
-            events=self.get_events(run_id),
-            steps=[StepRow.from_row(r) for r in index],
-            output_bytes={r["step_id"]: r["output_bytes"] for r in index if r["output_bytes"] is not None},
-            cancel_requested=bool(item["cancel_requested"]),
-            start_deadline=item["start_deadline"],
-        )
+        taken = self.take_many(owner, [run_id], now, until, app_version)
+        return taken[0] if taken else None
+
+    def take_many(
+        self,
+        owner: str,
+        run_ids: Sequence[str],
+        now: float,
+        until: float,
+        app_version: str | None = None,
+        *,
+        accumulators: bool = True,
+    ) -> list[LeasedRun]:
+        if not run_ids:
+            return []
+        ids = {"run_ids": run_ids}
+        items = {r["run_id"]: r for r in self._all("take_items", {"owner": owner, "until": until}, ids)}
+        if not items:
+            return []
+        by_epoch: dict[int, list[str]] = {}
+        for run_id, item in items.items():
+            by_epoch.setdefault(int(item["epoch"]), []).append(run_id)
+        runs: dict[str, Any] = {}
+        for epoch, taken in by_epoch.items():
+            params = {"now": now, "epoch": epoch, "app_version": app_version}
+            runs.update((r["id"], r) for r in self._all("mark_running", params, {"run_ids": sorted(taken)}))
+        ids = {"run_ids": sorted(items)}
+        self._exec("start_clock", {"now": now}, ids)
+        if accumulators:
+            self._exec("drop_debounce_of", None, ids)
+            self._exec("drop_batch_of", None, ids)
+        events: dict[str, list[EventRow]] = {run_id: [] for run_id in items}
+        for row in self._all("events_of_runs", None, ids):
+            events[row["run_id"]].append(EventRow.from_row(row))
+        steps: dict[str, list[StepRow]] = {run_id: [] for run_id in items}
+        sizes: dict[str, dict[str, int]] = {run_id: {} for run_id in items}
+        for row in self._all("step_index", None, ids):  # the memos without outputs, their sizes
+            steps[row["run_id"]].append(StepRow.from_row(row))
+            if row["output_bytes"] is not None:
+                sizes[row["run_id"]][row["step_id"]] = row["output_bytes"]
+        return [
+            LeasedRun(
+                run=RunRow.from_row(runs[run_id]),
+                epoch=items[run_id]["epoch"],
+                events=events[run_id],
+                steps=steps[run_id],
+                output_bytes=sizes[run_id],
+                cancel_requested=bool(items[run_id]["cancel_requested"]),
+                start_deadline=items[run_id]["start_deadline"],
+            )
+            for run_id in run_ids
+            if run_id in items
+        ]
 
     def settle_partition(self, key: str, now: float, next_at: float | None, recheck: float) -> None:
         """Record a lease pass over a partition: it is next due when its earliest

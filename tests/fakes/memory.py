@@ -264,6 +264,19 @@ class MemoryTx:
             start_deadline=item.start_deadline,
         )
 
+    def take_many(
+        self,
+        owner: str,
+        run_ids: Sequence[str],
+        now: float,
+        until: float,
+        app_version: str | None = None,
+        *,
+        accumulators: bool = True,
+    ) -> list[LeasedRun]:
+        taken = [self.take(owner, run_id, now, until, app_version) for run_id in run_ids]
+        return [leased for leased in taken if leased is not None]
+
     def settle_partition(self, key: str, now: float, next_at: float | None, recheck: float) -> None:
         part = self.s.partitions.get(key)
         if next_at is None or next_at > now:

@@ -27,7 +27,19 @@ DEPTH = 50_000  # deep enough that a scan or a sort is not the cheap plan
 LEASE_READS: dict[str, dict[str, Any]] = {
     "partition_items": {"key": "f", "now": 1e10, "limit": 26},
     "partition_times": {"key": "f", "now": 1e10},
+    # a pass's take of a partition's chosen items (three of them), set-based
+    "take_items": {"owner": "w", "until": 1e10, "run_ids_0": "r1", "run_ids_1": "r3", "run_ids_2": "r5"},
+    "mark_running": {
+        "now": 1e10,
+        "epoch": 1,
+        "app_version": None,
+        "run_ids_0": "r1",
+        "run_ids_1": "r3",
+        "run_ids_2": "r5",
+    },
+    "start_clock": {"now": 1e10, "run_ids_0": "r1", "run_ids_1": "r3", "run_ids_2": "r5"},
 }
+LISTS = {"run_ids": 3}  # the size of the lists in LEASE_READS's parameters
 Plans = Callable[[str], list[str]]
 
 
@@ -43,7 +55,8 @@ def sqlite_plans(path: str) -> Plans:
     conn.commit()
 
     def plan(name: str) -> list[str]:
-        rows = conn.execute("EXPLAIN QUERY PLAN " + DIALECT.sql(name), LEASE_READS[name]).fetchall()
+        sql = DIALECT.sql(name, LISTS if "run_ids_0" in LEASE_READS[name] else {})
+        rows = conn.execute("EXPLAIN QUERY PLAN " + sql, LEASE_READS[name]).fetchall()
         return [str(row[3]) for row in rows]
 
     return plan
@@ -66,7 +79,8 @@ def postgres_plans(url: str) -> Plans:
 
     def plan(name: str) -> list[str]:
         with psycopg.connect(url) as conn:
-            rows = conn.execute(("EXPLAIN " + dialect.sql(name)).encode(), LEASE_READS[name]).fetchall()
+            sql = dialect.sql(name, LISTS if "run_ids_0" in LEASE_READS[name] else {})
+            rows = conn.execute(("EXPLAIN " + sql).encode(), LEASE_READS[name]).fetchall()
         return [str(row[0]).strip() for row in rows]
 
     return plan
@@ -121,3 +135,12 @@ def test_a_partitions_times_are_index_seeks(plans: Plans) -> None:
     # the earliest future item is a seek past :now, not a pass over the partition
     seeks = [line for line in plan if "INDEX" in line.upper() or "Index Cond" in line]
     assert any(re.search(r"available_at ?> ?", line) for line in seeks), plan
+
+
+@pytest.mark.parametrize("name", ["take_items", "mark_running", "start_clock"])
+def test_a_pass_takes_its_chosen_items_by_key_whatever_the_depth(plans: Plans, name: str) -> None:
+    """A partition's chosen items are taken in one statement each for the queue
+    and the runs: found by primary key, never by a pass over the queue."""
+    plan = plans(name)
+    assert lines_with(plan, ("SCAN queue", "Seq Scan on queue", "SCAN runs", "Seq Scan on runs")) == [], plan
+    assert lines_with(plan, SORTS) == [], plan

@@ -571,9 +571,13 @@ def test_gcra_times_and_accumulators_round_trip(store: Store) -> None:
     store.transact_sync(lambda tx: tx.move_item("d", NOW, NOW))
     store.transact_sync(lambda tx: tx.close_batch("k"))
     assert store.read_sync(lambda tx: tx.get_accumulator("batch", "k")) is None
-    assert [lr.run.id for lr in store.transact_sync(lambda tx: lease(tx, "w", 5, NOW, NOW + 5))] == ["d"]
+    app = ss.App("contract", database_url="sqlite:///never-opened.db")  # only its registry is used
+    app.function(id="f", debounce=ss.Debounce(period="1s"))(lambda ctx: None)
+    leased = store.transact_sync(lambda tx: lease_pass(tx, "w", app.registry, 5, NOW, NOW + 5))
+    assert [lr.run.id for lr in leased] == ["d"]
     assert store.transact_sync(lambda tx: tx.pending_item("d")) is False  # leased: its events are fixed
-    assert store.read_sync(lambda tx: tx.get_accumulator("debounce", "k")) is None  # a lease closes it
+    # a lease of a function that debounces closes the run's debounce
+    assert store.read_sync(lambda tx: tx.get_accumulator("debounce", "k")) is None
 
 
 def test_set_run_events_replaces_or_appends(store: Store) -> None:

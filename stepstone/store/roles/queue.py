@@ -66,6 +66,23 @@ class QueueTx(GcraTx, Protocol):
         given, as the version of the code running it) and reads its events and memos."""
         ...
 
+    def take_many(
+        self,
+        owner: str,
+        run_ids: Sequence[str],
+        now: float,
+        until: float,
+        app_version: str | None = None,
+        *,
+        accumulators: bool = True,
+    ) -> list[LeasedRun]:
+        """``take`` for several items at once (a lease pass's choice in one
+        partition), in a fixed number of statements whatever their number; in
+        the order of ``run_ids``, less any that vanished. ``accumulators=False``
+        skips dropping the runs' open debounce and batch rows (for functions
+        that have neither; a stale row only makes a later join start a new run)."""
+        ...
+
     def settle_partition(self, key: str, now: float, next_at: float | None, recheck: float) -> None:
         """After a lease pass: set the partition's next due time (``None``: its
         earliest future item) and mark it served; drop it if empty. With

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import stepstone as ss
-from stepstone.runstate import StoreMemos
+from stepstone.runstate import PAGE_BYTES, StoreMemos
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import StepKind, StepStatus
 from tests.conftest import BACKENDS, MEMORY, backend_url
@@ -84,7 +84,11 @@ def test_outputs_are_read_in_pages_and_handed_over_once(store: Store) -> None:
 
 @pytest.mark.parametrize("db_url", BACKENDS, indirect=True)
 def test_a_resumed_run_with_a_large_history_stays_in_bounded_memory(app: ss.App, db_url: str) -> None:
-    count, size = 300, 40_000  # 12 MB of recorded outputs
+    # 25.6 MB of recorded outputs: over six pages of runstate.PAGE_BYTES (a page costs
+    # about twice its size while the driver's bytes become str), so the bound of
+    # half the history sits well above one page's cost and far below eager loading
+    count, size = 640, 40_000
+    assert count * size > 6 * PAGE_BYTES
 
     def status() -> str:  # not app.runs.get: a run's view reads every output
         [(value,)] = query(db_url, f"SELECT status FROM runs WHERE id = '{run_id}'")

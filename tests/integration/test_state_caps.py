@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 
 import stepstone as ss
+from stepstone.errors import StoreUnavailableError
+from stepstone.store import faults
 from tests.polling import wait_for
 
 from ..conftest import FAST, query, run_of, send_and_wait
@@ -215,3 +217,56 @@ def test_a_transaction_step_past_the_cap_rolls_its_writes_back(app: ss.App, db_u
     assert totals(run.error.message) == (1200, 1000)
     assert [s.status for s in run.steps if s.id == "record"] == ["failed"]
     assert rows(db_url) == []  # the user's write rolled back with the step
+
+
+def test_parallel_transactions_cannot_both_pass_the_cap(app: ss.App, db_url: str) -> None:
+    """Each transaction's check runs in the writer, before the event loop
+    counts the other's committed output: the check must also charge it."""
+    create_table(db_url)
+    insert = inserter(db_url)
+
+    def record(conn: Any, name: str) -> str:
+        insert(conn, name)
+        return text(600)
+
+    @app.function(id="f", trigger=ss.on_event("go"), max_state=1000, backoff=FAST)
+    async def f(ctx: ss.Context) -> None:
+        await ctx.step.parallel(
+            lambda: ctx.step.transaction("left", record, "l"),
+            lambda: ctx.step.transaction("right", record, "r"),
+        )
+
+    app.start()
+    run = send_and_wait(app, ss.Event("go"))
+    assert run.status == "failed" and run.error is not None
+    assert totals(run.error.message) == (1200, 1000)
+    assert sorted(s.status for s in run.steps) == ["completed", "failed"]
+    assert len(rows(db_url)) == 1  # the failed one's write rolled back
+
+
+def test_a_transaction_commit_rolled_back_and_retried_counts_its_output_once(
+    app: ss.App, db_url: str
+) -> None:
+    """The commit fails after the function ran and its output was charged:
+    the retry runs it again, and the first charge is taken back."""
+    create_table(db_url)
+    insert = inserter(db_url)
+
+    def record(conn: Any) -> str:
+        insert(conn, "u1")
+        return text(600)
+
+    @app.function(id="f", trigger=ss.on_event("go"), max_state=1000, backoff=FAST)
+    def f(ctx: ss.Context) -> int:
+        ctx.step.transaction("record", record)
+        return len(ctx.step.run("more", lambda: text(300)))
+
+    def connection_dies() -> None:
+        raise StoreUnavailableError("connection lost inside the transaction")
+
+    with faults.inject("journal(checkpoint+transaction)", "inside", during=connection_dies) as plan:
+        app.start()
+        run = send_and_wait(app, ss.Event("go"))
+    assert plan.fired
+    assert run.status == "completed", run.error
+    assert rows(db_url) == [("u1", 0)]

@@ -270,3 +270,42 @@ def test_a_transaction_commit_rolled_back_and_retried_counts_its_output_once(
     assert plan.fired
     assert run.status == "completed", run.error
     assert rows(db_url) == [("u1", 0)]
+
+
+def test_a_deploy_lowering_max_state_fails_the_next_step_and_operators_still_act(
+    make_app: Callable[..., ss.App],
+) -> None:
+    """A run recorded under a larger cap is over the new one: its next step
+    fails naming both; an operator can still cancel a waiting one and
+    replay a failed one (which fails again at the same step, clearly)."""
+
+    def deploy(cap: int | None) -> ss.App:
+        app = make_app("caps")
+
+        @app.function(id="f", trigger=ss.on_event("go"), max_state=cap, backoff=FAST)
+        async def f(ctx: ss.Context) -> None:
+            await ctx.step.run("a", lambda: text(600))
+            await ctx.step.wait_for_signal("w", "go", timeout="1h")
+            await ctx.step.run("b", lambda: text(10))
+
+        return app
+
+    v1 = deploy(None)
+    v1.start()
+    runs = [run_of(v1, e).id for e in v1.send([ss.Event("go"), ss.Event("go")])]
+    wait_for(lambda: all(v1.runs.get(r).status == "waiting" for r in runs), 10, "both wait")
+    v1.stop()
+    v2 = deploy(500)
+    v2.start()
+    signalled, cancelled = runs
+    v2.runs.signal(signalled, "go", 1)
+    failed = v2.runs.wait(signalled, timeout="10s")
+    assert failed.status == "failed" and failed.error is not None
+    assert failed.error.type == "LimitExceededError" and "'b'" in failed.error.message
+    total, cap = totals(failed.error.message)
+    assert cap == 500 and total > 600
+    v2.runs.cancel(cancelled)
+    assert v2.runs.wait(cancelled, timeout="10s").status == "cancelled"
+    v2.runs.replay(signalled)
+    again = v2.runs.wait(signalled, timeout="10s")
+    assert again.status == "failed" and again.error is not None and "'b'" in again.error.message

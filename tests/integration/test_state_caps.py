@@ -309,3 +309,19 @@ def test_a_deploy_lowering_max_state_fails_the_next_step_and_operators_still_act
     v2.runs.replay(signalled)
     again = v2.runs.wait(signalled, timeout="10s")
     assert again.status == "failed" and again.error is not None and "'b'" in again.error.message
+
+
+def test_an_invoked_childs_output_counts_in_the_parent(app: ss.App, db_url: str) -> None:
+    app.function(id="child", trigger=ss.on_event("child"))(lambda ctx: text(600))
+
+    @app.function(id="parent", trigger=ss.on_event("go"), max_state=1000)
+    async def parent(ctx: ss.Context) -> None:
+        await ctx.step.invoke("call", function="child", data={})
+        await ctx.step.run("after", lambda: text(500))
+
+    app.start()
+    run = send_and_wait(app, ss.Event("go"))
+    assert run.status == "failed" and run.error is not None and "'after'" in run.error.message
+    recorded = stored(db_url, run.id)["call"]
+    assert recorded >= 600
+    assert totals(run.error.message) == (recorded + 500, 1000)

@@ -229,10 +229,12 @@ class Interpreter:
         self.journal.stage(row, span, effect)
         self.keep(row)
 
-    def keep(self, row: StepRow) -> None:
-        """Remember a memo written in this invocation, counting its output."""
+    def keep(self, row: StepRow, *, counted: bool = False) -> None:
+        """Remember a memo written in this invocation, counting its output
+        (unless ``counted`` already: a transaction's, charged in its commit)."""
         if row.output is not None:
-            self.budget.count(row.output)
+            if not counted:
+                self.budget.count(row.output)
             row = row.without_output()
         self.memo[row.step_id] = row
 
@@ -454,7 +456,7 @@ class Interpreter:
             return await self.finish_step(
                 step_id, attempt, started, None, outcome, retries, StepKind.TRANSACTION
             )
-        self.keep(outcome)
+        self.keep(outcome, counted=True)
         result = serde.loads(commit.encoded)
         if self.hooks.active:
             await self.hooks.after_step(self.ctx, step_id, result, None)

@@ -19,6 +19,7 @@ output would pass it fails with ``LimitExceededError``.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
@@ -130,24 +131,45 @@ class StoreMemos:
 
 
 class StateBudget:
-    """A run's stored outputs against its function's ``max_state`` (``None``: no cap)."""
+    """A run's stored outputs against its function's ``max_state`` (``None``: no cap).
+
+    A ``step.transaction`` checks its output in the writer's thread while the
+    event loop may be counting another step's: ``charge`` checks and counts
+    in one critical section, so two parallel steps can never both pass."""
 
     def __init__(self, cap: int | None, used: int) -> None:
         self.cap, self.used = cap, used
+        self._lock = threading.Lock()
 
     def check(self, step_id: str, output: str) -> None:
         """Raise ``LimitExceededError`` if ``output`` would take the run past the cap."""
-        if self.cap is None:
-            return
+        with self._lock:
+            self._check(step_id, stored_bytes(output))
+
+    def charge(self, step_id: str, output: str) -> int:
+        """``check`` then ``count`` at once; returns the bytes counted (for ``refund``)."""
         size = stored_bytes(output)
-        if self.used + size > self.cap:
+        with self._lock:
+            self._check(step_id, size)
+            self.used += size
+        return size
+
+    def refund(self, size: int) -> None:
+        """Take back a ``charge`` whose output was not recorded after all."""
+        with self._lock:
+            self.used -= size
+
+    def count(self, output: str) -> None:
+        """Add a recorded output (checked before, or written by another party:
+        a wait's event, an invoked run's output, a signal's data)."""
+        size = stored_bytes(output)
+        with self._lock:
+            self.used += size
+
+    def _check(self, step_id: str, size: int) -> None:
+        if self.cap is not None and self.used + size > self.cap:
             raise LimitExceededError(
                 f"step {step_id!r}: its output ({size} bytes) would bring the run's stored state "
                 f"to {self.used + size} bytes ({self.used} recorded), over the function's "
                 f"max_state of {self.cap} bytes"
             )
-
-    def count(self, output: str) -> None:
-        """Add a recorded output (checked before, or written by another party:
-        a wait's event, an invoked run's output, a signal's data)."""
-        self.used += stored_bytes(output)

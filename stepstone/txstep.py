@@ -59,6 +59,7 @@ class TransactionCommit:
         self.context = contextvars.copy_context()  # the step's scope, for the writer's thread
         self.clock, self.hooks, self.ctx = clock, hooks, ctx
         self.budget = budget  # the run's max_state: an output past it rolls the writes back
+        self.charged = 0  # bytes this attempt counted in ``budget`` (taken back if not recorded)
         self.encoded = "null"  # the result as JSON, before transform_output
         self._attempted = False
 
@@ -68,9 +69,11 @@ class TransactionCommit:
             if landed is not None and self._is_mine(landed):
                 return landed
         self._attempted = True
+        self.refund()  # a repeat whose first try did not land
         try:
             stored = tx.user_sql(self._execute, limits.MAX_TRANSACTION_SECONDS)
         except Exception as exc:  # noqa: BLE001 - the attempt's failure, recorded by the interpreter
+            self.refund()
             return exc
         row = dataclasses.replace(self.row, output=stored, ended_at=self.clock.now())
         tx.save_steps([row], [])
@@ -88,6 +91,12 @@ class TransactionCommit:
         if self.hooks.has("transform_output"):
             kept = self.hooks.transform_output_now(self.ctx, serde.loads(self.encoded), self.row.step_id)
             stored = serde.dumps(kept, what=what, limit=limits.MAX_STEP_OUTPUT_BYTES)
-        if self.budget is not None:
-            self.budget.check(self.row.step_id, stored)
+        if self.budget is not None:  # counted now: a parallel step checks against it at once
+            self.charged = self.budget.charge(self.row.step_id, stored)
         return stored
+
+    def refund(self) -> None:
+        """Take back this attempt's charge: its output was not recorded."""
+        if self.budget is not None and self.charged:
+            self.budget.refund(self.charged)
+        self.charged = 0

@@ -163,15 +163,17 @@ def _counted(table: str, delete: Callable[[Tx, int], int], pace: Pace) -> BatchO
 
 
 def count_prunable_op(retention: float, now: float) -> Callable[[Tx], dict[str, int]]:
-    """What a prune would delete now, by table (each at most ``COUNT_CAP``): runs
-    ended before the cutoff, and the rows of each ``PruneTarget`` prunable now
-    (events and functions that only the runs' deletion would free are not
-    counted; nor are wait keys)."""
+    """What a prune would delete now, by table (each at most about ``COUNT_CAP``):
+    runs ended before the cutoff, and the rows of each ``PruneTarget``
+    prunable now or once those runs are deleted (events only they link to,
+    retired functions only they are runs of). Wait keys are not counted."""
 
     def op(tx: Tx) -> dict[str, int]:
-        counts = {"runs": len(tx.prunable_runs(now - retention, ENDED_STATUSES, COUNT_CAP))}
+        cutoff = now - retention
+        counts = {"runs": len(tx.prunable_runs(cutoff, ENDED_STATUSES, COUNT_CAP))}
         for target, before in targets(retention, now):
-            counts[str(target)] = tx.prunable_rows(target, before, COUNT_CAP)
+            freed = tx.freed_by_runs(target, cutoff, ENDED_STATUSES, COUNT_CAP)
+            counts[str(target)] = tx.prunable_rows(target, before, COUNT_CAP) + freed
         return counts
 
     return op

@@ -725,6 +725,24 @@ WHERE e.received_at < :before
 ORDER BY e.received_at
 LIMIT :limit
 
+-- name: freed_events
+-- (a dry run: events before the cutoff that only runs prunable_runs chooses
+-- link to, freed for prune_events once those runs are deleted)
+SELECT COUNT(*) AS n FROM events e
+WHERE e.received_at < :cutoff
+  AND EXISTS (SELECT 1 FROM run_events re WHERE re.event_seq = e.seq)
+  AND NOT EXISTS (SELECT 1 FROM run_events re
+                  WHERE re.event_seq = e.seq AND re.run_id NOT IN ({query:prunable_runs}));
+
+-- name: freed_functions
+-- (a dry run: functions retired before the cutoff whose runs are all ones
+-- prunable_runs chooses, freed for prune_functions once those are deleted)
+SELECT COUNT(*) AS n FROM functions f
+WHERE f.retired_at < :cutoff
+  AND EXISTS (SELECT 1 FROM runs r WHERE r.function_id = f.id)
+  AND NOT EXISTS (SELECT 1 FROM runs r
+                  WHERE r.function_id = f.id AND r.id NOT IN ({query:prunable_runs}));
+
 -- name: prune_events
 DELETE FROM events WHERE seq IN ({query:prunable_events});
 

@@ -21,6 +21,8 @@ _RUN_ROWS = (
     ("queue", "delete_run_queue"),
     ("signals", "delete_run_signals"),
 )
+# The targets whose rows a run keeps (linked events, a retired function's runs).
+_FREED_BY_RUNS = (PruneTarget.EVENTS, PruneTarget.FUNCTIONS)
 # The statuses some prune_<target> statements name ({active}: jobs that are not finished).
 _LISTS = {"active": list(JOB_ACTIVE_STATUSES)}
 
@@ -67,6 +69,14 @@ class SqlRetention(SqlPlumbing):
             for table, query in _RUN_ROWS:
                 counts[table] = int(self._exec(query, {}, {"run_ids": gone}).rowcount)
         return Pruned(counts=counts)
+
+    def freed_by_runs(
+        self, target: PruneTarget, cutoff: float, ended: Sequence[RunStatus], limit: int
+    ) -> int:
+        if target not in _FREED_BY_RUNS:
+            return 0
+        params = {"cutoff": cutoff, "limit": limit}
+        return int(self._exec(f"freed_{target}", params, {"statuses": list(ended)}).fetchone()["n"])
 
     def prunable_rows(self, target: PruneTarget, before: float, limit: int) -> int:
         return len(self._all(f"prunable_{target}", {"before": before, "limit": limit}, _LISTS))

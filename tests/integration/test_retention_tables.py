@@ -7,9 +7,12 @@ finished, all stay. On both stores."""
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from typing import Any
+
+import pytest
 
 import stepstone as ss
 from stepstone import metrics
@@ -136,3 +139,38 @@ def test_a_dry_run_counts_every_table_and_deletes_nothing(
     assert counts["runs"] == 1 and counts["jobs"] == 1
     assert counts["batches"] == 1 and counts["debounces"] == 1 and counts["dedupe"] == 1
     assert count(db_url, "runs") == 1 and count(db_url, "jobs") == 3
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_dry_run_counts_what_the_prune_then_deletes(
+    make_app: Callable[..., ss.App], db_url: str, seed: int
+) -> None:
+    """On random data: ended runs (their events freed only by their deletion),
+    events nothing links, a retired function whose runs all go, a live run
+    keeping its event and its retired function. Every count of the dry run
+    equals what the prune then deletes."""
+    rng = random.Random(seed)
+    v1 = make_app("shop")
+    for name in ("done", "gone"):
+        v1.function(id=name, trigger=ss.on_event(name))(lambda ctx: ctx.step.run("s", lambda: 1))
+
+    @v1.function(id="sleepy", trigger=ss.on_event("sleepy"))
+    def sleepy(ctx: ss.Context) -> None:
+        ctx.step.sleep("nap", "1h")
+
+    v1.start()
+    for name in ["done"] * rng.randint(1, 4) + ["gone"] * rng.randint(1, 3):
+        send_and_wait(v1, ss.Event(name))
+    v1.send([ss.Event("nothing") for _ in range(rng.randint(0, 3))])  # no run links them
+    sleeping = [e for _ in range(rng.randint(1, 2)) for e in v1.send(ss.Event("sleepy"))]
+    wait_for(lambda: all(v1.runs.list(event_id=e)[0].status == "sleeping" for e in sleeping), 10, "naps")
+    v1.stop()
+    v2 = make_app("shop")  # retires "gone" and "sleepy"
+    v2.function(id="done", trigger=ss.on_event("done"))(lambda ctx: None)
+    v2.start()
+    v2.stop()
+    now = time.time() + LATER
+    counts = v2.store.read_sync(count_prunable_op(RETENTION, now))
+    deleted = _prune(v2, now).counts
+    for table in ("runs", "events", "functions", "jobs", "crons", "batches", "debounces", "dedupe"):
+        assert counts[table] == deleted.get(table, 0), (table, counts, deleted)

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 
 import stepstone as ss
+from stepstone.errors import StoreUnavailableError
+from stepstone.store import faults
 from tests.polling import wait_for
 
 from ..conftest import FAST, query, run_of, send_and_wait
@@ -215,3 +217,111 @@ def test_a_transaction_step_past_the_cap_rolls_its_writes_back(app: ss.App, db_u
     assert totals(run.error.message) == (1200, 1000)
     assert [s.status for s in run.steps if s.id == "record"] == ["failed"]
     assert rows(db_url) == []  # the user's write rolled back with the step
+
+
+def test_parallel_transactions_cannot_both_pass_the_cap(app: ss.App, db_url: str) -> None:
+    """Each transaction's check runs in the writer, before the event loop
+    counts the other's committed output: the check must also charge it."""
+    create_table(db_url)
+    insert = inserter(db_url)
+
+    def record(conn: Any, name: str) -> str:
+        insert(conn, name)
+        return text(600)
+
+    @app.function(id="f", trigger=ss.on_event("go"), max_state=1000, backoff=FAST)
+    async def f(ctx: ss.Context) -> None:
+        await ctx.step.parallel(
+            lambda: ctx.step.transaction("left", record, "l"),
+            lambda: ctx.step.transaction("right", record, "r"),
+        )
+
+    app.start()
+    run = send_and_wait(app, ss.Event("go"))
+    assert run.status == "failed" and run.error is not None
+    assert totals(run.error.message) == (1200, 1000)
+    assert sorted(s.status for s in run.steps) == ["completed", "failed"]
+    assert len(rows(db_url)) == 1  # the failed one's write rolled back
+
+
+def test_a_transaction_commit_rolled_back_and_retried_counts_its_output_once(
+    app: ss.App, db_url: str
+) -> None:
+    """The commit fails after the function ran and its output was charged:
+    the retry runs it again, and the first charge is taken back."""
+    create_table(db_url)
+    insert = inserter(db_url)
+
+    def record(conn: Any) -> str:
+        insert(conn, "u1")
+        return text(600)
+
+    @app.function(id="f", trigger=ss.on_event("go"), max_state=1000, backoff=FAST)
+    def f(ctx: ss.Context) -> int:
+        ctx.step.transaction("record", record)
+        return len(ctx.step.run("more", lambda: text(300)))
+
+    def connection_dies() -> None:
+        raise StoreUnavailableError("connection lost inside the transaction")
+
+    with faults.inject("journal(checkpoint+transaction)", "inside", during=connection_dies) as plan:
+        app.start()
+        run = send_and_wait(app, ss.Event("go"))
+    assert plan.fired
+    assert run.status == "completed", run.error
+    assert rows(db_url) == [("u1", 0)]
+
+
+def test_a_deploy_lowering_max_state_fails_the_next_step_and_operators_still_act(
+    make_app: Callable[..., ss.App],
+) -> None:
+    """A run recorded under a larger cap is over the new one: its next step
+    fails naming both; an operator can still cancel a waiting one and
+    replay a failed one (which fails again at the same step, clearly)."""
+
+    def deploy(cap: int | None) -> ss.App:
+        app = make_app("caps")
+
+        @app.function(id="f", trigger=ss.on_event("go"), max_state=cap, backoff=FAST)
+        async def f(ctx: ss.Context) -> None:
+            await ctx.step.run("a", lambda: text(600))
+            await ctx.step.wait_for_signal("w", "go", timeout="1h")
+            await ctx.step.run("b", lambda: text(10))
+
+        return app
+
+    v1 = deploy(None)
+    v1.start()
+    runs = [run_of(v1, e).id for e in v1.send([ss.Event("go"), ss.Event("go")])]
+    wait_for(lambda: all(v1.runs.get(r).status == "waiting" for r in runs), 10, "both wait")
+    v1.stop()
+    v2 = deploy(500)
+    v2.start()
+    signalled, cancelled = runs
+    v2.runs.signal(signalled, "go", 1)
+    failed = v2.runs.wait(signalled, timeout="10s")
+    assert failed.status == "failed" and failed.error is not None
+    assert failed.error.type == "LimitExceededError" and "'b'" in failed.error.message
+    total, cap = totals(failed.error.message)
+    assert cap == 500 and total > 600
+    v2.runs.cancel(cancelled)
+    assert v2.runs.wait(cancelled, timeout="10s").status == "cancelled"
+    v2.runs.replay(signalled)
+    again = v2.runs.wait(signalled, timeout="10s")
+    assert again.status == "failed" and again.error is not None and "'b'" in again.error.message
+
+
+def test_an_invoked_childs_output_counts_in_the_parent(app: ss.App, db_url: str) -> None:
+    app.function(id="child", trigger=ss.on_event("child"))(lambda ctx: text(600))
+
+    @app.function(id="parent", trigger=ss.on_event("go"), max_state=1000)
+    async def parent(ctx: ss.Context) -> None:
+        await ctx.step.invoke("call", function="child", data={})
+        await ctx.step.run("after", lambda: text(500))
+
+    app.start()
+    run = send_and_wait(app, ss.Event("go"))
+    assert run.status == "failed" and run.error is not None and "'after'" in run.error.message
+    recorded = stored(db_url, run.id)["call"]
+    assert recorded >= 600
+    assert totals(run.error.message) == (recorded + 500, 1000)

@@ -40,6 +40,14 @@ class RetentionTx(Protocol):
         their steps, spans, event links, waits, queue rows and signals."""
         ...
 
+    def freed_by_runs(
+        self, target: PruneTarget, cutoff: float, ended: Sequence[RunStatus], limit: int
+    ) -> int:
+        """How many rows of ``target`` older than ``cutoff`` only runs that
+        ``prunable_runs(cutoff, ended, limit)`` chooses keep: what deleting
+        those runs frees for ``prune_rows`` (events, functions; else 0)."""
+        ...
+
     def prunable_rows(self, target: PruneTarget, before: float, limit: int) -> int:
         """How many rows (at most ``limit``) ``prune_rows`` would delete now."""
         ...

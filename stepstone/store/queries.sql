@@ -210,24 +210,26 @@ SELECT * FROM workers WHERE heartbeat_at >= :alive_since ORDER BY id;
 -- Orchestration: waits, wake-ups, cron, timeouts.
 
 -- name: insert_wait
+-- (part 0 is the wait; parts 1.. carry more index values of it: migration 0024)
 INSERT INTO waits (run_id, step_id, kind, event_name, match_key, match_value, expression,
-                   event_json, created_at, expires_at)
+                   event_json, created_at, expires_at, part, match_number)
 VALUES (:run_id, :step_id, :kind, :event_name, :match_key, :match_value, :expression,
-        :event_json, :created_at, :expires_at)
-ON CONFLICT (run_id, step_id, event_name) DO NOTHING;
+        :event_json, :created_at, :expires_at, :part, :match_number)
+ON CONFLICT (run_id, step_id, event_name, part) DO NOTHING;
 
 -- name: insert_step_wait
 -- A step's wait, inserted only while the step waits and has none yet: a
 -- repeated commit inserts nothing, even if the wait was resolved meanwhile.
 INSERT INTO waits (run_id, step_id, kind, event_name, match_key, match_value, expression,
-                   event_json, created_at, expires_at)
+                   event_json, created_at, expires_at, part, match_number)
 SELECT CAST(:run_id AS TEXT), CAST(:step_id AS TEXT), CAST(:kind AS TEXT),
        CAST(:event_name AS TEXT), CAST(:match_key AS TEXT), CAST(:match_value AS TEXT),
        CAST(:expression AS TEXT), CAST(:event_json AS TEXT),
-       CAST(:created_at AS DOUBLE PRECISION), CAST(:expires_at AS DOUBLE PRECISION)
+       CAST(:created_at AS DOUBLE PRECISION), CAST(:expires_at AS DOUBLE PRECISION),
+       CAST(:part AS INTEGER), CAST(:match_number AS DOUBLE PRECISION)
 WHERE EXISTS (SELECT 1 FROM steps WHERE run_id = :run_id AND step_id = :step_id
               AND status = 'waiting')
-ON CONFLICT (run_id, step_id, event_name) DO NOTHING;
+ON CONFLICT (run_id, step_id, event_name, part) DO NOTHING;
 
 -- name: set_wait_match
 UPDATE waits SET match_value = :match_value WHERE run_id = :run_id AND step_id = :step_id;
@@ -247,6 +249,20 @@ SELECT match_key FROM wait_keys WHERE event_name = :event_name;
 -- name: match_waits
 SELECT * FROM waits
 WHERE event_name = :event_name AND match_key = :match_key AND match_value = :match_value
+  AND (expires_at IS NULL OR expires_at > :now)
+ORDER BY id;
+
+-- name: match_any_waits
+SELECT * FROM waits
+WHERE event_name = :event_name AND match_key = :match_key AND match_value IN ({values})
+  AND (expires_at IS NULL OR expires_at > :now)
+ORDER BY id;
+
+-- name: match_range_waits
+-- (waits_by_number: a range scan over the waiting runs' numbers, migration 0024)
+SELECT * FROM waits
+WHERE event_name = :event_name AND match_key = :match_key
+  AND match_number >= :low AND match_number <= :high
   AND (expires_at IS NULL OR expires_at > :now)
 ORDER BY id;
 

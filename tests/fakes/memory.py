@@ -452,6 +452,30 @@ class MemoryTx:
             and (w.expires_at is None or w.expires_at > now)
         ]
 
+    def match_any_waits(
+        self, event_name: str, match_key: str, match_values: Sequence[str], now: float
+    ) -> list[WaitRow]:
+        return [
+            w
+            for _, w in sorted(self.s.waits.items())
+            for value in (w.match_value, *w.also_match)
+            if (w.event_name, w.match_key) == (event_name, match_key)
+            and value in match_values
+            and (w.expires_at is None or w.expires_at > now)
+        ]
+
+    def match_range_waits(
+        self, event_name: str, match_key: str, low: float, high: float, now: float
+    ) -> list[WaitRow]:
+        return [
+            w
+            for _, w in sorted(self.s.waits.items())
+            if (w.event_name, w.match_key) == (event_name, match_key)
+            and w.match_number is not None
+            and low <= w.match_number <= high
+            and (w.expires_at is None or w.expires_at > now)
+        ]
+
     def claim_wait(self, wait_id: int) -> bool:
         return self.s.waits.pop(wait_id, None) is not None
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -198,7 +199,83 @@ def test_a_membership_is_indexed_and_an_equality_preferred() -> None:
     assert key_of(MEMBERSHIP) == "in:x=1"
     assert key_of(f"true && {MEMBERSHIP}") == "in:x=1"
     assert key_of(f"{MEMBERSHIP} && async.data.k == event.data.z") == "k=2"  # one probe, not one per element
-    assert key_of("async.data.x in event.data.y") == "="  # the run's list: not indexed
+    assert key_of("async.data.x in event.data.y") == "has:x=!missing"  # the run's 1 is no list: CEL errs
+
+
+def key_of(condition: str, data: dict[str, Any]) -> tuple[str, tuple[str, ...], float | None]:
+    wait = build_wait(
+        run_id="r",
+        step_id="w",
+        kind=WaitKind.EVENT,
+        event_name="reply",
+        condition=condition,
+        run_event=run_event("r", data),
+        now=NOW,
+        expires_at=None,
+        field="if_",
+    )
+    return wait.match_key, (wait.match_value, *wait.also_match), wait.match_number
+
+
+def test_prefixes_reverse_memberships_and_comparisons_are_indexed() -> None:
+    assert key_of("async.data.x in event.data.y", {"y": [2, 1.0, 2.0]}) == ("has:x", ("1", "2"), None)
+    assert key_of("async.data.x in event.data.y", {"y": {"a": 1}}) == ("has:x", ('"a"',), None)
+    assert key_of("async.data.x.startsWith(event.data.y)", {"y": "ab"}) == ("prefix:x", ('"ab"',), None)
+    assert key_of("event.data.y.startsWith(async.data.x)", {"y": "ab"}) == (
+        "starts:x",
+        ('""', '"a"', '"ab"'),
+        None,
+    )
+    between = "async.data.x > event.data.y && async.data.x < event.data.y + 1"
+    assert key_of(between, {"y": 3}) == ("range:x|-1.0|0.0", ("",), 3.0)
+    assert key_of("event.data.y - 2 >= async.data.x", {"y": 5}) == ("range:x|2.0|", ("",), 5.0)
+    # what CEL would reject matches nothing; what needs too many rows or probes is unindexed
+    assert key_of("async.data.x in event.data.y", {"y": "abc"}) == ("has:x", ("!missing",), None)
+    assert key_of("async.data.x in event.data.y", {"y": list(range(65))}) == ("", ("",), None)
+    assert key_of("async.data.x.startsWith(event.data.y)", {"y": "a" * 64}) == ("", ("",), None)
+    assert key_of("event.data.y.startsWith(async.data.x)", {"y": 7}) == ("starts:x", ("!missing",), None)
+    assert key_of("async.data.x < event.data.y", {"y": "b"}) == ("", ("",), None)  # strings compare too
+    assert key_of("async.data.x < event.data.y", {"y": True}) == ("", ("",), None)
+    # an operand of || or ?: is no conjunct
+    assert key_of("async.data.x == event.data.y || true", {"y": 1}) == ("", ("",), None)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_long_lists_and_strings_fall_back_to_evaluation(store: Store, kind: str) -> None:
+    assert engine_says(store, kind, "async.data.x in event.data.y", list(range(100)), 99)
+    assert not engine_says(store, kind, "async.data.x in event.data.y", list(range(100)), 100)
+    assert engine_says(store, kind, "async.data.x.startsWith(event.data.y)", "a" * 70, "a" * 80)
+    assert engine_says(store, kind, "event.data.y.startsWith(async.data.x)", "b" * 70, "b" * 65)
+    assert engine_says(store, kind, "async.data.x < event.data.y", "b", "a")
+
+
+def test_an_unindexed_condition_is_logged_once_per_text(caplog: pytest.LogCaptureFixture) -> None:
+    condition = f"async.data.x.endsWith(event.data.y) && {next(_ids)} > 0"
+    with caplog.at_level(logging.WARNING, logger="stepstone.waits"):
+        for _ in range(3):
+            key_of(condition, {"y": "z"})
+        key_of("async.data.x.startsWith(event.data.y)", {"y": "z"})
+    assert [r.getMessage() for r in caplog.records if condition in r.getMessage()] == [
+        f"event wait condition if_ {condition!r} has no indexed shape: every event of its name "
+        "evaluates it on every waiting run (cost linear in waits; indexed: ==, in, startsWith and <, "
+        "<=, >, >= between an async.data and an event.data field, joined by &&)"
+    ]
+    assert len(caplog.records) == 1
+
+
+def test_cancel_on_warns_at_decoration_when_its_condition_is_unindexed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    condition = f"async.data.user.lowerAscii() == event.data.user && {next(_ids)} > 0"
+    app = ss.App("warned", database_url="sqlite:///never-opened.db")
+    with caplog.at_level(logging.WARNING, logger="stepstone.waits"):
+        app.function(id="f", cancel_on=[ss.CancelOn(event="gone", if_=condition)])(lambda ctx: None)
+        app.function(id="g", cancel_on=[ss.CancelOn(event="gone", if_=condition)])(lambda ctx: None)
+        app.function(id="h", cancel_on=[ss.CancelOn(event="gone", if_="async.data.u == event.data.u")])(
+            lambda ctx: None
+        )
+    [record] = caplog.records
+    assert "cancel_on[0].if_" in record.getMessage() and condition in record.getMessage()
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -289,6 +366,35 @@ PAIRS = st.one_of(
 CONDITIONS = st.sampled_from(
     [EQUALITY, "event.data.y == async.data.x", "async.data.x == event.data.y && true", MEMBERSHIP]
 )
+NUMBERS = st.one_of(
+    st.integers(-(2**64), 2**64),
+    st.floats(allow_nan=False),
+    st.sampled_from([0, 1, -1, 0.5, 2**53, 2**53 + 1, 2**63, 1e300, -0.0]),
+)
+# Pairs near each shape's boundary: a list holding the incoming value, strings one
+# the other's prefix, numbers a small step apart (and whatever else VALUES gives).
+SHAPED_PAIRS = st.one_of(
+    PAIRS,
+    st.tuples(VALUES, st.lists(VALUES, max_size=3)).map(lambda p: ([*p[1], twin(p[0])], p[0])),
+    st.tuples(st.text(max_size=3), st.text(max_size=3)).map(lambda p: (p[0], p[0] + p[1])),
+    st.tuples(st.text(max_size=3), st.text(max_size=3)).map(lambda p: (p[0] + p[1], p[0])),
+    st.tuples(NUMBERS, st.sampled_from([-2.5, -1, -0.5, 0, 0.5, 1, 2.5, 3])).map(
+        lambda p: (p[0], p[0] + p[1]) if abs(p[0]) < 1e300 else p
+    ),
+    st.tuples(NUMBERS, NUMBERS),
+)
+SHAPED_CONDITIONS = st.sampled_from(
+    [
+        "async.data.x in event.data.y",  # the run's list or map holds the incoming value
+        "async.data.x.startsWith(event.data.y)",  # the run's string prefixes the incoming one
+        "event.data.y.startsWith(async.data.x)",  # the incoming string prefixes the run's
+        "async.data.x > event.data.y",
+        "event.data.y >= async.data.x",
+        "async.data.x <= event.data.y && async.data.x > event.data.y - 1",
+        "event.data.y + 2.5 > async.data.x && event.data.y - 0.5 <= async.data.x",
+        "async.data.x + 1 < event.data.y + 3",
+    ]
+)
 
 
 @pytest.fixture
@@ -307,6 +413,16 @@ def test_the_engine_resolves_a_wait_iff_cel_says_the_condition_holds(
     waiting, incoming = pair
     expected = cel_says(condition, data_of("y", waiting), data_of("x", incoming))
     assert engine_says(sqlite_store, kind, condition, waiting, incoming) == expected, (waiting, incoming)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pair=SHAPED_PAIRS, condition=SHAPED_CONDITIONS)
+def test_prefix_reverse_membership_and_range_indexes_agree_with_cel(
+    store: Store, pair: tuple[Any, Any], condition: str
+) -> None:
+    waiting, incoming = pair
+    expected = cel_says(condition, data_of("y", waiting), data_of("x", incoming))
+    assert engine_says(store, "event", condition, waiting, incoming) == expected, (waiting, incoming)
 
 
 # -- waits parked by earlier versions --------------------------------------------------------------
@@ -358,3 +474,15 @@ def rerun_migration(db_url: str, name: str) -> None:
 
     with psycopg.connect(db_url) as pg:
         pg.execute("DELETE FROM schema_migrations WHERE name = %s", (name,))
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        "async.data.x == event.data.y && false || true",  # (a && false) || true: always true
+        "async.data.x == event.data.y && false ? false : true",  # a ternary over the conjunction
+    ],
+)
+def test_a_conjunction_under_an_or_or_a_ternary_is_not_indexed(store: Store, condition: str) -> None:
+    assert cel_says(condition, {"y": 1}, {"x": 2})
+    assert engine_says(store, "event", condition, 1, 2)

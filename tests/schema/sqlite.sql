@@ -76,8 +76,12 @@ CREATE INDEX spans_by_run ON spans (run_id, id);
 -- index waits_by_match
 CREATE INDEX waits_by_match ON waits (event_name, match_key, match_value);
 
+-- index waits_by_number
+CREATE INDEX waits_by_number ON waits (event_name, match_key, match_number)
+    WHERE match_number IS NOT NULL;
+
 -- index waits_by_step
-CREATE UNIQUE INDEX waits_by_step ON waits (run_id, step_id, event_name);
+CREATE UNIQUE INDEX waits_by_step ON waits (run_id, step_id, event_name, part);
 
 -- table batches
 CREATE TABLE batches (
@@ -263,7 +267,7 @@ CREATE TABLE waits (
     event_json   TEXT,
     created_at   REAL NOT NULL,
     expires_at   REAL
-);
+, part INTEGER NOT NULL DEFAULT 0, match_number REAL);
 
 -- table workers
 CREATE TABLE workers (

@@ -2,22 +2,29 @@
 incoming event against 10 and against 100,000 waiting runs, for each common
 shape of ``if_`` condition, as a ratio measured in the same run.
 
-    .venv/bin/python bench/bench_wait_shapes.py [--waits 100000] [--samples 3]
+    .venv/bin/python bench/bench_wait_shapes.py [--waits 100000] [--samples 3] [--store both]
+    .venv/bin/python bench/bench_wait_shapes.py --store postgres --database-url postgresql://...
 
 The waits are written straight through the store (``build_wait`` and
 ``insert_wait`` in one transaction), not by parking real runs: only their
 number and condition matter here. A send is what ingestion does to match an
 event (``runtime.waits.match_event`` in one write transaction); each resolves
-exactly one wait.
+exactly one wait. Every measurement gets a fresh database (a SQLite file; on
+PostgreSQL a database of a private cluster, or of the server ``--database-url``
+names, analysed after the waits are written, as autovacuum would; a SQLite WAL is
+checkpointed).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import sqlite3
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from stepstone.runtime.waits import build_wait, match_event
@@ -53,10 +60,20 @@ SHAPES: dict[str, tuple[str, Any, Any]] = {
         lambda i: {"prefix": f"/orders/{i}/"},
         lambda i: {"path": f"/orders/{i}/paid"},
     ),
+    "run's string starts with": (
+        "event.data.path.startsWith(async.data.prefix)",
+        lambda i: {"path": f"/orders/{i}/paid"},
+        lambda i: {"prefix": f"/orders/{i}/"},
+    ),
     "comparison": (
         "async.data.n > event.data.n && async.data.n < event.data.n + 1",
         lambda i: {"n": i},
         lambda i: {"n": i + 0.5},
+    ),
+    "endsWith (unindexed)": (
+        "async.data.path.endsWith(event.data.suffix)",
+        lambda i: {"suffix": f"/{i}/paid"},
+        lambda i: {"path": f"/orders/{i}/paid"},
     ),
 }
 
@@ -100,15 +117,41 @@ def send_cost(store: Store, incoming: Any, count: int, samples: int) -> float:
     return statistics.median(costs)
 
 
-def measure(url_of: Any, shape: str, count: int, samples: int) -> float:
+def measure(url_of: Callable[[], str], shape: str, count: int, samples: int) -> float:
     condition, run_event, incoming = SHAPES[shape]
-    store = make_store(url_of())
+    url = url_of()
+    store = make_store(url)
     try:
         store.migrate()
         park(store, condition, run_event, count)
+        settle(url)
         return send_cost(store, incoming, count, samples)
     finally:
         store.close()
+
+
+def settle(url: str) -> None:
+    """What the database does in the background after a bulk load, done before
+    measuring: SQLite checkpoints its WAL (else the first send's commit would);
+    PostgreSQL's autovacuum analyses the new rows."""
+    if url.startswith("sqlite:///"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE waits, wait_keys")
+
+
+def table(name: str, url_of: Callable[[], str], shapes: list[str], waits: int, samples: int) -> None:
+    print(f"\n{name}: {'shape':<28} {'10 waits':>10} {waits:>9,} waits  ratio")
+    for shape in shapes:
+        small = measure(url_of, shape, 10, 10)
+        big = measure(url_of, shape, waits, samples)
+        print(
+            f"{'':<{len(name) + 2}}{shape:<28} {small * 1e3:>7.2f} ms {big * 1e3:>10.2f} ms {big / small:>6.1f}x"
+        )
 
 
 def main() -> int:
@@ -116,20 +159,25 @@ def main() -> int:
     parser.add_argument("--waits", type=int, default=100_000)
     parser.add_argument("--samples", type=int, default=3)
     parser.add_argument("--shape", choices=sorted(SHAPES), action="append")
+    parser.add_argument("--store", choices=["sqlite", "postgres", "both"], default="sqlite")
+    parser.add_argument("--database-url", default=None, help="a PostgreSQL server to create databases on")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
-        names = iter(range(1_000_000))
-
-        def url_of() -> str:
-            return f"sqlite:///{folder}/waits{next(names)}.db"
-
-        print(f"{'shape':<28} {'10 waits':>10} {args.waits:>9,} waits  ratio")
-        for shape in args.shape or SHAPES:
-            small = measure(url_of, shape, 10, 10)
-            big = measure(url_of, shape, args.waits, args.samples)
-            print(
-                f"{shape:<28} {small * 1e3:>7.2f} ms {big * 1e3:>10.2f} ms {big / small:>6.1f}x", flush=True
+    shapes = args.shape or list(SHAPES)
+    names = itertools.count()
+    if args.store in ("sqlite", "both"):
+        with tempfile.TemporaryDirectory() as folder:
+            table(
+                "sqlite",
+                lambda: f"sqlite:///{folder}/waits{next(names)}.db",
+                shapes,
+                args.waits,
+                args.samples,
             )
+    if args.store in ("postgres", "both"):
+        from bench_postgres import server
+
+        with server(args.database_url) as create:
+            table("postgres", lambda: str(create(f"waits{next(names)}")), shapes, args.waits, args.samples)
     return 0
 
 

@@ -27,7 +27,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from stepstone.runtime.waits import build_wait, match_event
+from stepstone.expressions import index_shape
+from stepstone.runtime.waits import build_wait, match_event, survey
 from stepstone.store import make_store
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import WaitKind, WaitRow
@@ -98,26 +99,37 @@ def park(store: Store, condition: str, run_event: Any, count: int) -> None:
     store.transact_sync(op)
 
 
-def send(store: Store, data: dict[str, Any], n: int) -> list[WaitRow]:
-    """Match one incoming event (its own write transaction, as ingestion)."""
+def send(store: Store, data: dict[str, Any], n: int, surveyed: bool) -> tuple[list[WaitRow], float]:
+    """Match one incoming event (its own write transaction, as ingestion); with
+    ``surveyed``, unindexed waits are first read and evaluated in a read
+    transaction, as ``App.send`` does for a name with many. Returns the
+    matches and the time the write transaction took."""
     variables = {"event": {"name": "bench.done", "data": data, "id": f"e{n}", "ts": 0}}
     matched: list[WaitRow] = []
-    store.transact_sync(lambda tx: match_event(tx, "bench.done", data, variables, NOW, matched.append))
-    return matched
+    found = None
+    if surveyed:
+        found = store.read_sync(lambda tx: survey(tx, "bench.done", variables, NOW, lambda *_: None))
+    t = time.perf_counter()
+    store.transact_sync(lambda tx: match_event(tx, "bench.done", data, variables, NOW, matched.append, found))
+    return matched, time.perf_counter() - t
 
 
-def send_cost(store: Store, incoming: Any, count: int, samples: int) -> float:
-    costs = []
+def send_cost(store: Store, incoming: Any, count: int, samples: int, surveyed: bool) -> tuple[float, float]:
+    """Median (send, its write transaction), in seconds."""
+    costs, writes = [], []
     for n in range(samples):
         i = count - 1 - n * max(1, count // samples)
         t = time.perf_counter()
-        matched = send(store, incoming(i), n)
+        matched, write = send(store, incoming(i), n, surveyed)
         costs.append(time.perf_counter() - t)
+        writes.append(write)
         assert [w.run_id for w in matched] == [f"r{i}"], matched
-    return statistics.median(costs)
+    return statistics.median(costs), statistics.median(writes)
 
 
-def measure(url_of: Callable[[], str], shape: str, count: int, samples: int) -> float:
+def measure(
+    url_of: Callable[[], str], shape: str, count: int, samples: int, surveyed: bool
+) -> tuple[float, float]:
     condition, run_event, incoming = SHAPES[shape]
     url = url_of()
     store = make_store(url)
@@ -125,7 +137,7 @@ def measure(url_of: Callable[[], str], shape: str, count: int, samples: int) -> 
         store.migrate()
         park(store, condition, run_event, count)
         settle(url)
-        return send_cost(store, incoming, count, samples)
+        return send_cost(store, incoming, count, samples, surveyed)
     finally:
         store.close()
 
@@ -145,13 +157,21 @@ def settle(url: str) -> None:
 
 
 def table(name: str, url_of: Callable[[], str], shapes: list[str], waits: int, samples: int) -> None:
-    print(f"\n{name}: {'shape':<28} {'10 waits':>10} {waits:>9,} waits  ratio")
+    """A row per shape: a send with 10 waits, with ``waits``, their ratio; for
+    an unindexed shape, a second row surveyed (``App.send``'s path for a name
+    with many), whose last column is the write transaction's time."""
+    print(f"\n{name}: {'shape':<32} {'10 waits':>10} {waits:>9,} waits  ratio  write tx")
     for shape in shapes:
-        small = measure(url_of, shape, 10, 10)
-        big = measure(url_of, shape, waits, samples)
-        print(
-            f"{'':<{len(name) + 2}}{shape:<28} {small * 1e3:>7.2f} ms {big * 1e3:>10.2f} ms {big / small:>6.1f}x"
-        )
+        variants = [False] if index_shape(SHAPES[shape][0]) else [False, True]
+        for surveyed in variants:
+            small, _ = measure(url_of, shape, 10, 10, surveyed)
+            big, write = measure(url_of, shape, waits, samples, surveyed)
+            label = f"{shape}, surveyed" if surveyed else shape
+            print(
+                f"{'':<{len(name) + 2}}{label:<32} {small * 1e3:>7.2f} ms {big * 1e3:>10.2f} ms "
+                f"{big / small:>6.1f}x {write * 1e3:>6.2f} ms",
+                flush=True,
+            )
 
 
 def main() -> int:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,7 @@ from stepstone.store.rows import StepStatus, WaitKind, WaitRow
 MATCH_VARS = frozenset({"event", "async"})
 LOOKBACK_SCAN = 1000  # events a lookback examines at most, oldest first
 FANOUT = 64  # index values per wait, or probes per event, at most (else unindexed)
+SURVEY_AT = 64  # unindexed waits read for one event past which its name is surveyed first
 NEVER = "!missing"  # an index value no probe carries (canonical JSON never starts with '!')
 _MISSING = object()
 
@@ -204,13 +206,107 @@ def match_event(
     variables: dict[str, Any],
     now: float,
     on_match: Callable[[WaitRow], None],
+    surveyed: Survey | None = None,
+    learn: Learn | None = None,
 ) -> None:
-    """Resolve every wait the event satisfies (each exactly once)."""
+    """Resolve every wait the event satisfies (each exactly once); its
+    unindexed waits through ``surveyed`` when a survey was made."""
     for key in tx.wait_keys(name):
-        for wait in _candidates(tx, name, key, data, now):
-            # A wait on several names has a row per name: claiming deletes them all.
-            if _holds(wait, variables["event"]) and tx.claim_step_waits(wait.run_id, wait.step_id):
-                on_match(wait)
+        if not key:
+            _match_unindexed(tx, name, variables, now, on_match, surveyed, learn)
+            continue
+        _resolve_holding(tx, _candidates(tx, name, key, data, now), variables, on_match)
+
+
+def _resolve_holding(
+    tx: WaitsTx, waits: list[WaitRow], variables: dict[str, Any], on_match: Callable[[WaitRow], None]
+) -> None:
+    for wait in waits:
+        # A wait on several names has a row per name: claiming deletes them all.
+        if _holds(wait, variables["event"]) and tx.claim_step_waits(wait.run_id, wait.step_id):
+            on_match(wait)
+
+
+def _match_unindexed(
+    tx: WaitsTx,
+    name: str,
+    variables: dict[str, Any],
+    now: float,
+    on_match: Callable[[WaitRow], None],
+    surveyed: Survey | None,
+    learn: Learn | None,
+) -> None:
+    """The unindexed waits on ``name``: every one evaluated here, or, after a
+    survey of this key row's incarnation, only those committed since it.
+
+    Why none is missed: the survey read the key's version, then its waits, so
+    it evaluated every wait committed before that version was read. A wait
+    takes the key's version under the key row's lock, held to its commit (on
+    SQLite every writer is serial), so versions grow in commit order and a
+    wait committed after the survey's read has a larger one: this transaction
+    reads it (``unindexed_waits_after``) and evaluates it here. A key row
+    deleted by retention and re-created since has another ``born``: then
+    everything is evaluated here. A surveyed wait is claimed by its id (that
+    very row, whose condition held); one gone since is skipped."""
+    current = tx.wait_key_version(name, "") if surveyed is not None else None
+    if surveyed is None or current is None or current[1] != surveyed.born:
+        waits = tx.match_waits(name, "", "", now)
+        if learn is not None:
+            learn(name, len(waits))
+        _resolve_holding(tx, waits, variables, on_match)
+        return
+    for wait in surveyed.matched:
+        if wait.id is not None and tx.claim_wait(wait.id):
+            tx.claim_step_waits(wait.run_id, wait.step_id)  # its rows for other names
+            on_match(wait)
+    _resolve_holding(tx, tx.unindexed_waits_after(name, surveyed.version, now), variables, on_match)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Survey:
+    """An event's unindexed waits read and evaluated before its write
+    transaction (``survey``): the key row's version and incarnation then, and
+    the waits whose condition held."""
+
+    version: int
+    born: str
+    matched: tuple[WaitRow, ...]
+
+
+Learn = Callable[[str, int], None]  # (event name, unindexed waits read for one event)
+
+
+def survey(tx: WaitsTx, name: str, variables: dict[str, Any], now: float, learn: Learn) -> Survey | None:
+    """Read and evaluate the unindexed waits on ``name`` for one incoming event
+    (``variables``), outside the write transaction; ``None`` when there are none."""
+    key = tx.wait_key_version(name, "")  # first: every wait committed before it is read below
+    if key is None:
+        return None
+    waits = tx.match_waits(name, "", "", now)
+    learn(name, len(waits))
+    return Survey(
+        version=key[0], born=key[1], matched=tuple(w for w in waits if _holds(w, variables["event"]))
+    )
+
+
+class Surveyed:
+    """The event names a send surveys before its write transaction: those for
+    which the last match read at least ``SURVEY_AT`` unindexed waits (a send
+    to any other name pays no extra read)."""
+
+    def __init__(self) -> None:
+        self._names: set[str] = set()
+        self._lock = threading.Lock()
+
+    def wanted(self, name: str) -> bool:
+        return name in self._names
+
+    def learn(self, name: str, waits: int) -> None:
+        with self._lock:
+            if waits >= SURVEY_AT:
+                self._names.add(name)
+            else:
+                self._names.discard(name)
 
 
 def _candidates(tx: WaitsTx, name: str, key: str, data: dict[str, Any], now: float) -> list[WaitRow]:

@@ -6,6 +6,7 @@ queue in ``sqltx``."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -44,11 +45,12 @@ class SqlWaits(SqlPlumbing):
             "part": 0,
             "match_number": wait.match_number,
         }
+        if wait.event_name:  # first: the wait keeps the key's version it took
+            key = {"event_name": wait.event_name, "match_key": wait.match_key, "born": uuid.uuid4().hex}
+            self._exec("insert_wait_key", key)
         cursor = self._exec(query, params)
         for part, value in enumerate(wait.also_match, start=1):
             self._exec(query, {**params, "part": part, "match_value": value})
-        if wait.event_name:
-            self._exec("insert_wait_key", {"event_name": wait.event_name, "match_key": wait.match_key})
         return cursor
 
     def wait_keys(self, event_name: str) -> list[str]:
@@ -60,6 +62,14 @@ class SqlWaits(SqlPlumbing):
             {"event_name": event_name, "match_key": match_key, "match_value": match_value, "now": now},
         )
         return [WaitRow.from_row(r) for r in rows]
+
+    def wait_key_version(self, event_name: str, match_key: str) -> tuple[int, str] | None:
+        row = self._one("wait_key_version", {"event_name": event_name, "match_key": match_key})
+        return None if row is None else (int(row["version"]), str(row["born"]))
+
+    def unindexed_waits_after(self, event_name: str, version: int, now: float) -> list[WaitRow]:
+        params = {"event_name": event_name, "version": version, "now": now}
+        return [WaitRow.from_row(r) for r in self._all("unindexed_waits_after", params)]
 
     def match_any_waits(
         self, event_name: str, match_key: str, match_values: Sequence[str], now: float

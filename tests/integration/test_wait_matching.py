@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 
 import stepstone as ss
 from stepstone.registry import Registry
-from stepstone.runtime import ingest, prepare
-from stepstone.runtime.waits import build_wait
-from stepstone.store import make_store
+from stepstone.runtime import PreparedEvent, Survey, ingest, prepare, survey
+from stepstone.runtime.waits import SURVEY_AT, build_wait
+from stepstone.store import faults, make_store
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import NewRun, RunStatus, StepKind, StepRow, StepStatus, WaitKind, WaitRow
 
@@ -486,3 +486,82 @@ def rerun_migration(db_url: str, name: str) -> None:
 def test_a_conjunction_under_an_or_or_a_ternary_is_not_indexed(store: Store, condition: str) -> None:
     assert cel_says(condition, {"y": 1}, {"x": 2})
     assert engine_says(store, "event", condition, 1, 2)
+
+
+# -- unindexed waits evaluated before the write transaction -----------------------------------------
+
+LINEAR = "async.data.x.endsWith(event.data.y)"  # no indexed shape
+
+
+def surveyed(store: Store, reply: str, data: dict[str, Any]) -> tuple[PreparedEvent, Survey | None]:
+    """The survey a send makes before its write transaction (a read of its own)."""
+    [event] = prepare(ss.Event(reply, data), NOW)
+    return event, store.read_sync(lambda tx: survey(tx, reply, event.variables, NOW, lambda *_: None))
+
+
+def deliver_surveyed(store: Store, event: PreparedEvent, found: Survey | None) -> list[int]:
+    counts: list[int] = []
+    surveys = {} if found is None else {event.id: found}
+    learn = lambda name, n: counts.append(n)  # noqa: E731 - the unindexed waits read inside the transaction
+    store.transact_sync(lambda tx: ingest(tx, [event], REGISTRY, NOW, surveys, learn))
+    return counts
+
+
+def test_a_survey_resolves_the_waits_an_in_transaction_match_would(store: Store) -> None:
+    reply = f"reply-{next(_ids)}"
+    runs = {y: park(store, "event", reply, LINEAR, {"y": y}) for y in ("a", "b", "ab", "c")}
+    event, found = surveyed(store, reply, {"x": "zab"})
+    assert found is not None and {w.run_id for w in found.matched} == {runs["b"], runs["ab"]}
+    assert deliver_surveyed(store, event, found) == []  # nothing evaluated in the write transaction
+    assert {y for y, run_id in runs.items() if resolved(store, "event", run_id)} == {"b", "ab"}
+
+
+def test_waits_created_or_gone_between_the_survey_and_the_write_are_honoured(store: Store) -> None:
+    """The race the survey opens: a wait committed after it is evaluated in the
+    write transaction (once); a surveyed wait resolved meanwhile is not
+    resolved again; a key row pruned and re-created means a full evaluation."""
+    reply = f"reply-{next(_ids)}"
+    early, gone = (
+        park(store, "event", reply, LINEAR, {"y": "1"}),
+        park(store, "event", reply, LINEAR, {"y": "1"}),
+    )
+    event, found = surveyed(store, reply, {"x": "01"})
+    assert found is not None and len(found.matched) == 2
+    late = park(store, "event", reply, LINEAR, {"y": "01"})  # committed after the survey
+    late_other = park(store, "event", reply, LINEAR, {"y": "2"})
+    store.transact_sync(lambda tx: tx.claim_step_waits(gone, "w"))  # resolved by something else meanwhile
+    assert deliver_surveyed(store, event, found) == []
+    assert [resolved(store, "event", r) for r in (early, gone, late, late_other)] == [
+        True,
+        False,
+        True,
+        False,
+    ]
+
+    reply = f"reply-{next(_ids)}"
+    first = park(store, "event", reply, LINEAR, {"y": "1"})
+    event, found = surveyed(store, reply, {"x": "1"})
+    store.transact_sync(lambda tx: tx.claim_step_waits(first, "w"))
+    assert store.transact_sync(lambda tx: tx.prune_wait_keys(1000)) >= 1  # the key, unused, goes
+    again = park(store, "event", reply, LINEAR, {"y": "1"})  # re-creates it: versions start over
+    assert deliver_surveyed(store, event, found) == [1]  # evaluated here, in full
+    assert resolved(store, "event", again)
+
+
+def test_a_send_surveys_a_name_with_many_unindexed_waits_outside_its_write_transaction(
+    store: Store, db_url: str
+) -> None:
+    reply = f"reply-{next(_ids)}"
+    app = ss.App("surveying", database_url=db_url)
+    try:
+        for y in range(SURVEY_AT):
+            park(store, "event", reply, LINEAR, {"y": f"-{y}"})
+        app.send(ss.Event(reply, {"x": "nothing"}))  # evaluated in its transaction: the name is learnt
+        assert app._surveyed.wanted(reply)
+        matching = park(store, "event", reply, LINEAR, {"y": "!"})
+        with faults.recording() as seen:
+            app.send(ss.Event(reply, {"x": "yes!"}))
+        assert resolved(store, "event", matching)
+        assert seen.sites == ["App._send.op"]  # one write transaction
+    finally:
+        app.close()

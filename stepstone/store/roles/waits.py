@@ -39,6 +39,17 @@ class WaitsTx(Protocol):
         """Unexpired waits on ``event_name`` whose key equals ``match_value``."""
         ...
 
+    def wait_key_version(self, event_name: str, match_key: str) -> tuple[int, str] | None:
+        """The key row's (version, born): how many waits took it, in commit
+        order, and a token naming this incarnation of the row (retention may
+        delete an unused key, a later wait re-create it); ``None`` if absent."""
+        ...
+
+    def unindexed_waits_after(self, event_name: str, version: int, now: float) -> list[WaitRow]:
+        """Unexpired unindexed waits (``match_key`` '') on ``event_name`` that
+        took the key after ``version`` (committed since it was read), oldest first."""
+        ...
+
     def match_any_waits(
         self, event_name: str, match_key: str, match_values: Sequence[str], now: float
     ) -> list[WaitRow]:

@@ -2,7 +2,7 @@
 incoming event against 10 and against 100,000 waiting runs, for each common
 shape of ``if_`` condition, as a ratio measured in the same run.
 
-    .venv/bin/python bench/bench_wait_shapes.py [--waits 100000] [--samples 3] [--store both]
+    .venv/bin/python bench/bench_wait_shapes.py [--waits 100000] [--samples 9] [--store both]
     .venv/bin/python bench/bench_wait_shapes.py --store postgres --database-url postgresql://...
 
 The waits are written straight through the store (``build_wait`` and
@@ -114,32 +114,33 @@ def send(store: Store, data: dict[str, Any], n: int, surveyed: bool) -> tuple[li
     return matched, time.perf_counter() - t
 
 
-def send_cost(store: Store, incoming: Any, count: int, samples: int, surveyed: bool) -> tuple[float, float]:
-    """Median (send, its write transaction), in seconds."""
-    costs, writes = [], []
-    for n in range(samples):
-        i = count - 1 - n * max(1, count // samples)
-        t = time.perf_counter()
-        matched, write = send(store, incoming(i), n, surveyed)
-        costs.append(time.perf_counter() - t)
-        writes.append(write)
-        assert [w.run_id for w in matched] == [f"r{i}"], matched
-    return statistics.median(costs), statistics.median(writes)
-
-
-def measure(
-    url_of: Callable[[], str], shape: str, count: int, samples: int, surveyed: bool
-) -> tuple[float, float]:
+def measure(url_of: Callable[[], str], shape: str, waits: int, samples: int, surveyed: bool) -> list[float]:
+    """Median send with 10 waits, with ``waits`` and the latter's write
+    transaction, in seconds: the two databases' sends alternate, so that the
+    load of a shared machine weighs on both alike."""
     condition, run_event, incoming = SHAPES[shape]
-    url = url_of()
-    store = make_store(url)
+    stores = []
     try:
-        store.migrate()
-        park(store, condition, run_event, count)
-        settle(url)
-        return send_cost(store, incoming, count, samples, surveyed)
+        for count in (10, waits):
+            url = url_of()
+            stores.append(make_store(url))
+            stores[-1].migrate()
+            park(stores[-1], condition, run_event, count)
+            settle(url)
+        costs: list[list[float]] = [[], [], []]
+        for n in range(samples):
+            for which, (store, count) in enumerate(zip(stores, (10, waits), strict=True)):
+                i = count - 1 - n * max(1, count // samples)
+                t = time.perf_counter()
+                matched, write = send(store, incoming(i), n, surveyed)
+                costs[which].append(time.perf_counter() - t)
+                if which:
+                    costs[2].append(write)
+                assert [w.run_id for w in matched] == [f"r{i}"], matched
+        return [statistics.median(c) for c in costs]
     finally:
-        store.close()
+        for store in stores:
+            store.close()
 
 
 def settle(url: str) -> None:
@@ -164,8 +165,7 @@ def table(name: str, url_of: Callable[[], str], shapes: list[str], waits: int, s
     for shape in shapes:
         variants = [False] if index_shape(SHAPES[shape][0]) else [False, True]
         for surveyed in variants:
-            small, _ = measure(url_of, shape, 10, 10, surveyed)
-            big, write = measure(url_of, shape, waits, samples, surveyed)
+            small, big, write = measure(url_of, shape, waits, samples, surveyed)
             label = f"{shape}, surveyed" if surveyed else shape
             print(
                 f"{'':<{len(name) + 2}}{label:<32} {small * 1e3:>7.2f} ms {big * 1e3:>10.2f} ms "
@@ -177,7 +177,7 @@ def table(name: str, url_of: Callable[[], str], shapes: list[str], waits: int, s
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--waits", type=int, default=100_000)
-    parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--samples", type=int, default=9, help="at most 10")
     parser.add_argument("--shape", choices=sorted(SHAPES), action="append")
     parser.add_argument("--store", choices=["sqlite", "postgres", "both"], default="sqlite")
     parser.add_argument("--database-url", default=None, help="a PostgreSQL server to create databases on")

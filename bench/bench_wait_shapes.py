@@ -146,7 +146,8 @@ def measure(url_of: Callable[[], str], shape: str, waits: int, samples: int, sur
 def settle(url: str) -> None:
     """What the database does in the background after a bulk load, done before
     measuring: SQLite checkpoints its WAL (else the first send's commit would);
-    PostgreSQL's autovacuum analyses the new rows."""
+    PostgreSQL's autovacuum analyses the new rows and the checkpointer writes
+    them out."""
     if url.startswith("sqlite:///"):
         with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -155,6 +156,7 @@ def settle(url: str) -> None:
 
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE waits, wait_keys")
+        conn.execute("CHECKPOINT")  # not one in the middle of the sends
 
 
 def table(name: str, url_of: Callable[[], str], shapes: list[str], waits: int, samples: int) -> None:

@@ -38,8 +38,8 @@ from stepstone.function import Backoff, FunctionDef, build_function, nondetermin
 from stepstone.histories import from_json as history_from_json
 from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
-from stepstone.runs import Runs, write_call
-from stepstone.runtime import ingest, prepare
+from stepstone.runs import Runs, read_call, write_call
+from stepstone.runtime import PreparedEvent, Survey, Surveyed, ingest, prepare, survey
 from stepstone.sizes import Size
 from stepstone.store import make_store
 from stepstone.store.base import FunctionsTx, Store, Tx, WorkersTx
@@ -132,6 +132,7 @@ class App:
         self.workers = Workers(self)
         self._store: Store | None = None
         self._lock = threading.RLock()
+        self._surveyed = Surveyed()  # event names with many unindexed waits
         self._local_workers: list[Worker] = []
         self._watchers: dict[str, set[Callable[[], Any]]] = {}
         self._portal_: Portal | None = None
@@ -282,15 +283,29 @@ class App:
         prepared = prepare(events, now)
         store = self._store_ready()
         registry = self.catalog.registry(store)
+        surveys: dict[str, Survey] = {}
+        if any(self._surveyed.wanted(event.name) for event in prepared):  # many unindexed waits
+            surveys = yield read_call(store, lambda tx: self._survey(tx, prepared, now))
 
         def op(tx: Tx) -> list[str]:
-            return ingest(tx, prepared, registry, now)
+            return ingest(tx, prepared, registry, now, surveys, self._surveyed.learn)
 
         ids: list[str] = yield write_call(store, op)
         self._notify_workers()
         if hooks.has("after_send_events"):
             yield coroutine_call(hooks.after_send_events(None, ids), self._portal)
         return ids
+
+    def _survey(self, tx: Tx, prepared: Sequence[PreparedEvent], now: float) -> dict[str, Survey]:
+        """Unindexed waits read and evaluated before a send's write transaction,
+        for the events whose names have many (``runtime.waits.Surveyed``)."""
+        found = {}
+        for event in prepared:
+            if self._surveyed.wanted(event.name):
+                done = survey(tx, event.name, event.variables, now, self._surveyed.learn)
+                if done is not None:
+                    found[event.id] = done
+        return found
 
     send = sync_face(_send)
     send_async = async_face(_send)

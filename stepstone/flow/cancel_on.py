@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from stepstone.durations import Duration, optional_duration
 from stepstone.errors import ConfigError
+from stepstone.expressions import index_shape, warn_unindexed
 from stepstone.flow.base import Admission, ListOption, Rule
 from stepstone.flow.checks import MATCH_VARS, key_expression
 
@@ -24,6 +25,8 @@ class CancelOn:
         if not isinstance(self.event, str) or not self.event.strip():
             raise ConfigError(f"{field}.event", "expected a non-empty event name")
         key_expression(self.if_, f"{field}.if_", MATCH_VARS)  # validated here, compiled per wait
+        if self.if_ is not None and index_shape(self.if_) is None:
+            warn_unindexed(self.if_, where=f"{field}.if_")
         return ResolvedCancelOn(
             field=field,
             event=self.event,

@@ -30,11 +30,14 @@ from stepstone.registry import INVOKE_EVENT, Registry
 from stepstone.runtime import admission, lifecycle
 from stepstone.runtime.incoming import PreparedEvent, prepare
 from stepstone.runtime.ingestion import ingest
+from stepstone.runtime.waits import Survey, Surveyed, survey
 from stepstone.store.base import Tx
 from stepstone.store.rows import Fence, RunRow, RunStatus
 
 __all__ = [
     "PreparedEvent",
+    "Survey",
+    "Surveyed",
     "cancel_run",
     "claim_singleton",
     "end_run",
@@ -44,6 +47,7 @@ __all__ = [
     "prepare_invoke",
     "start_invoked",
     "start_run",
+    "survey",
 ]
 
 

@@ -11,7 +11,7 @@ publishes its system events.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from stepstone import limits, serde
 from stepstone.errors import ErrorInfo
@@ -19,16 +19,25 @@ from stepstone.registry import Registry
 from stepstone.runtime.admission import start_run
 from stepstone.runtime.incoming import PreparedEvent
 from stepstone.runtime.lifecycle import cancel_run
-from stepstone.runtime.waits import match_event
+from stepstone.runtime.waits import Learn, Survey, match_event
 from stepstone.store.base import Tx
 from stepstone.store.rows import StepStatus, WaitKind, WaitRow
 
 __all__ = ["ingest"]
 
 
-def ingest(tx: Tx, events: Sequence[PreparedEvent], registry: Registry, now: float) -> list[str]:
+def ingest(
+    tx: Tx,
+    events: Sequence[PreparedEvent],
+    registry: Registry,
+    now: float,
+    surveys: Mapping[str, Survey] | None = None,
+    learn: Learn | None = None,
+) -> list[str]:
     """Record ``events``, resolve the waits they satisfy and start the runs they
-    trigger; returns their ids."""
+    trigger; returns their ids. ``surveys`` (by event id): unindexed waits
+    already evaluated before this transaction (``waits.survey``); ``learn``
+    hears how many unindexed waits an event read here."""
     ids = []
     for event in events:
         ids.append(event.id)
@@ -39,7 +48,8 @@ def ingest(tx: Tx, events: Sequence[PreparedEvent], registry: Registry, now: flo
         def resolve(wait: WaitRow, event: PreparedEvent = event) -> None:
             _resolve(tx, wait, event, registry, now)
 
-        match_event(tx, event.name, event.data, event.variables, now, resolve)
+        surveyed = None if surveys is None else surveys.get(event.id)
+        match_event(tx, event.name, event.data, event.variables, now, resolve, surveyed, learn)
         for fn in registry.match(event.name, event.variables):
             start_run(tx, fn, [(seq, event)], now, registry, publish=ingest)
     return ids

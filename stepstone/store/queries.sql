@@ -257,24 +257,28 @@ SELECT * FROM workers WHERE heartbeat_at >= :alive_since ORDER BY id;
 -- Orchestration: waits, wake-ups, cron, timeouts.
 
 -- name: insert_wait
+-- (part 0 is the wait; parts 1.. carry more index values of it: migration 0024)
 INSERT INTO waits (run_id, step_id, kind, event_name, match_key, match_value, expression,
-                   event_json, created_at, expires_at)
+                   event_json, created_at, expires_at, part, match_number, key_version)
 VALUES (:run_id, :step_id, :kind, :event_name, :match_key, :match_value, :expression,
-        :event_json, :created_at, :expires_at)
-ON CONFLICT (run_id, step_id, event_name) DO NOTHING;
+        :event_json, :created_at, :expires_at, :part, :match_number,
+        (SELECT version FROM wait_keys WHERE event_name = :event_name AND match_key = :match_key))
+ON CONFLICT (run_id, step_id, event_name, part) DO NOTHING;
 
 -- name: insert_step_wait
 -- A step's wait, inserted only while the step waits and has none yet: a
 -- repeated commit inserts nothing, even if the wait was resolved meanwhile.
 INSERT INTO waits (run_id, step_id, kind, event_name, match_key, match_value, expression,
-                   event_json, created_at, expires_at)
+                   event_json, created_at, expires_at, part, match_number, key_version)
 SELECT CAST(:run_id AS TEXT), CAST(:step_id AS TEXT), CAST(:kind AS TEXT),
        CAST(:event_name AS TEXT), CAST(:match_key AS TEXT), CAST(:match_value AS TEXT),
        CAST(:expression AS TEXT), CAST(:event_json AS TEXT),
-       CAST(:created_at AS DOUBLE PRECISION), CAST(:expires_at AS DOUBLE PRECISION)
+       CAST(:created_at AS DOUBLE PRECISION), CAST(:expires_at AS DOUBLE PRECISION),
+       CAST(:part AS INTEGER), CAST(:match_number AS DOUBLE PRECISION),
+       (SELECT version FROM wait_keys WHERE event_name = :event_name AND match_key = :match_key)
 WHERE EXISTS (SELECT 1 FROM steps WHERE run_id = :run_id AND step_id = :step_id
               AND status = 'waiting')
-ON CONFLICT (run_id, step_id, event_name) DO NOTHING;
+ON CONFLICT (run_id, step_id, event_name, part) DO NOTHING;
 
 -- name: set_wait_match
 UPDATE waits SET match_value = :match_value WHERE run_id = :run_id AND step_id = :step_id;
@@ -284,16 +288,42 @@ SELECT written_by FROM runs WHERE id = :id;
 
 -- name: insert_wait_key
 -- (an update, not DO NOTHING: it locks an existing key row, so retention's
--- orphan_wait_keys and this are ordered on PostgreSQL)
-INSERT INTO wait_keys (event_name, match_key) VALUES (:event_name, :match_key)
-ON CONFLICT (event_name, match_key) DO UPDATE SET match_key = excluded.match_key;
+-- orphan_wait_keys and this are ordered on PostgreSQL; and the lock, held to
+-- the commit, makes the versions count waits in commit order. Run before the
+-- wait's insert, which keeps the version it took: migration 0024.)
+INSERT INTO wait_keys (event_name, match_key, version, born) VALUES (:event_name, :match_key, 1, :born)
+ON CONFLICT (event_name, match_key) DO UPDATE SET version = wait_keys.version + 1;
 
 -- name: wait_keys
 SELECT match_key FROM wait_keys WHERE event_name = :event_name;
 
+-- name: wait_key_version
+SELECT version, born FROM wait_keys WHERE event_name = :event_name AND match_key = :match_key;
+
+-- name: unindexed_waits_after
+-- (waits_by_key_version: the unindexed waits committed since a survey)
+SELECT * FROM waits
+WHERE event_name = :event_name AND match_key = '' AND key_version > :version
+  AND (expires_at IS NULL OR expires_at > :now)
+ORDER BY id;
+
 -- name: match_waits
 SELECT * FROM waits
 WHERE event_name = :event_name AND match_key = :match_key AND match_value = :match_value
+  AND (expires_at IS NULL OR expires_at > :now)
+ORDER BY id;
+
+-- name: match_any_waits
+SELECT * FROM waits
+WHERE event_name = :event_name AND match_key = :match_key AND match_value IN ({values})
+  AND (expires_at IS NULL OR expires_at > :now)
+ORDER BY id;
+
+-- name: match_range_waits
+-- (waits_by_number: a range scan over the waiting runs' numbers, migration 0024)
+SELECT * FROM waits
+WHERE event_name = :event_name AND match_key = :match_key
+  AND match_number >= :low AND match_number <= :high
   AND (expires_at IS NULL OR expires_at > :now)
 ORDER BY id;
 

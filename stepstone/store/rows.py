@@ -322,8 +322,10 @@ class RunHistory:
 class WaitRow:
     """A run waiting for an event (``kind`` 'event'), for a cancelling event
     ('cancel') or for a child run ('invoke', ``match_value`` = the child's id).
-    Indexed waits match ``async.data.<match_key>`` equal to ``match_value``
-    (``waits.index_value``; the condition still decides); others have
+    Indexed waits are found by ``match_key`` (the shape and the incoming
+    event's field, ``runtime.waits``) and ``match_value`` (an index value;
+    ``also_match``: more of them, each stored as a row of its own) or
+    ``match_number`` (a range); the condition still decides. Others have
     ``match_key`` '' and are tested by expression."""
 
     run_id: str
@@ -337,6 +339,8 @@ class WaitRow:
     created_at: float = 0.0
     expires_at: float | None = None
     id: int | None = None
+    also_match: tuple[str, ...] = ()  # written as rows of parts 1.., never read back
+    match_number: float | None = None
 
     @classmethod
     def from_row(cls, row: Row) -> WaitRow:
@@ -352,6 +356,7 @@ class WaitRow:
             created_at=row["created_at"],
             expires_at=row["expires_at"],
             id=row["id"],
+            match_number=row["match_number"],
         )
 
 

@@ -6,6 +6,7 @@ queue in ``sqltx``."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,23 +29,28 @@ class SqlWaits(SqlPlumbing):
         self._exec("set_wait_match", {"run_id": run_id, "step_id": step_id, "match_value": match_value})
 
     def _insert_wait(self, query: str, wait: WaitRow) -> Any:
-        cursor = self._exec(
-            query,
-            {
-                "run_id": wait.run_id,
-                "step_id": wait.step_id,
-                "kind": wait.kind,
-                "event_name": wait.event_name,
-                "match_key": wait.match_key,
-                "match_value": wait.match_value,
-                "expression": wait.expression,
-                "event_json": wait.event_json,
-                "created_at": wait.created_at,
-                "expires_at": wait.expires_at,
-            },
-        )
-        if wait.event_name:
-            self._exec("insert_wait_key", {"event_name": wait.event_name, "match_key": wait.match_key})
+        """The wait's row (part 0), then a row per further index value (parts 1..:
+        only waits whose run holds a list or a string's prefixes have them)."""
+        params = {
+            "run_id": wait.run_id,
+            "step_id": wait.step_id,
+            "kind": wait.kind,
+            "event_name": wait.event_name,
+            "match_key": wait.match_key,
+            "match_value": wait.match_value,
+            "expression": wait.expression,
+            "event_json": wait.event_json,
+            "created_at": wait.created_at,
+            "expires_at": wait.expires_at,
+            "part": 0,
+            "match_number": wait.match_number,
+        }
+        if wait.event_name:  # first: the wait keeps the key's version it took
+            key = {"event_name": wait.event_name, "match_key": wait.match_key, "born": uuid.uuid4().hex}
+            self._exec("insert_wait_key", key)
+        cursor = self._exec(query, params)
+        for part, value in enumerate(wait.also_match, start=1):
+            self._exec(query, {**params, "part": part, "match_value": value})
         return cursor
 
     def wait_keys(self, event_name: str) -> list[str]:
@@ -56,6 +62,27 @@ class SqlWaits(SqlPlumbing):
             {"event_name": event_name, "match_key": match_key, "match_value": match_value, "now": now},
         )
         return [WaitRow.from_row(r) for r in rows]
+
+    def wait_key_version(self, event_name: str, match_key: str) -> tuple[int, str] | None:
+        row = self._one("wait_key_version", {"event_name": event_name, "match_key": match_key})
+        return None if row is None else (int(row["version"]), str(row["born"]))
+
+    def unindexed_waits_after(self, event_name: str, version: int, now: float) -> list[WaitRow]:
+        params = {"event_name": event_name, "version": version, "now": now}
+        return [WaitRow.from_row(r) for r in self._all("unindexed_waits_after", params)]
+
+    def match_any_waits(
+        self, event_name: str, match_key: str, match_values: Sequence[str], now: float
+    ) -> list[WaitRow]:
+        params = {"event_name": event_name, "match_key": match_key, "now": now}
+        rows = self._all("match_any_waits", params, {"values": match_values})
+        return [WaitRow.from_row(r) for r in rows]
+
+    def match_range_waits(
+        self, event_name: str, match_key: str, low: float, high: float, now: float
+    ) -> list[WaitRow]:
+        params = {"event_name": event_name, "match_key": match_key, "low": low, "high": high, "now": now}
+        return [WaitRow.from_row(r) for r in self._all("match_range_waits", params)]
 
     def events_since(self, names: Sequence[str], since: float, now: float, limit: int) -> list[EventRow]:
         rows = self._all("events_since", {"since": since, "now": now, "limit": limit}, {"names": names})

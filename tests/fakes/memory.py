@@ -453,13 +453,16 @@ class MemoryTx:
         return lambda: inserted
 
     def _insert_wait(self, wait: WaitRow) -> bool:
+        key = (wait.event_name, wait.match_key)
         if wait.event_name:
-            self.s.wait_keys.add((wait.event_name, wait.match_key))
+            self.s.wait_keys.add(key)
+            self.s.key_versions[key] = self.s.key_versions.get(key, 0) + 1
         if any(w.run_id == wait.run_id and w.step_id == wait.step_id for w in self.s.waits.values()):
             return False
         wait_id = self.s.next_wait
         self.s.next_wait += 1
         self.s.waits[wait_id] = dataclasses.replace(wait, id=wait_id)
+        self.s.wait_versions[wait_id] = self.s.key_versions.get(key, 0)
         return True
 
     def set_wait_match(self, run_id: str, step_id: str, match_value: str) -> None:
@@ -475,6 +478,43 @@ class MemoryTx:
             w
             for _, w in sorted(self.s.waits.items())
             if (w.event_name, w.match_key, w.match_value) == (event_name, match_key, match_value)
+            and (w.expires_at is None or w.expires_at > now)
+        ]
+
+    def wait_key_version(self, event_name: str, match_key: str) -> tuple[int, str] | None:
+        key = (event_name, match_key)
+        return (self.s.key_versions.get(key, 0), "fake") if key in self.s.wait_keys else None
+
+    def unindexed_waits_after(self, event_name: str, version: int, now: float) -> list[WaitRow]:
+        return [
+            w
+            for i, w in sorted(self.s.waits.items())
+            if (w.event_name, w.match_key) == (event_name, "")
+            and self.s.wait_versions.get(i, 0) > version
+            and (w.expires_at is None or w.expires_at > now)
+        ]
+
+    def match_any_waits(
+        self, event_name: str, match_key: str, match_values: Sequence[str], now: float
+    ) -> list[WaitRow]:
+        return [
+            w
+            for _, w in sorted(self.s.waits.items())
+            for value in (w.match_value, *w.also_match)
+            if (w.event_name, w.match_key) == (event_name, match_key)
+            and value in match_values
+            and (w.expires_at is None or w.expires_at > now)
+        ]
+
+    def match_range_waits(
+        self, event_name: str, match_key: str, low: float, high: float, now: float
+    ) -> list[WaitRow]:
+        return [
+            w
+            for _, w in sorted(self.s.waits.items())
+            if (w.event_name, w.match_key) == (event_name, match_key)
+            and w.match_number is not None
+            and low <= w.match_number <= high
             and (w.expires_at is None or w.expires_at > now)
         ]
 

@@ -69,5 +69,7 @@ class MemoryState:
     keys: dict[str, tuple[str, float]] = field(default_factory=dict)
     waits: dict[int, WaitRow] = field(default_factory=dict)
     wait_keys: set[tuple[str, str]] = field(default_factory=set)
+    key_versions: dict[tuple[str, str], int] = field(default_factory=dict)
+    wait_versions: dict[int, int] = field(default_factory=dict)  # wait id -> the key version it took
     next_seq: int = 1
     next_wait: int = 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,9 @@ from hypothesis import strategies as st
 
 import stepstone as ss
 from stepstone.registry import Registry
-from stepstone.runtime import ingest, prepare
-from stepstone.runtime.waits import build_wait
-from stepstone.store import make_store
+from stepstone.runtime import PreparedEvent, Survey, ingest, prepare, survey
+from stepstone.runtime.waits import SURVEY_AT, build_wait
+from stepstone.store import faults, make_store
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import NewRun, RunStatus, StepKind, StepRow, StepStatus, WaitKind, WaitRow
 
@@ -198,7 +199,83 @@ def test_a_membership_is_indexed_and_an_equality_preferred() -> None:
     assert key_of(MEMBERSHIP) == "in:x=1"
     assert key_of(f"true && {MEMBERSHIP}") == "in:x=1"
     assert key_of(f"{MEMBERSHIP} && async.data.k == event.data.z") == "k=2"  # one probe, not one per element
-    assert key_of("async.data.x in event.data.y") == "="  # the run's list: not indexed
+    assert key_of("async.data.x in event.data.y") == "has:x=!missing"  # the run's 1 is no list: CEL errs
+
+
+def key_of(condition: str, data: dict[str, Any]) -> tuple[str, tuple[str, ...], float | None]:
+    wait = build_wait(
+        run_id="r",
+        step_id="w",
+        kind=WaitKind.EVENT,
+        event_name="reply",
+        condition=condition,
+        run_event=run_event("r", data),
+        now=NOW,
+        expires_at=None,
+        field="if_",
+    )
+    return wait.match_key, (wait.match_value, *wait.also_match), wait.match_number
+
+
+def test_prefixes_reverse_memberships_and_comparisons_are_indexed() -> None:
+    assert key_of("async.data.x in event.data.y", {"y": [2, 1.0, 2.0]}) == ("has:x", ("1", "2"), None)
+    assert key_of("async.data.x in event.data.y", {"y": {"a": 1}}) == ("has:x", ('"a"',), None)
+    assert key_of("async.data.x.startsWith(event.data.y)", {"y": "ab"}) == ("prefix:x", ('"ab"',), None)
+    assert key_of("event.data.y.startsWith(async.data.x)", {"y": "ab"}) == (
+        "starts:x",
+        ('""', '"a"', '"ab"'),
+        None,
+    )
+    between = "async.data.x > event.data.y && async.data.x < event.data.y + 1"
+    assert key_of(between, {"y": 3}) == ("range:x|-1.0|0.0", ("",), 3.0)
+    assert key_of("event.data.y - 2 >= async.data.x", {"y": 5}) == ("range:x|2.0|", ("",), 5.0)
+    # what CEL would reject matches nothing; what needs too many rows or probes is unindexed
+    assert key_of("async.data.x in event.data.y", {"y": "abc"}) == ("has:x", ("!missing",), None)
+    assert key_of("async.data.x in event.data.y", {"y": list(range(65))}) == ("", ("",), None)
+    assert key_of("async.data.x.startsWith(event.data.y)", {"y": "a" * 64}) == ("", ("",), None)
+    assert key_of("event.data.y.startsWith(async.data.x)", {"y": 7}) == ("starts:x", ("!missing",), None)
+    assert key_of("async.data.x < event.data.y", {"y": "b"}) == ("", ("",), None)  # strings compare too
+    assert key_of("async.data.x < event.data.y", {"y": True}) == ("", ("",), None)
+    # an operand of || or ?: is no conjunct
+    assert key_of("async.data.x == event.data.y || true", {"y": 1}) == ("", ("",), None)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_long_lists_and_strings_fall_back_to_evaluation(store: Store, kind: str) -> None:
+    assert engine_says(store, kind, "async.data.x in event.data.y", list(range(100)), 99)
+    assert not engine_says(store, kind, "async.data.x in event.data.y", list(range(100)), 100)
+    assert engine_says(store, kind, "async.data.x.startsWith(event.data.y)", "a" * 70, "a" * 80)
+    assert engine_says(store, kind, "event.data.y.startsWith(async.data.x)", "b" * 70, "b" * 65)
+    assert engine_says(store, kind, "async.data.x < event.data.y", "b", "a")
+
+
+def test_an_unindexed_condition_is_logged_once_per_text(caplog: pytest.LogCaptureFixture) -> None:
+    condition = f"async.data.x.endsWith(event.data.y) && {next(_ids)} > 0"
+    with caplog.at_level(logging.WARNING, logger="stepstone.waits"):
+        for _ in range(3):
+            key_of(condition, {"y": "z"})
+        key_of("async.data.x.startsWith(event.data.y)", {"y": "z"})
+    assert [r.getMessage() for r in caplog.records if condition in r.getMessage()] == [
+        f"event wait condition if_ {condition!r} has no indexed shape: every event of its name "
+        "evaluates it on every waiting run (cost linear in waits; indexed: ==, in, startsWith and <, "
+        "<=, >, >= between an async.data and an event.data field, joined by &&)"
+    ]
+    assert len(caplog.records) == 1
+
+
+def test_cancel_on_warns_at_decoration_when_its_condition_is_unindexed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    condition = f"async.data.user.lowerAscii() == event.data.user && {next(_ids)} > 0"
+    app = ss.App("warned", database_url="sqlite:///never-opened.db")
+    with caplog.at_level(logging.WARNING, logger="stepstone.waits"):
+        app.function(id="f", cancel_on=[ss.CancelOn(event="gone", if_=condition)])(lambda ctx: None)
+        app.function(id="g", cancel_on=[ss.CancelOn(event="gone", if_=condition)])(lambda ctx: None)
+        app.function(id="h", cancel_on=[ss.CancelOn(event="gone", if_="async.data.u == event.data.u")])(
+            lambda ctx: None
+        )
+    [record] = caplog.records
+    assert "cancel_on[0].if_" in record.getMessage() and condition in record.getMessage()
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -289,6 +366,35 @@ PAIRS = st.one_of(
 CONDITIONS = st.sampled_from(
     [EQUALITY, "event.data.y == async.data.x", "async.data.x == event.data.y && true", MEMBERSHIP]
 )
+NUMBERS = st.one_of(
+    st.integers(-(2**64), 2**64),
+    st.floats(allow_nan=False),
+    st.sampled_from([0, 1, -1, 0.5, 2**53, 2**53 + 1, 2**63, 1e300, -0.0]),
+)
+# Pairs near each shape's boundary: a list holding the incoming value, strings one
+# the other's prefix, numbers a small step apart (and whatever else VALUES gives).
+SHAPED_PAIRS = st.one_of(
+    PAIRS,
+    st.tuples(VALUES, st.lists(VALUES, max_size=3)).map(lambda p: ([*p[1], twin(p[0])], p[0])),
+    st.tuples(st.text(max_size=3), st.text(max_size=3)).map(lambda p: (p[0], p[0] + p[1])),
+    st.tuples(st.text(max_size=3), st.text(max_size=3)).map(lambda p: (p[0] + p[1], p[0])),
+    st.tuples(NUMBERS, st.sampled_from([-2.5, -1, -0.5, 0, 0.5, 1, 2.5, 3])).map(
+        lambda p: (p[0], p[0] + p[1]) if abs(p[0]) < 1e300 else p
+    ),
+    st.tuples(NUMBERS, NUMBERS),
+)
+SHAPED_CONDITIONS = st.sampled_from(
+    [
+        "async.data.x in event.data.y",  # the run's list or map holds the incoming value
+        "async.data.x.startsWith(event.data.y)",  # the run's string prefixes the incoming one
+        "event.data.y.startsWith(async.data.x)",  # the incoming string prefixes the run's
+        "async.data.x > event.data.y",
+        "event.data.y >= async.data.x",
+        "async.data.x <= event.data.y && async.data.x > event.data.y - 1",
+        "event.data.y + 2.5 > async.data.x && event.data.y - 0.5 <= async.data.x",
+        "async.data.x + 1 < event.data.y + 3",
+    ]
+)
 
 
 @pytest.fixture
@@ -307,6 +413,16 @@ def test_the_engine_resolves_a_wait_iff_cel_says_the_condition_holds(
     waiting, incoming = pair
     expected = cel_says(condition, data_of("y", waiting), data_of("x", incoming))
     assert engine_says(sqlite_store, kind, condition, waiting, incoming) == expected, (waiting, incoming)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pair=SHAPED_PAIRS, condition=SHAPED_CONDITIONS)
+def test_prefix_reverse_membership_and_range_indexes_agree_with_cel(
+    store: Store, pair: tuple[Any, Any], condition: str
+) -> None:
+    waiting, incoming = pair
+    expected = cel_says(condition, data_of("y", waiting), data_of("x", incoming))
+    assert engine_says(store, "event", condition, waiting, incoming) == expected, (waiting, incoming)
 
 
 # -- waits parked by earlier versions --------------------------------------------------------------
@@ -358,3 +474,94 @@ def rerun_migration(db_url: str, name: str) -> None:
 
     with psycopg.connect(db_url) as pg:
         pg.execute("DELETE FROM schema_migrations WHERE name = %s", (name,))
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        "async.data.x == event.data.y && false || true",  # (a && false) || true: always true
+        "async.data.x == event.data.y && false ? false : true",  # a ternary over the conjunction
+    ],
+)
+def test_a_conjunction_under_an_or_or_a_ternary_is_not_indexed(store: Store, condition: str) -> None:
+    assert cel_says(condition, {"y": 1}, {"x": 2})
+    assert engine_says(store, "event", condition, 1, 2)
+
+
+# -- unindexed waits evaluated before the write transaction -----------------------------------------
+
+LINEAR = "async.data.x.endsWith(event.data.y)"  # no indexed shape
+
+
+def surveyed(store: Store, reply: str, data: dict[str, Any]) -> tuple[PreparedEvent, Survey | None]:
+    """The survey a send makes before its write transaction (a read of its own)."""
+    [event] = prepare(ss.Event(reply, data), NOW)
+    return event, store.read_sync(lambda tx: survey(tx, reply, event.variables, NOW, lambda *_: None))
+
+
+def deliver_surveyed(store: Store, event: PreparedEvent, found: Survey | None) -> list[int]:
+    counts: list[int] = []
+    surveys = {} if found is None else {event.id: found}
+    learn = lambda name, n: counts.append(n)  # noqa: E731 - the unindexed waits read inside the transaction
+    store.transact_sync(lambda tx: ingest(tx, [event], REGISTRY, NOW, surveys, learn))
+    return counts
+
+
+def test_a_survey_resolves_the_waits_an_in_transaction_match_would(store: Store) -> None:
+    reply = f"reply-{next(_ids)}"
+    runs = {y: park(store, "event", reply, LINEAR, {"y": y}) for y in ("a", "b", "ab", "c")}
+    event, found = surveyed(store, reply, {"x": "zab"})
+    assert found is not None and {w.run_id for w in found.matched} == {runs["b"], runs["ab"]}
+    assert deliver_surveyed(store, event, found) == []  # nothing evaluated in the write transaction
+    assert {y for y, run_id in runs.items() if resolved(store, "event", run_id)} == {"b", "ab"}
+
+
+def test_waits_created_or_gone_between_the_survey_and_the_write_are_honoured(store: Store) -> None:
+    """The race the survey opens: a wait committed after it is evaluated in the
+    write transaction (once); a surveyed wait resolved meanwhile is not
+    resolved again; a key row pruned and re-created means a full evaluation."""
+    reply = f"reply-{next(_ids)}"
+    early, gone = (
+        park(store, "event", reply, LINEAR, {"y": "1"}),
+        park(store, "event", reply, LINEAR, {"y": "1"}),
+    )
+    event, found = surveyed(store, reply, {"x": "01"})
+    assert found is not None and len(found.matched) == 2
+    late = park(store, "event", reply, LINEAR, {"y": "01"})  # committed after the survey
+    late_other = park(store, "event", reply, LINEAR, {"y": "2"})
+    store.transact_sync(lambda tx: tx.claim_step_waits(gone, "w"))  # resolved by something else meanwhile
+    assert deliver_surveyed(store, event, found) == []
+    assert [resolved(store, "event", r) for r in (early, gone, late, late_other)] == [
+        True,
+        False,
+        True,
+        False,
+    ]
+
+    reply = f"reply-{next(_ids)}"
+    first = park(store, "event", reply, LINEAR, {"y": "1"})
+    event, found = surveyed(store, reply, {"x": "1"})
+    store.transact_sync(lambda tx: tx.claim_step_waits(first, "w"))
+    assert store.transact_sync(lambda tx: tx.prune_wait_keys(1000)) >= 1  # the key, unused, goes
+    again = park(store, "event", reply, LINEAR, {"y": "1"})  # re-creates it: versions start over
+    assert deliver_surveyed(store, event, found) == [1]  # evaluated here, in full
+    assert resolved(store, "event", again)
+
+
+def test_a_send_surveys_a_name_with_many_unindexed_waits_outside_its_write_transaction(
+    store: Store, db_url: str
+) -> None:
+    reply = f"reply-{next(_ids)}"
+    app = ss.App("surveying", database_url=db_url)
+    try:
+        for y in range(SURVEY_AT):
+            park(store, "event", reply, LINEAR, {"y": f"-{y}"})
+        app.send(ss.Event(reply, {"x": "nothing"}))  # evaluated in its transaction: the name is learnt
+        assert app._surveyed.wanted(reply)
+        matching = park(store, "event", reply, LINEAR, {"y": "!"})
+        with faults.recording() as seen:
+            app.send(ss.Event(reply, {"x": "yes!"}))
+        assert resolved(store, "event", matching)
+        assert seen.sites == ["App._send.op"]  # one write transaction
+    finally:
+        app.close()

@@ -188,3 +188,47 @@ def test_bad_names_and_lookbacks_fail_the_run_naming_the_field(make_app: Callabl
         for run_id, field in ((ra.id, "event"), (rb.id, "lookback")):
             run = env.get(run_id)
             assert run.status == "failed" and run.error is not None and run.error.message.startswith(field)
+
+
+def _tagged(app: ss.App) -> None:
+    @app.function(id="tagged", trigger=ss.on_event("start-tagged"))
+    async def tagged(ctx: ss.Context) -> Any:
+        got = await ctx.step.wait_for_event(
+            "tag", event="tag", if_="async.data.tag in event.data.tags", timeout="30s"
+        )
+        return got.data["n"] if got else None
+
+
+def test_a_wait_indexed_by_each_element_of_its_list_is_cancelled_replayed_and_resolved_once(
+    app: ss.App, db_url: str
+) -> None:
+    """A wait on ``async.data.tag in event.data.tags`` has a row per distinct
+    tag (migration 0024): every exit (a cancel, a match, events racing) takes
+    them all, and a replay writes them again."""
+    _tagged(app)
+    app.start()
+    run_id = run_of(app, app.send(ss.Event("start-tagged", {"tags": ["a", "b", "b", "c"]}))[0]).id
+    _waiting(app, run_id)
+    assert _wait_rows(db_url, run_id) == 3
+    app.runs.cancel(run_id)
+    assert app.runs.wait(run_id, timeout="10s").status == "cancelled"
+    assert _wait_rows(db_url, run_id) == 0
+    app.send(ss.Event("tag", {"tag": "a", "n": 0}))  # a cancelled run's wait is gone: no match
+    app.runs.replay(run_id)
+    wait_for(lambda: _wait_rows(db_url, run_id) == 3, 10, "the replayed run to wait again")
+    app.send(ss.Event("tag", {"tag": "z", "n": 1}))
+    barrier = threading.Barrier(2)
+
+    def send(tag: str, n: int) -> None:
+        barrier.wait()
+        app.send(ss.Event("tag", {"tag": tag, "n": n}))
+
+    threads = [threading.Thread(target=send, args=args) for args in (("b", 2), ("c", 3))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    run = app.runs.wait(run_id, timeout="10s")
+    assert (run.status, run.output in (2, 3)) == ("completed", True)
+    assert [s.status for s in run.steps] == ["completed"]
+    assert _wait_rows(db_url, run_id) == 0

@@ -76,11 +76,18 @@ CREATE INDEX signals_by_run ON signals (run_id, name, seq);
 -- index spans_by_run
 CREATE INDEX spans_by_run ON spans (run_id, id);
 
+-- index waits_by_key_version
+CREATE INDEX waits_by_key_version ON waits (event_name, key_version) WHERE match_key = '';
+
 -- index waits_by_match
 CREATE INDEX waits_by_match ON waits (event_name, match_key, match_value);
 
+-- index waits_by_number
+CREATE INDEX waits_by_number ON waits (event_name, match_key, match_number)
+    WHERE match_number IS NOT NULL;
+
 -- index waits_by_step
-CREATE UNIQUE INDEX waits_by_step ON waits (run_id, step_id, event_name);
+CREATE UNIQUE INDEX waits_by_step ON waits (run_id, step_id, event_name, part);
 
 -- table apps
 CREATE TABLE apps (
@@ -262,7 +269,7 @@ CREATE TABLE steps (
 -- table wait_keys
 CREATE TABLE wait_keys (
     event_name  TEXT NOT NULL,
-    match_key   TEXT NOT NULL,
+    match_key   TEXT NOT NULL, version INTEGER NOT NULL DEFAULT 0, born TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (event_name, match_key)
 );
 
@@ -279,7 +286,7 @@ CREATE TABLE waits (
     event_json   TEXT,
     created_at   REAL NOT NULL,
     expires_at   REAL
-);
+, part INTEGER NOT NULL DEFAULT 0, match_number REAL, key_version INTEGER);
 
 -- table workers
 CREATE TABLE workers (

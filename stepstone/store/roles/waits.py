@@ -15,7 +15,8 @@ class WaitsTx(Protocol):
     def insert_wait(self, wait: WaitRow) -> None:
         """Start waiting; events received after this commit can resolve it. A
         step has at most one wait: if it has one already (a repeated commit),
-        nothing changes."""
+        nothing changes. Its ``also_match`` values are written too (rows that
+        only index it)."""
         ...
 
     def start_wait(self, wait: WaitRow) -> Callable[[], bool]:
@@ -36,6 +37,32 @@ class WaitsTx(Protocol):
 
     def match_waits(self, event_name: str, match_key: str, match_value: str, now: float) -> list[WaitRow]:
         """Unexpired waits on ``event_name`` whose key equals ``match_value``."""
+        ...
+
+    def wait_key_version(self, event_name: str, match_key: str) -> tuple[int, str] | None:
+        """The key row's (version, born): how many waits took it, in commit
+        order, and a token naming this incarnation of the row (retention may
+        delete an unused key, a later wait re-create it); ``None`` if absent."""
+        ...
+
+    def unindexed_waits_after(self, event_name: str, version: int, now: float) -> list[WaitRow]:
+        """Unexpired unindexed waits (``match_key`` '') on ``event_name`` that
+        took the key after ``version`` (committed since it was read), oldest first."""
+        ...
+
+    def match_any_waits(
+        self, event_name: str, match_key: str, match_values: Sequence[str], now: float
+    ) -> list[WaitRow]:
+        """Unexpired waits on ``event_name`` with one of ``match_values`` under
+        ``match_key`` (in one statement), oldest first. A wait stored with
+        several values (``WaitRow.also_match``) comes once per value matched."""
+        ...
+
+    def match_range_waits(
+        self, event_name: str, match_key: str, low: float, high: float, now: float
+    ) -> list[WaitRow]:
+        """Unexpired waits on ``event_name`` under ``match_key`` whose
+        ``match_number`` lies in ``[low, high]`` (infinite bounds allowed), oldest first."""
         ...
 
     def claim_wait(self, wait_id: int) -> bool:

@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import logging
 import random
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -141,8 +142,25 @@ async def _with_outputs(leased: LeasedRun, env: ExecEnv) -> LeasedRun:
     return dataclasses.replace(leased, steps=steps)
 
 
+def refusal(answer: Answer, leased: LeasedRun, request_id: str) -> str | None:
+    """Why a signed answer must not be committed (``None``: it may be). The
+    endpoint is trusted with its own request only: an answer to another request
+    (a captured one, replayed), one writing to another run, or one restaging a
+    step the run already completed (a completed memo is never overwritten)."""
+    if answer.request_id != request_id:
+        return "the answer is to another request"
+    if answer.run_ids() - {leased.run.id}:
+        return "the answer writes to another run"
+    completed = {s.step_id for s in leased.steps if s.status == StepStatus.COMPLETED}
+    restaged = sorted({s.step_id for s in answer.steps} & completed)
+    if restaged:
+        return f"the answer rewrites completed step(s) {', '.join(map(repr, restaged))}"
+    return None
+
+
 async def _invoke_remote(leased: LeasedRun, journal: RunJournal, env: ExecEnv, endpoint: Endpoint) -> Outcome:
-    body = encode_request(await _with_outputs(leased, env))
+    request_id = secrets.token_hex(16)
+    body = encode_request(await _with_outputs(leased, env), request_id)
     if len(body) > limits.MAX_PUSH_BYTES:
         message = (
             f"the run's state is {len(body)} bytes, over the {limits.MAX_PUSH_BYTES} an invocation carries"
@@ -151,8 +169,9 @@ async def _invoke_remote(leased: LeasedRun, journal: RunJournal, env: ExecEnv, e
         return await settle(failed, leased, journal, env)
     try:
         answer = await endpoint.call(body)
-        if answer.run_ids() - {leased.run.id}:
-            raise Unavailable("the answer writes to another run")
+        why = refusal(answer, leased, request_id)
+        if why is not None:
+            raise Unavailable(f"HTTP 200: {why}")
     except Unavailable as exc:
         return await _unavailable(leased, journal, env, endpoint, str(exc))
     endpoint.failures.pop(leased.run.id, None)

@@ -174,7 +174,7 @@ def _request(run_id: str) -> bytes:
     event = EventRow(
         seq=1, id="e1", name="order", data="{}", ts=int(time.time() * 1000), received_at=time.time()
     )
-    return encode_request(LeasedRun(run=run, epoch=1, events=[event], steps=[]))
+    return encode_request(LeasedRun(run=run, epoch=1, events=[event], steps=[]), "request-1")
 
 
 def test_bad_signatures_get_401_and_execute_nothing(procs: Procs) -> None:

@@ -4,16 +4,25 @@ pusher against a real store (both backends), the endpoint in process behind
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 
 import stepstone as ss
+from stepstone.executor import ExecEnv
+from stepstone.pusher import Endpoint, PushSettings, push, served_apps
+from stepstone.registry import Registry
+from stepstone.scheduler.leasing import lease
+from stepstone.signing import SIGNATURE_HEADER, sign
+from stepstone.wire import Answer
 from tests.polling import wait_for
-from tests.pushing import KEY, pushing, register_app
+from tests.pushing import KEY, KEYS, pushing, register_app
 
 URL = "http://served.test/api/stepstone"
 
@@ -388,3 +397,101 @@ def test_invoking_a_function_no_one_registered_fails_the_step(served: Served) ->
         run = served.client.runs.wait(run_for(served.client, event_id).id, timeout="20s")
     assert run.status == "failed"
     assert run.error is not None and "no function 'nope' to invoke" in run.error.message
+
+
+# -- answers the server must refuse (the endpoint is trusted only for its own request) ------------
+def _registry(client: ss.App) -> Registry:
+    registry = Registry()
+    for fn in served_apps(client.catalog.registry(client.store))[URL]:
+        registry.add_definition(fn)
+    return registry
+
+
+def _push_once(client: ss.App, transport: httpx.AsyncBaseTransport) -> object:
+    """Lease the one due run and push one invocation of it through ``transport``."""
+    registry = _registry(client)
+    now = client.clock.now() + 2  # past the run's 1 s sleep
+    [leased] = client.store.transact_sync(lambda tx: lease(tx, "A", registry, 1, now, now + 60))
+
+    async def push_as_a() -> object:
+        endpoint = Endpoint(URL, KEYS, PushSettings(), transport)
+        with ThreadPoolExecutor(2) as threads:
+            env = ExecEnv(client.store, registry, client.clock, "A", 60.0, threads, lambda: registry)
+            try:
+                return await push(leased, env, endpoint)
+            finally:
+                await endpoint.close()
+
+    return asyncio.run(push_as_a())
+
+
+def _stored(client: ss.App, run_id: str) -> tuple[object, list[object]]:
+    steps, spans = client.store.read_sync(lambda tx: (tx.get_steps(run_id), tx.get_spans(run_id)))
+    return steps, [s for s in spans if s.name != "endpoint unavailable"]
+
+
+def _refusals(client: ss.App, run_id: str) -> list[str]:
+    spans = client.store.read_sync(lambda tx: tx.get_spans(run_id))
+    return [str(s.detail) for s in spans if s.name == "endpoint unavailable"]
+
+
+def _two_step_app(served: Served) -> None:
+    @served.app.function(id="two", trigger=ss.on_event("two"))
+    def two(ctx: ss.Context) -> object:
+        first = ctx.step.run("a", lambda: "a")
+        ctx.step.sleep("nap", "1s")
+        return [first, ctx.step.run("b", lambda: "b")]
+
+
+def test_a_captured_answer_replayed_to_a_later_request_writes_nothing(served: Served) -> None:
+    _two_step_app(served)
+    served.register()
+    client = served.client
+    [event_id] = client.send(ss.Event("two", {}))
+    run_id = run_for(client, event_id).id
+    captured: list[httpx.Response] = []
+
+    async def capture(request: httpx.Request) -> httpx.Response:
+        async with httpx.AsyncClient(transport=served.transport()) as http:
+            response = await http.post(str(request.url), content=request.content, headers=request.headers)
+        captured.append(response)
+        return response
+
+    _push_once(client, httpx.MockTransport(capture))  # the first request: "a" committed, then the sleep
+    before = _stored(client, run_id)
+
+    async def replay(request: httpx.Request) -> httpx.Response:  # signed, fresh, but another request's
+        return httpx.Response(200, content=captured[0].content, headers=captured[0].headers)
+
+    _push_once(client, httpx.MockTransport(replay))
+    assert _stored(client, run_id) == before  # nothing of the replayed answer committed
+    [refusal] = _refusals(client, run_id)
+    assert "another request" in refusal
+    with pushing(client, served.transport()):
+        run = client.runs.wait(run_id, timeout="20s")
+    assert (run.status, run.output) == ("completed", ["a", "b"])
+
+
+def test_an_answer_restaging_a_completed_step_never_overwrites_it(served: Served) -> None:
+    _two_step_app(served)
+    served.register()
+    client = served.client
+    [event_id] = client.send(ss.Event("two", {}))
+    run_id = run_for(client, event_id).id
+    _push_once(client, served.transport())
+    [a] = [s for s in client.store.read_sync(lambda tx: tx.get_steps(run_id)) if s.step_id == "a"]
+
+    async def forge(request: httpx.Request) -> httpx.Response:
+        async with httpx.AsyncClient(transport=served.transport()) as http:
+            real = await http.post(str(request.url), content=request.content, headers=request.headers)
+        answer = Answer.decode(real.content)
+        forged = dataclasses.replace(answer, steps=(*answer.steps, dataclasses.replace(a, output='"forged"')))
+        body = forged.encode()
+        return httpx.Response(200, content=body, headers={SIGNATURE_HEADER: sign(body, KEYS)})
+
+    _push_once(client, httpx.MockTransport(forge))
+    [kept] = [s for s in client.store.read_sync(lambda tx: tx.get_steps(run_id)) if s.step_id == "a"]
+    assert kept == a
+    [refusal] = _refusals(client, run_id)
+    assert "'a'" in refusal and "completed" in refusal
+    assert client.runs.get(run_id).status == "running"  # called again later, not failed

@@ -24,16 +24,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import random
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from stepstone import limits, serde
+from stepstone.catalog import rebuild
 from stepstone.clock import Clock
 from stepstone.errors import ErrorInfo
 from stepstone.executor import ExecEnv, Outcome, execute, settle
@@ -43,7 +45,7 @@ from stepstone.journal import RunJournal
 from stepstone.registry import Registry
 from stepstone.signals import CancelSignal
 from stepstone.signing import SIGNATURE_HEADER, SignatureError, SigningKeys, sign, verify
-from stepstone.store.base import Store
+from stepstone.store.base import Store, Tx
 from stepstone.store.rows import ENDED_STATUSES, LeasedRun, RunStatus, StepStatus
 from stepstone.wire import Answer, Decision, WireError, encode_request
 from stepstone.worker import Worker, default_instance_id
@@ -208,14 +210,38 @@ async def _unavailable(
     return await settle(parked, leased, journal, env)
 
 
-def served_apps(registry: Registry) -> dict[str, list[FunctionDef]]:
-    """The catalog's functions served over HTTP, by endpoint URL."""
+def served_apps(registry: Iterable[FunctionDef]) -> dict[str, list[FunctionDef]]:
+    """The functions served over HTTP among ``registry``'s, by endpoint URL."""
     apps: dict[str, list[FunctionDef]] = {}
     for fn in registry:
         url = fn.options.get(SERVE_URL)
         if isinstance(url, str) and url:
             apps.setdefault(url, []).append(fn)
     return apps
+
+
+def _without_crons(config: str) -> FunctionDef:
+    description = json.loads(config)
+    triggers = [t for t in description.get("triggers", []) if "cron" not in t]
+    return rebuild({**description, "triggers": triggers})
+
+
+def draining(tx: Tx) -> list[FunctionDef]:
+    """Retired functions served over HTTP (their app unregistered, or a re-sync
+    dropped them) that still have runs not ended: the pusher keeps executing
+    those runs at the URL that served them, as an old worker drains what it
+    hosts (the endpoint finishes them, or fails each with ``UnknownFunction``
+    if it no longer serves the function). Without their cron triggers: a
+    retired function starts no run."""
+    retired = tx.retired_functions()
+    if not retired:
+        return []
+    rows = tx.load_functions()
+    candidates = [rows[i][1] for i in sorted(retired) if i in rows and SERVE_URL in json.loads(rows[i][1])]
+    if not candidates:
+        return []
+    active = {row.function_id for row in tx.count_active_runs()}
+    return [fn for fn in map(_without_crons, candidates) if fn.id in active]
 
 
 class Pusher:
@@ -266,8 +292,9 @@ class Pusher:
 
     async def refresh(self) -> None:
         """Start a worker for each newly served app, update the functions of
-        the others, stop those no longer served."""
-        apps = served_apps(await asyncio.to_thread(self.catalog))
+        the others (with those still ``draining``), stop those no longer served."""
+        live = await asyncio.to_thread(self.catalog)
+        apps = served_apps([*live, *await self.store.read(draining)])
         for url, functions in apps.items():
             registry = Registry()
             for fn in functions:

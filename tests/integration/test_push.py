@@ -495,3 +495,50 @@ def test_an_answer_restaging_a_completed_step_never_overwrites_it(served: Served
     [refusal] = _refusals(client, run_id)
     assert "'a'" in refusal and "completed" in refusal
     assert client.runs.get(run_id).status == "running"  # called again later, not failed
+
+
+# -- functions no longer served: their started runs drain to the URL that served them ------------
+def _napper(app: ss.App) -> None:
+    @app.function(id="napper", trigger=ss.on_event("napper"))
+    def napper(ctx: ss.Context) -> object:
+        ctx.step.run("before", lambda: "before")
+        ctx.step.sleep("nap", "0.3s")
+        return ctx.step.run("after", lambda: "after")
+
+
+def test_an_unregistered_apps_started_runs_drain_to_its_endpoint(served: Served) -> None:
+    from stepstone.appsync import unregister_app
+
+    _napper(served.app)
+    served.register()
+    client = served.client
+    with pushing(client, served.transport()):
+        [event_id] = client.send(ss.Event("napper", {}))
+        run_id = run_for(client, event_id).id
+        wait_for(lambda: client.runs.get(run_id).status == "sleeping", 10, "the nap")
+        asyncio.run(unregister_app(client.store, client.clock, URL))
+        client.catalog.invalidate()
+        assert client.send(ss.Event("napper", {})) != [] and len(client.runs.list(function_id="napper")) == 1
+        run = client.runs.wait(run_id, timeout="10s")  # the endpoint still serves it: the run completes
+    assert (run.status, run.output) == ("completed", "after")
+
+
+def test_a_function_a_resync_dropped_fails_its_started_runs_clearly(served: Served) -> None:
+    _napper(served.app)
+    served.register()
+    client = served.client
+    with pushing(client, served.transport()):
+        [event_id] = client.send(ss.Event("napper", {}))
+        run_id = run_for(client, event_id).id
+        wait_for(lambda: client.runs.get(run_id).status == "sleeping", 10, "the nap")
+        v2 = ss.App("served", database_url="sqlite:////nonexistent/never-opened.db")
+
+        @v2.function(id="other", trigger=ss.on_event("other"))
+        def other(ctx: ss.Context) -> str:
+            return "other"
+
+        served.asgi = ss.serve(v2, signing_key=KEY)  # redeployed without napper, then synced
+        register_app(client, v2, URL)
+        run = client.runs.wait(run_id, timeout="20s")
+    assert run.status == "failed"
+    assert run.error is not None and "no function 'napper' at this endpoint" in run.error.message

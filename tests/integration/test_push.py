@@ -542,3 +542,36 @@ def test_a_function_a_resync_dropped_fails_its_started_runs_clearly(served: Serv
         run = client.runs.wait(run_id, timeout="20s")
     assert run.status == "failed"
     assert run.error is not None and "no function 'napper' at this endpoint" in run.error.message
+
+
+def test_a_burst_never_opens_more_requests_than_the_push_concurrency(served: Served) -> None:
+    open_now, peak, done = [0], [0], [0]
+
+    @served.app.function(id="burst", trigger=ss.on_event("burst"))
+    async def burst(ctx: ss.Context) -> object:
+        return await ctx.step.run("work", asyncio.sleep, 0.005)
+
+    served.register()
+    inner = served.asgi
+
+    async def counting(scope: dict[str, object], receive: object, send: object) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            open_now[0] += 1
+            peak[0] = max(peak[0], open_now[0])
+            try:
+                await inner(scope, receive, send)  # type: ignore[arg-type]
+            finally:
+                open_now[0] -= 1
+                done[0] += 1
+            return
+        await inner(scope, receive, send)  # type: ignore[arg-type]
+
+    served.asgi = counting  # type: ignore[assignment]
+    served.client.send([ss.Event("burst", {"n": n}) for n in range(200)])
+    with pushing(served.client, served.transport(), concurrency=4):
+
+        def completed() -> list[ss.Run]:
+            return served.client.runs.list(function_id="burst", status="completed", limit=500)
+
+        wait_for(lambda: len(completed()) == 200, 60, "200 completed runs")
+    assert 1 < peak[0] <= 4  # requests overlapped, never past the bound

@@ -575,3 +575,26 @@ def test_a_burst_never_opens_more_requests_than_the_push_concurrency(served: Ser
 
         wait_for(lambda: len(completed()) == 200, 60, "200 completed runs")
     assert 1 < peak[0] <= 4  # requests overlapped, never past the bound
+
+
+def test_a_pushed_run_past_max_state_fails_as_in_a_worker(served: Served) -> None:
+    ran: list[int] = []
+
+    @served.app.function(id="hoarder", trigger=ss.on_event("hoarder"), max_state="1KB")
+    def hoarder(ctx: ss.Context) -> object:
+        def chunk(n: int) -> str:
+            ran.append(n)
+            return "x" * 400
+
+        for n in range(4):
+            ctx.step.sleep(f"nap{n}", "0.01s")  # each output then travels in a later request
+            ctx.step.run(f"chunk{n}", chunk, n)
+        return "hoarded"
+
+    served.register()
+    with pushing(served.client, served.transport()):
+        [event_id] = served.client.send(ss.Event("hoarder", {}))
+        run = served.client.runs.wait(run_for(served.client, event_id).id, timeout="20s")
+    assert run.status == "failed"
+    assert run.error is not None and run.error.type == "LimitExceededError", run.error
+    assert ran == [0, 1, 2]  # the third output passed the cap; nothing ran after it

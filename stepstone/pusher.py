@@ -75,6 +75,20 @@ class Unavailable(Exception):
     """The endpoint gave no usable answer (the run is retried, not failed)."""
 
 
+async def _read_capped(response: httpx.Response) -> bytes:
+    """The answer's body, read no further than the cap (whether or not it says its length)."""
+    too_large = Unavailable(f"HTTP {response.status_code}: an answer over {limits.MAX_PUSH_BYTES} bytes")
+    if int(response.headers.get("content-length") or 0) > limits.MAX_PUSH_BYTES:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > limits.MAX_PUSH_BYTES:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 class Endpoint:
     """One served app's URL: signed requests, verified answers, back-off state."""
 
@@ -94,19 +108,18 @@ class Endpoint:
     async def call(self, body: bytes) -> Answer:
         headers = {SIGNATURE_HEADER: sign(body, self.keys), "content-type": "application/json"}
         try:
-            response = await self.http.post(self.url, content=body, headers=headers)
+            async with self.http.stream("POST", self.url, content=body, headers=headers) as response:
+                content = await _read_capped(response)
         except httpx.HTTPError as exc:
             raise Unavailable(f"{type(exc).__name__}: {exc}") from exc
-        if int(response.headers.get("content-length") or 0) > limits.MAX_PUSH_BYTES:
-            raise Unavailable(f"HTTP {response.status_code}: an answer over {limits.MAX_PUSH_BYTES} bytes")
         try:
-            verify(response.headers.get(SIGNATURE_HEADER), response.content, self.keys)
+            verify(response.headers.get(SIGNATURE_HEADER), content, self.keys)
         except SignatureError as exc:
             raise Unavailable(f"HTTP {response.status_code}: the answer's signature: {exc}") from exc
         if response.status_code != 200:
-            raise Unavailable(f"HTTP {response.status_code}: {response.text[:500]}")
+            raise Unavailable(f"HTTP {response.status_code}: {content[:500].decode(errors='replace')}")
         try:
-            return Answer.decode(response.content)
+            return Answer.decode(content)
         except WireError as exc:
             raise Unavailable(f"HTTP 200: {exc}") from exc
 

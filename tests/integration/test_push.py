@@ -8,7 +8,7 @@ import asyncio
 import dataclasses
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -598,3 +598,35 @@ def test_a_pushed_run_past_max_state_fails_as_in_a_worker(served: Served) -> Non
     assert run.status == "failed"
     assert run.error is not None and run.error.type == "LimitExceededError", run.error
     assert ran == [0, 1, 2]  # the third output passed the cap; nothing ran after it
+
+
+def test_an_answer_over_the_cap_without_a_length_is_refused(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stepstone import limits
+    from stepstone.journal import warning_span
+
+    monkeypatch.setattr(limits, "MAX_PUSH_BYTES", 100_000)
+    _two_step_app(served)
+    served.register()
+    client = served.client
+    [event_id] = client.send(ss.Event("two", {}))
+    run_id = run_for(client, event_id).id
+
+    async def bloat(request: httpx.Request) -> httpx.Response:
+        async with httpx.AsyncClient(transport=served.transport()) as http:
+            real = await http.post(str(request.url), content=request.content, headers=request.headers)
+        answer = Answer.decode(real.content)
+        ballast = warning_span(run_id, "ballast", "x" * 200_000, 1.0)
+        body = dataclasses.replace(answer, spans=(*answer.spans, ballast)).encode()
+
+        async def chunks() -> AsyncIterator[bytes]:  # streamed: no content-length to go by
+            for at in range(0, len(body), 16_384):
+                yield body[at : at + 16_384]
+
+        return httpx.Response(200, content=chunks(), headers={SIGNATURE_HEADER: sign(body, KEYS)})
+
+    _push_once(client, httpx.MockTransport(bloat))
+    assert client.store.read_sync(lambda tx: tx.get_steps(run_id)) == []  # nothing committed
+    [refusal] = _refusals(client, run_id)
+    assert "100000 bytes" in refusal

@@ -237,9 +237,8 @@ async def _note_failure(store: Store, url: str, exc: StepstoneError, now: float)
 
 async def unregister_app(store: Store, clock: Clock, url: str) -> AppRow:
     """Forget the app served at ``url`` and retire its functions: events start
-    no new runs of them, and a retired function's runs are not executed (they
-    wait for an operator's cancel or a new sync). ``NotFoundError`` if ``url``
-    is not registered."""
+    no new runs of them; runs already started drain to ``url`` (``pusher.draining``).
+    ``NotFoundError`` if ``url`` is not registered."""
     now = clock.now()
 
     def op(tx: Tx) -> AppRow:

@@ -84,11 +84,11 @@ class Endpoint:
     async def invoke(self, body: bytes) -> tuple[int, bytes, str]:
         """Run one invocation (``endpoint_invoke.py``) and answer what to commit."""
         try:
-            leased = decode_request(body)
+            leased, request_id = decode_request(body)
         except WireError as exc:
             return self._answer(400, {"error": "bad_request", "message": str(exc)})
         try:
-            answer = await invoke(leased, self.env, self.max_duration)
+            answer = await invoke(leased, request_id, self.env, self.max_duration)
         except Exception as exc:
             log.exception("run %s: the invocation failed", leased.run.id)
             return self._answer(500, {"error": "internal", "message": f"{type(exc).__name__}: {exc}"})

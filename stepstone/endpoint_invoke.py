@@ -140,8 +140,9 @@ class EndpointEnv(HostServices):
         return found
 
 
-async def invoke(leased: LeasedRun, env: EndpointEnv, max_duration: float) -> Answer:
-    """Run one invocation of ``leased`` and return what the server must commit."""
+async def invoke(leased: LeasedRun, request_id: str, env: EndpointEnv, max_duration: float) -> Answer:
+    """Run one invocation of ``leased`` and return what the server must commit,
+    as the answer to request ``request_id``."""
     journal = EndpointJournal(leased.run.id, env.clock, time.monotonic() + max_duration * BUDGET_SHARE)
     fn = env.registry.get(leased.run.function_id)
     if fn is None:
@@ -155,6 +156,7 @@ async def invoke(leased: LeasedRun, env: EndpointEnv, max_duration: float) -> An
         decision = handled.decision
         await failure_hook(handled, decision.status)
     return Answer(
+        request_id=request_id,
         steps=tuple(journal.steps),
         spans=tuple(journal.spans),
         effects=tuple(journal.effects),

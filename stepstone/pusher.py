@@ -24,15 +24,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import random
-from collections.abc import Callable
+import secrets
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from stepstone import limits, serde
+from stepstone.catalog import rebuild
 from stepstone.clock import Clock
 from stepstone.errors import ErrorInfo
 from stepstone.executor import ExecEnv, Outcome, execute, settle
@@ -42,7 +45,7 @@ from stepstone.journal import RunJournal
 from stepstone.registry import Registry
 from stepstone.signals import CancelSignal
 from stepstone.signing import SIGNATURE_HEADER, SignatureError, SigningKeys, sign, verify
-from stepstone.store.base import Store
+from stepstone.store.base import Store, Tx
 from stepstone.store.rows import ENDED_STATUSES, LeasedRun, RunStatus, StepStatus
 from stepstone.wire import Answer, Decision, WireError, encode_request
 from stepstone.worker import Worker, default_instance_id
@@ -72,6 +75,20 @@ class Unavailable(Exception):
     """The endpoint gave no usable answer (the run is retried, not failed)."""
 
 
+async def _read_capped(response: httpx.Response) -> bytes:
+    """The answer's body, read no further than the cap (whether or not it says its length)."""
+    too_large = Unavailable(f"HTTP {response.status_code}: an answer over {limits.MAX_PUSH_BYTES} bytes")
+    if int(response.headers.get("content-length") or 0) > limits.MAX_PUSH_BYTES:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > limits.MAX_PUSH_BYTES:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 class Endpoint:
     """One served app's URL: signed requests, verified answers, back-off state."""
 
@@ -91,19 +108,18 @@ class Endpoint:
     async def call(self, body: bytes) -> Answer:
         headers = {SIGNATURE_HEADER: sign(body, self.keys), "content-type": "application/json"}
         try:
-            response = await self.http.post(self.url, content=body, headers=headers)
+            async with self.http.stream("POST", self.url, content=body, headers=headers) as response:
+                content = await _read_capped(response)
         except httpx.HTTPError as exc:
             raise Unavailable(f"{type(exc).__name__}: {exc}") from exc
-        if int(response.headers.get("content-length") or 0) > limits.MAX_PUSH_BYTES:
-            raise Unavailable(f"HTTP {response.status_code}: an answer over {limits.MAX_PUSH_BYTES} bytes")
         try:
-            verify(response.headers.get(SIGNATURE_HEADER), response.content, self.keys)
+            verify(response.headers.get(SIGNATURE_HEADER), content, self.keys)
         except SignatureError as exc:
             raise Unavailable(f"HTTP {response.status_code}: the answer's signature: {exc}") from exc
         if response.status_code != 200:
-            raise Unavailable(f"HTTP {response.status_code}: {response.text[:500]}")
+            raise Unavailable(f"HTTP {response.status_code}: {content[:500].decode(errors='replace')}")
         try:
-            return Answer.decode(response.content)
+            return Answer.decode(content)
         except WireError as exc:
             raise Unavailable(f"HTTP 200: {exc}") from exc
 
@@ -141,8 +157,25 @@ async def _with_outputs(leased: LeasedRun, env: ExecEnv) -> LeasedRun:
     return dataclasses.replace(leased, steps=steps)
 
 
+def refusal(answer: Answer, leased: LeasedRun, request_id: str) -> str | None:
+    """Why a signed answer must not be committed (``None``: it may be). The
+    endpoint is trusted with its own request only: an answer to another request
+    (a captured one, replayed), one writing to another run, or one restaging a
+    step the run already completed (a completed memo is never overwritten)."""
+    if answer.request_id != request_id:
+        return "the answer is to another request"
+    if answer.run_ids() - {leased.run.id}:
+        return "the answer writes to another run"
+    completed = {s.step_id for s in leased.steps if s.status == StepStatus.COMPLETED}
+    restaged = sorted({s.step_id for s in answer.steps} & completed)
+    if restaged:
+        return f"the answer rewrites completed step(s) {', '.join(map(repr, restaged))}"
+    return None
+
+
 async def _invoke_remote(leased: LeasedRun, journal: RunJournal, env: ExecEnv, endpoint: Endpoint) -> Outcome:
-    body = encode_request(await _with_outputs(leased, env))
+    request_id = secrets.token_hex(16)
+    body = encode_request(await _with_outputs(leased, env), request_id)
     if len(body) > limits.MAX_PUSH_BYTES:
         message = (
             f"the run's state is {len(body)} bytes, over the {limits.MAX_PUSH_BYTES} an invocation carries"
@@ -151,8 +184,9 @@ async def _invoke_remote(leased: LeasedRun, journal: RunJournal, env: ExecEnv, e
         return await settle(failed, leased, journal, env)
     try:
         answer = await endpoint.call(body)
-        if answer.run_ids() - {leased.run.id}:
-            raise Unavailable("the answer writes to another run")
+        why = refusal(answer, leased, request_id)
+        if why is not None:
+            raise Unavailable(f"HTTP 200: {why}")
     except Unavailable as exc:
         return await _unavailable(leased, journal, env, endpoint, str(exc))
     endpoint.failures.pop(leased.run.id, None)
@@ -189,14 +223,38 @@ async def _unavailable(
     return await settle(parked, leased, journal, env)
 
 
-def served_apps(registry: Registry) -> dict[str, list[FunctionDef]]:
-    """The catalog's functions served over HTTP, by endpoint URL."""
+def served_apps(registry: Iterable[FunctionDef]) -> dict[str, list[FunctionDef]]:
+    """The functions served over HTTP among ``registry``'s, by endpoint URL."""
     apps: dict[str, list[FunctionDef]] = {}
     for fn in registry:
         url = fn.options.get(SERVE_URL)
         if isinstance(url, str) and url:
             apps.setdefault(url, []).append(fn)
     return apps
+
+
+def _without_crons(config: str) -> FunctionDef:
+    description = json.loads(config)
+    triggers = [t for t in description.get("triggers", []) if "cron" not in t]
+    return rebuild({**description, "triggers": triggers})
+
+
+def draining(tx: Tx) -> list[FunctionDef]:
+    """Retired functions served over HTTP (their app unregistered, or a re-sync
+    dropped them) that still have runs not ended: the pusher keeps executing
+    those runs at the URL that served them, as an old worker drains what it
+    hosts (the endpoint finishes them, or fails each with ``UnknownFunction``
+    if it no longer serves the function). Without their cron triggers: a
+    retired function starts no run."""
+    retired = tx.retired_functions()
+    if not retired:
+        return []
+    rows = tx.load_functions()
+    candidates = [rows[i][1] for i in sorted(retired) if i in rows and SERVE_URL in json.loads(rows[i][1])]
+    if not candidates:
+        return []
+    active = {row.function_id for row in tx.count_active_runs()}
+    return [fn for fn in map(_without_crons, candidates) if fn.id in active]
 
 
 class Pusher:
@@ -247,8 +305,9 @@ class Pusher:
 
     async def refresh(self) -> None:
         """Start a worker for each newly served app, update the functions of
-        the others, stop those no longer served."""
-        apps = served_apps(await asyncio.to_thread(self.catalog))
+        the others (with those still ``draining``), stop those no longer served."""
+        live = await asyncio.to_thread(self.catalog)
+        apps = served_apps([*live, *await self.store.read(draining)])
         for url, functions in apps.items():
             registry = Registry()
             for fn in functions:

@@ -191,10 +191,12 @@ def _run_to_json(run: RunRow) -> dict[str, Any]:
     return {**dataclasses.asdict(run), "event_ids": json.dumps(run.event_ids)}
 
 
-def encode_request(leased: LeasedRun) -> bytes:
-    """The body of the invocation request for a leased run."""
+def encode_request(leased: LeasedRun, request_id: str) -> bytes:
+    """The body of the invocation request for a leased run; ``request_id`` (fresh
+    per request) must come back in the answer, binding the answer to it."""
     body = {
         "protocol": PROTOCOL,
+        "request_id": request_id,
         "run": _run_to_json(leased.run),
         "epoch": leased.epoch,
         "events": [dataclasses.asdict(e) for e in leased.events],
@@ -203,25 +205,37 @@ def encode_request(leased: LeasedRun) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def decode_request(body: bytes) -> LeasedRun:
+def decode_request(body: bytes) -> tuple[LeasedRun, str]:
+    """The leased run a request carries, and its request id."""
     raw = _document(body, "request")
     try:
-        return LeasedRun(
+        leased = LeasedRun(
             run=RunRow.from_row(raw["run"]),
             epoch=int(raw["epoch"]),
             events=[EventRow.from_row(e) for e in raw["events"]],
             steps=[StepRow.from_row(s) for s in raw["steps"]],
         )
+        return leased, _request_id(raw)
     except (KeyError, TypeError, ValueError) as exc:
         raise WireError(f"bad request: {exc}") from exc
+
+
+def _request_id(raw: dict[str, Any]) -> str:
+    value = raw["request_id"]
+    if not isinstance(value, str) or not value:
+        raise ValueError("'request_id' must be a non-empty string")
+    return value
 
 
 @dataclass(frozen=True, kw_only=True)
 class Answer:
     """What an endpoint's invocation staged, in order, and how it ended.
     ``deferred``: an operation that needs the database mid-invocation (a wait's
-    timeout, a signal): the server commits it with the memos, then calls again."""
+    timeout, a signal): the server commits it with the memos, then calls again.
+    ``request_id``: the request it answers (another request's answer, even
+    validly signed, is refused: a captured answer cannot be replayed)."""
 
+    request_id: str
     steps: tuple[StepRow, ...]
     spans: tuple[SpanRow, ...]
     effects: tuple[EffectRecord, ...]
@@ -231,6 +245,7 @@ class Answer:
     def encode(self) -> bytes:
         body = {
             "protocol": PROTOCOL,
+            "request_id": self.request_id,
             "steps": [dataclasses.asdict(s) for s in self.steps],
             "spans": [dataclasses.asdict(s) for s in self.spans],
             "effects": [effect_to_json(e) for e in self.effects],
@@ -245,6 +260,7 @@ class Answer:
         try:
             deferred = raw.get("deferred")
             return cls(
+                request_id=_request_id(raw),
                 steps=tuple(StepRow.from_row(s) for s in raw["steps"]),
                 spans=tuple(SpanRow.from_row(s) for s in raw["spans"]),
                 effects=tuple(effect_from_json(e) for e in raw["effects"]),

@@ -60,6 +60,14 @@ def _serve(api: Any, host: str, port: int, access_log: bool = True) -> None:
     type=click.FloatRange(min=1.0),
     help="Seconds an app served over HTTP may take to answer (above its max_duration).",
 )
+@click.option(
+    "--push-lease-ttl",
+    default=15.0,
+    show_default=True,
+    type=click.FloatRange(min=1.0),
+    help="Seconds a pushed run's lease outlives a server that died (another server, or this one "
+    "restarted, resumes it then).",
+)
 def server(
     database_url: str | None,
     host: str,
@@ -72,6 +80,7 @@ def server(
     signing_key_fallback: str | None,
     push_concurrency: int,
     push_timeout: float,
+    push_lease_ttl: float,
 ) -> None:
     """Serve the HTTP API over a database; no user code needed. With a signing
     key, also execute the runs of apps served over HTTP (ss.serve)."""
@@ -94,7 +103,7 @@ def server(
         console.print(
             f"Stepstone API and dashboard on http://{host}:{port} over {app.database_url}", highlight=False
         )
-        push = PushSettings(concurrency=push_concurrency, timeout=push_timeout)
+        push = PushSettings(concurrency=push_concurrency, timeout=push_timeout, lease_ttl=push_lease_ttl)
         _serve(create_app(app, auth, signing=signing, push=push), host, port, access_log)
     finally:
         app.close()

@@ -80,10 +80,10 @@ class Procs:
 
         wait_for(up, 30, "the endpoint")
 
-    def start_server(self, key: str, fallback: str = "") -> None:
+    def start_server(self, key: str, fallback: str = "", *extra: str) -> None:
         args = [STEPSTONE, "--log-level", "WARNING", "server", "--database-url", self.db_url]
         port = free_port()
-        args += ["--port", str(port), "--signing-key", key, "--push-concurrency", "4"]
+        args += ["--port", str(port), "--signing-key", key, "--push-concurrency", "4", *extra]
         if fallback:
             args += ["--signing-key-fallback", fallback]
         self.server = self._spawn(args, STEPSTONE_API_KEY="api-key-for-tests")
@@ -174,7 +174,7 @@ def _request(run_id: str) -> bytes:
     event = EventRow(
         seq=1, id="e1", name="order", data="{}", ts=int(time.time() * 1000), received_at=time.time()
     )
-    return encode_request(LeasedRun(run=run, epoch=1, events=[event], steps=[]))
+    return encode_request(LeasedRun(run=run, epoch=1, events=[event], steps=[]), "request-1")
 
 
 def test_bad_signatures_get_401_and_execute_nothing(procs: Procs) -> None:
@@ -298,3 +298,27 @@ def test_invoke_across_a_worker_and_an_endpoint(procs: Procs) -> None:
         local.close()
     assert (first.status, first.output) == ("completed", 42), first.error
     assert (second.status, second.output) == ("completed", 25), second.error
+
+
+def test_the_server_killed_mid_request_and_restarted(procs: Procs) -> None:
+    """A restarted server resumes the run once the dead one's lease lapses; no
+    committed step runs again, and the dead server's lost answer commits nothing."""
+    slow = {"MAX_DURATION": "0.5", "STEP_SECONDS": "0.1", "LONG_STEPS": "12"}
+    procs.start_endpoint(OLD, env=slow)
+    procs.register(SigningKeys.of(OLD))
+    procs.start_server(OLD, "", "--push-lease-ttl", "2")
+    [event_id] = procs.client.send(ss.Event("long", {}))
+    run_id = procs.run_of(event_id)
+
+    def committed() -> set[str]:
+        return {s.id for s in procs.client.runs.get(run_id).steps if s.status == "completed"}
+
+    wait_for(lambda: len(committed()) >= 4, 30, "four committed steps")
+    procs.stop(procs.server, signal.SIGKILL)  # most likely mid-request: requests follow each other
+    done_before = committed()
+    procs.start_server(OLD, "", "--push-lease-ttl", "2")
+    run = procs.client.runs.wait(run_id, timeout="60s")
+    assert (run.status, run.output) == ("completed", 12), run.error
+    counts = phases(ledger({"LEDGER_PATH": procs.ledger}), run_id)
+    assert all(counts[step, "start"] == 1 for step in done_before), counts
+    assert all(counts.get((f"s{n}", "end"), 0) >= 1 for n in range(12))

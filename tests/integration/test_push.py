@@ -4,16 +4,25 @@ pusher against a real store (both backends), the endpoint in process behind
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 
 import stepstone as ss
+from stepstone.executor import ExecEnv
+from stepstone.pusher import Endpoint, PushSettings, push, served_apps
+from stepstone.registry import Registry
+from stepstone.scheduler.leasing import lease
+from stepstone.signing import SIGNATURE_HEADER, sign
+from stepstone.wire import Answer
 from tests.polling import wait_for
-from tests.pushing import KEY, pushing, register_app
+from tests.pushing import KEY, KEYS, pushing, register_app
 
 URL = "http://served.test/api/stepstone"
 
@@ -388,3 +397,236 @@ def test_invoking_a_function_no_one_registered_fails_the_step(served: Served) ->
         run = served.client.runs.wait(run_for(served.client, event_id).id, timeout="20s")
     assert run.status == "failed"
     assert run.error is not None and "no function 'nope' to invoke" in run.error.message
+
+
+# -- answers the server must refuse (the endpoint is trusted only for its own request) ------------
+def _registry(client: ss.App) -> Registry:
+    registry = Registry()
+    for fn in served_apps(client.catalog.registry(client.store))[URL]:
+        registry.add_definition(fn)
+    return registry
+
+
+def _push_once(client: ss.App, transport: httpx.AsyncBaseTransport) -> object:
+    """Lease the one due run and push one invocation of it through ``transport``."""
+    registry = _registry(client)
+    now = client.clock.now() + 2  # past the run's 1 s sleep
+    [leased] = client.store.transact_sync(lambda tx: lease(tx, "A", registry, 1, now, now + 60))
+
+    async def push_as_a() -> object:
+        endpoint = Endpoint(URL, KEYS, PushSettings(), transport)
+        with ThreadPoolExecutor(2) as threads:
+            env = ExecEnv(client.store, registry, client.clock, "A", 60.0, threads, lambda: registry)
+            try:
+                return await push(leased, env, endpoint)
+            finally:
+                await endpoint.close()
+
+    return asyncio.run(push_as_a())
+
+
+def _stored(client: ss.App, run_id: str) -> tuple[object, list[object]]:
+    steps, spans = client.store.read_sync(lambda tx: (tx.get_steps(run_id), tx.get_spans(run_id)))
+    return steps, [s for s in spans if s.name != "endpoint unavailable"]
+
+
+def _refusals(client: ss.App, run_id: str) -> list[str]:
+    spans = client.store.read_sync(lambda tx: tx.get_spans(run_id))
+    return [str(s.detail) for s in spans if s.name == "endpoint unavailable"]
+
+
+def _two_step_app(served: Served) -> None:
+    @served.app.function(id="two", trigger=ss.on_event("two"))
+    def two(ctx: ss.Context) -> object:
+        first = ctx.step.run("a", lambda: "a")
+        ctx.step.sleep("nap", "1s")
+        return [first, ctx.step.run("b", lambda: "b")]
+
+
+def test_a_captured_answer_replayed_to_a_later_request_writes_nothing(served: Served) -> None:
+    _two_step_app(served)
+    served.register()
+    client = served.client
+    [event_id] = client.send(ss.Event("two", {}))
+    run_id = run_for(client, event_id).id
+    captured: list[httpx.Response] = []
+
+    async def capture(request: httpx.Request) -> httpx.Response:
+        async with httpx.AsyncClient(transport=served.transport()) as http:
+            response = await http.post(str(request.url), content=request.content, headers=request.headers)
+        captured.append(response)
+        return response
+
+    _push_once(client, httpx.MockTransport(capture))  # the first request: "a" committed, then the sleep
+    before = _stored(client, run_id)
+
+    async def replay(request: httpx.Request) -> httpx.Response:  # signed, fresh, but another request's
+        return httpx.Response(200, content=captured[0].content, headers=captured[0].headers)
+
+    _push_once(client, httpx.MockTransport(replay))
+    assert _stored(client, run_id) == before  # nothing of the replayed answer committed
+    [refusal] = _refusals(client, run_id)
+    assert "another request" in refusal
+    with pushing(client, served.transport()):
+        run = client.runs.wait(run_id, timeout="20s")
+    assert (run.status, run.output) == ("completed", ["a", "b"])
+
+
+def test_an_answer_restaging_a_completed_step_never_overwrites_it(served: Served) -> None:
+    _two_step_app(served)
+    served.register()
+    client = served.client
+    [event_id] = client.send(ss.Event("two", {}))
+    run_id = run_for(client, event_id).id
+    _push_once(client, served.transport())
+    [a] = [s for s in client.store.read_sync(lambda tx: tx.get_steps(run_id)) if s.step_id == "a"]
+
+    async def forge(request: httpx.Request) -> httpx.Response:
+        async with httpx.AsyncClient(transport=served.transport()) as http:
+            real = await http.post(str(request.url), content=request.content, headers=request.headers)
+        answer = Answer.decode(real.content)
+        forged = dataclasses.replace(answer, steps=(*answer.steps, dataclasses.replace(a, output='"forged"')))
+        body = forged.encode()
+        return httpx.Response(200, content=body, headers={SIGNATURE_HEADER: sign(body, KEYS)})
+
+    _push_once(client, httpx.MockTransport(forge))
+    [kept] = [s for s in client.store.read_sync(lambda tx: tx.get_steps(run_id)) if s.step_id == "a"]
+    assert kept == a
+    [refusal] = _refusals(client, run_id)
+    assert "'a'" in refusal and "completed" in refusal
+    assert client.runs.get(run_id).status == "running"  # called again later, not failed
+
+
+# -- functions no longer served: their started runs drain to the URL that served them ------------
+def _napper(app: ss.App) -> None:
+    @app.function(id="napper", trigger=ss.on_event("napper"))
+    def napper(ctx: ss.Context) -> object:
+        ctx.step.run("before", lambda: "before")
+        ctx.step.sleep("nap", "0.3s")
+        return ctx.step.run("after", lambda: "after")
+
+
+def test_an_unregistered_apps_started_runs_drain_to_its_endpoint(served: Served) -> None:
+    from stepstone.appsync import unregister_app
+
+    _napper(served.app)
+    served.register()
+    client = served.client
+    with pushing(client, served.transport()):
+        [event_id] = client.send(ss.Event("napper", {}))
+        run_id = run_for(client, event_id).id
+        wait_for(lambda: client.runs.get(run_id).status == "sleeping", 10, "the nap")
+        asyncio.run(unregister_app(client.store, client.clock, URL))
+        client.catalog.invalidate()
+        assert client.send(ss.Event("napper", {})) != [] and len(client.runs.list(function_id="napper")) == 1
+        run = client.runs.wait(run_id, timeout="10s")  # the endpoint still serves it: the run completes
+    assert (run.status, run.output) == ("completed", "after")
+
+
+def test_a_function_a_resync_dropped_fails_its_started_runs_clearly(served: Served) -> None:
+    _napper(served.app)
+    served.register()
+    client = served.client
+    with pushing(client, served.transport()):
+        [event_id] = client.send(ss.Event("napper", {}))
+        run_id = run_for(client, event_id).id
+        wait_for(lambda: client.runs.get(run_id).status == "sleeping", 10, "the nap")
+        v2 = ss.App("served", database_url="sqlite:////nonexistent/never-opened.db")
+
+        @v2.function(id="other", trigger=ss.on_event("other"))
+        def other(ctx: ss.Context) -> str:
+            return "other"
+
+        served.asgi = ss.serve(v2, signing_key=KEY)  # redeployed without napper, then synced
+        register_app(client, v2, URL)
+        run = client.runs.wait(run_id, timeout="20s")
+    assert run.status == "failed"
+    assert run.error is not None and "no function 'napper' at this endpoint" in run.error.message
+
+
+def test_a_burst_never_opens_more_requests_than_the_push_concurrency(served: Served) -> None:
+    open_now, peak, done = [0], [0], [0]
+
+    @served.app.function(id="burst", trigger=ss.on_event("burst"))
+    async def burst(ctx: ss.Context) -> object:
+        return await ctx.step.run("work", asyncio.sleep, 0.005)
+
+    served.register()
+    inner = served.asgi
+
+    async def counting(scope: dict[str, object], receive: object, send: object) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            open_now[0] += 1
+            peak[0] = max(peak[0], open_now[0])
+            try:
+                await inner(scope, receive, send)  # type: ignore[arg-type]
+            finally:
+                open_now[0] -= 1
+                done[0] += 1
+            return
+        await inner(scope, receive, send)  # type: ignore[arg-type]
+
+    served.asgi = counting  # type: ignore[assignment]
+    served.client.send([ss.Event("burst", {"n": n}) for n in range(200)])
+    with pushing(served.client, served.transport(), concurrency=4):
+
+        def completed() -> list[ss.Run]:
+            return served.client.runs.list(function_id="burst", status="completed", limit=500)
+
+        wait_for(lambda: len(completed()) == 200, 60, "200 completed runs")
+    assert 1 < peak[0] <= 4  # requests overlapped, never past the bound
+
+
+def test_a_pushed_run_past_max_state_fails_as_in_a_worker(served: Served) -> None:
+    ran: list[int] = []
+
+    @served.app.function(id="hoarder", trigger=ss.on_event("hoarder"), max_state="1KB")
+    def hoarder(ctx: ss.Context) -> object:
+        def chunk(n: int) -> str:
+            ran.append(n)
+            return "x" * 400
+
+        for n in range(4):
+            ctx.step.sleep(f"nap{n}", "0.01s")  # each output then travels in a later request
+            ctx.step.run(f"chunk{n}", chunk, n)
+        return "hoarded"
+
+    served.register()
+    with pushing(served.client, served.transport()):
+        [event_id] = served.client.send(ss.Event("hoarder", {}))
+        run = served.client.runs.wait(run_for(served.client, event_id).id, timeout="20s")
+    assert run.status == "failed"
+    assert run.error is not None and run.error.type == "LimitExceededError", run.error
+    assert ran == [0, 1, 2]  # the third output passed the cap; nothing ran after it
+
+
+def test_an_answer_over_the_cap_without_a_length_is_refused(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stepstone import limits
+    from stepstone.journal import warning_span
+
+    monkeypatch.setattr(limits, "MAX_PUSH_BYTES", 100_000)
+    _two_step_app(served)
+    served.register()
+    client = served.client
+    [event_id] = client.send(ss.Event("two", {}))
+    run_id = run_for(client, event_id).id
+
+    async def bloat(request: httpx.Request) -> httpx.Response:
+        async with httpx.AsyncClient(transport=served.transport()) as http:
+            real = await http.post(str(request.url), content=request.content, headers=request.headers)
+        answer = Answer.decode(real.content)
+        ballast = warning_span(run_id, "ballast", "x" * 200_000, 1.0)
+        body = dataclasses.replace(answer, spans=(*answer.spans, ballast)).encode()
+
+        async def chunks() -> AsyncIterator[bytes]:  # streamed: no content-length to go by
+            for at in range(0, len(body), 16_384):
+                yield body[at : at + 16_384]
+
+        return httpx.Response(200, content=chunks(), headers={SIGNATURE_HEADER: sign(body, KEYS)})
+
+    _push_once(client, httpx.MockTransport(bloat))
+    assert client.store.read_sync(lambda tx: tx.get_steps(run_id)) == []  # nothing committed
+    [refusal] = _refusals(client, run_id)
+    assert "100000 bytes" in refusal

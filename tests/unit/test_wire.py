@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from stepstone.errors import ErrorInfo
@@ -105,7 +107,11 @@ def test_requests_and_answers_round_trip() -> None:
         events=[EventRow(seq=1, id="e", name="go", data="{}", ts=1000, received_at=1.0)],
         steps=[step],
     )
-    assert decode_request(encode_request(leased)) == leased
+    assert decode_request(encode_request(leased, "req-1")) == (leased, "req-1")
+    without_id = json.loads(encode_request(leased, "req-1"))
+    del without_id["request_id"]
+    with pytest.raises(WireError, match="request_id"):  # an answer could not be bound to it
+        decode_request(json.dumps(without_id).encode())
     span = SpanRow(run_id="r", kind="step", name="a", started_at=1.0, ended_at=1.1, status="completed")
     for decision in (
         Decision(status=RunStatus.COMPLETED, output='{"ok":true}'),
@@ -113,7 +119,12 @@ def test_requests_and_answers_round_trip() -> None:
         Decision(status=RunStatus.SLEEPING, wake_at=10.0, attempt=2),
     ):
         answer = Answer(
-            steps=(step,), spans=(span,), effects=tuple(EFFECTS), decision=decision, deferred=EFFECTS[4]
+            request_id="req-1",
+            steps=(step,),
+            spans=(span,),
+            effects=tuple(EFFECTS),
+            decision=decision,
+            deferred=EFFECTS[4],
         )
         assert Answer.decode(answer.encode()) == answer
         assert answer.run_ids() == {"r"}
@@ -124,6 +135,10 @@ def test_bad_documents_are_refused() -> None:
         Answer.decode(b"not json")
     with pytest.raises(WireError):
         decode_request(b'{"protocol": 99}')
+    with pytest.raises(WireError, match="request_id"):
+        Answer.decode(
+            b'{"protocol": 1, "request_id": "", "steps": [], "spans": [], "effects": [], "decision": {}}'
+        )
     with pytest.raises(WireError):
         effect_from_json({"kind": "teleport"})
     with pytest.raises(WireError):

@@ -44,8 +44,8 @@ def build(state: ServerState) -> APIRouter:
         url: Annotated[str, Query(min_length=1, description="The URL the app was registered with")],
     ) -> AppOut:
         """Forget the app and retire its functions: events start no new runs of
-        them. Runs already started are not cancelled: they wait, unexecuted,
-        until cancelled (`POST /api/v1/runs/cancel-many`) or the app is synced again."""
+        them. Runs already started drain: the server keeps calling the URL until
+        each ends (an endpoint that no longer serves the function fails it)."""
         app = state.app
         row = await unregister_app(app.store, app.clock, url)
         app.catalog.invalidate()

@@ -152,6 +152,7 @@ def parse_url(url: str) -> tuple[str, dict[str, int]]:
 
 class PostgresStore:
     dialect = "postgres"
+    wakes_own_subscribers = True  # at commit (``_write``); the listener drops the echoes
 
     def __init__(self, conninfo: str, *, writers: int = 2, readers: int = 4) -> None:
         self.conninfo = conninfo

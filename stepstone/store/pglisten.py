@@ -17,7 +17,8 @@ connections (``own``) wakes no one. Without this, every run's send and end
 woke its worker a second time, for an empty lease pass of four round trips
 (1.3 per run). Only a live connection's pid counts as own: a notification
 from a connection since closed (its commit's outcome unknown to the store)
-still wakes, as does any other process's or store's.
+still wakes, as does any other process's or store's. (Through a session
+pooler that reports its own backend pids, echoes simply wake as before.)
 """
 
 from __future__ import annotations

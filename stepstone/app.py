@@ -343,6 +343,10 @@ class App:
 
     # -- in-process notifications ------------------------------------------------------------------
     def _notify_workers(self) -> None:
+        """Poke the local workers after a write, unless the store's commit did
+        (a second poke would cost an empty lease pass per send)."""
+        if self._store is not None and self._store.wakes_own_subscribers:
+            return
         for worker in list(self._local_workers):
             worker.notify()
 

@@ -91,6 +91,9 @@ class Store(Protocol):
     """A database: runs operations in transactions."""
 
     dialect: str
+    # whether its own commits that make work available call its subscribers
+    # (PostgreSQL); when not, the app pokes its local workers after its writes
+    wakes_own_subscribers: bool
 
     async def transact(self, op: Callable[[Tx], T]) -> T:
         """Run ``op`` in a (possibly shared) write transaction on the current loop."""

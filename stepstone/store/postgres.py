@@ -152,6 +152,7 @@ def parse_url(url: str) -> tuple[str, dict[str, int]]:
 
 class PostgresStore:
     dialect = "postgres"
+    wakes_own_subscribers = True  # at commit (``_write``); the listener drops the echoes
 
     def __init__(self, conninfo: str, *, writers: int = 2, readers: int = 4) -> None:
         self.conninfo = conninfo
@@ -162,8 +163,10 @@ class PostgresStore:
         self._pool: ConnectionPool[Any] | None = None
         self._read_threads: ThreadPoolExecutor | None = None
         self._backoff = Backoff()
-        self._writers = Writers(self._connect, self._write_batch, self._backoff, is_conflict, count=writers)
         self._listener = Listener(self._connect, CHANNEL)
+        self._writers = Writers(
+            self._connect_writer, self._write_batch, self._backoff, is_conflict, count=writers
+        )
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -176,6 +179,11 @@ class PostgresStore:
             return psycopg.connect(self.conninfo, autocommit=True, row_factory=dict_row)
         except psycopg.Error as exc:
             raise translate(exc) from exc
+
+    def _connect_writer(self) -> Any:
+        """A writer's connection: its commits wake local subscribers themselves
+        (``_write``), so the listener drops its NOTIFYs' echoes."""
+        return self._listener.own(self._connect())
 
     def _pool_ready(self) -> ConnectionPool[Any]:
         with self._lock:
@@ -218,6 +226,8 @@ class PostgresStore:
         if txs and any(ok for ok, _ in outcomes) and txs[0].changed():
             with self._lock:
                 self.commits += 1
+        if any(tx.wake for tx in txs):  # committed or not (an unknown outcome): wake rather than miss
+            self._listener.wake_local()
         return outcomes
 
     def submit(self, op: Callable[[Tx], T]) -> asyncio.Future[T]:

@@ -91,6 +91,7 @@ def _make_tx(conn: Any) -> Tx:
 
 class SqliteStore:
     dialect = "sqlite"
+    wakes_own_subscribers = False
 
     def __init__(self, path: str, *, synchronous: str = "full", busy_timeout_ms: int = 10000) -> None:
         if synchronous.lower() not in ("full", "normal", "extra", "off"):

@@ -611,6 +611,7 @@ class MemoryStore:
     one that raises leaves the state as it was."""
 
     dialect = "memory"
+    wakes_own_subscribers = False
 
     def __init__(self) -> None:
         self.state = MemoryState()

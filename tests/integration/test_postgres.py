@@ -247,6 +247,58 @@ def test_listener_wakes_subscribers_and_survives_a_dropped_connection(
         sender.close()
 
 
+def test_own_commits_wake_at_commit_and_their_echo_is_dropped(pg_url: str, pg_store: PostgresStore) -> None:
+    """Each commit that makes work available wakes the store's subscribers once:
+    at commit, not again when its NOTIFY comes back. Another store's commit
+    (another process) still wakes them through the listener."""
+    fired: list[str] = []
+    unsubscribe = pg_store.subscribe(lambda: fired.append(threading.current_thread().name))
+    wait_for(lambda: pg_store._listener.connected.is_set() and fired, 10, "the listener to connect")
+    fired.clear()
+    pg_store.transact_sync(_new_run("mine"))  # wakes the subscribers before it returns
+    assert len(fired) == 1 and not fired[0].startswith("stepstone-pg-listen")
+    sender = PostgresStore.from_url(pg_url)
+    try:
+        sender.transact_sync(_new_run("theirs"))
+        # notifications arrive in commit order: once the other store's has woken
+        # the subscribers, the echo of ours was read (and dropped) before it
+        wait_for(lambda: len(fired) >= 2, 10, "the other store's notification")
+        assert fired[1].startswith("stepstone-pg-listen") and len(fired) == 2
+    finally:
+        unsubscribe()
+        sender.close()
+
+
+def test_a_send_wakes_the_apps_own_worker_through_its_commit(pg_url: str) -> None:
+    """On PostgreSQL the app does not poke its local workers after a send (the
+    store's commit does; a second poke cost an empty lease pass). The worker
+    neither polls nor re-leases on a timer here (both a minute), and the
+    listener drops the echo of the send's NOTIFY: only the wake at commit can
+    start the run."""
+    app = ss.App("self-waker", database_url=pg_url)
+
+    @app.function(id="f", trigger=ss.on_event("go"))
+    def f(ctx: ss.Context) -> str:
+        return "done"
+
+    async def scenario() -> ss.Run:
+        worker = await app.start_async(concurrency=1)
+        worker.idle_poll = worker.max_idle_sleep = 60
+        idle = asyncio.Event()
+        worker.on_idle = idle.set
+        worker.notify()  # one more (empty) pass, then idle with the intervals above
+        await asyncio.wait_for(idle.wait(), 10)
+        [event_id] = await app.send_async(ss.Event("go"))
+        [run] = await app.runs.list_async(event_id=event_id)
+        return await app.runs.wait_async(run.id, timeout="10s")
+
+    try:
+        run = asyncio.run(scenario())
+        assert (run.status, run.output) == ("completed", "done")
+    finally:
+        app.close()
+
+
 def test_an_idle_worker_wakes_on_notify_not_polling(pg_url: str) -> None:
     """The worker neither polls the change token nor re-leases on a timer here
     (both intervals are a minute), and the sender is another store (no

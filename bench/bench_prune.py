@@ -121,7 +121,7 @@ def pruner(url: str, fixed: bool) -> None:
     the parent says so: stdin ``pause``/``go``; stdout ``paused`` or, at the
     end, ``done``, each with the rows deleted so far by table as JSON."""
     from stepstone.scheduler.retention import Pace, pace_for, prune_plan, run_plan
-    from stepstone.store.rows import Pruned
+    from stepstone.store.viewrows import Pruned
 
     going = threading.Event()
 

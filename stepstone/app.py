@@ -43,7 +43,7 @@ from stepstone.runtime import PreparedEvent, Survey, Surveyed, ingest, prepare, 
 from stepstone.sizes import Size
 from stepstone.store import make_store
 from stepstone.store.base import FunctionsTx, Store, Tx, WorkersTx
-from stepstone.store.rows import WorkerRow
+from stepstone.store.viewrows import WorkerRow
 from stepstone.triggers import Trigger
 from stepstone.worker import Worker
 

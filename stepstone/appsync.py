@@ -36,7 +36,7 @@ from stepstone.errors import (
 from stepstone.introspection import SERVE_URL, AppDocument, AppDocumentError
 from stepstone.signing import SIGNATURE_HEADER, SignatureError, SigningKeys, sign, verify
 from stepstone.store.base import AppsTx, Store, Tx
-from stepstone.store.rows import AppRow
+from stepstone.store.viewrows import AppRow
 from stepstone.truncate import clip
 
 if TYPE_CHECKING:

@@ -24,7 +24,8 @@ from stepstone.durations import Duration, parse_duration
 from stepstone.events import Event, validate_event
 from stepstone.inventory import DatabaseStats, FunctionInfo
 from stepstone.runs import Run, Span
-from stepstone.store.rows import AppRow, JobStatus, RunStatus, WorkerRow
+from stepstone.store.rows import RunStatus
+from stepstone.store.viewrows import AppRow, JobStatus, WorkerRow
 
 if TYPE_CHECKING:
     import httpx

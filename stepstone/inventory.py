@@ -14,7 +14,8 @@ from typing import Any
 
 from stepstone.errors import ConfigError
 from stepstone.store.base import FunctionsTx, Tx
-from stepstone.store.rows import ENDED_STATUSES, RunRow, RunStatus, TableSize
+from stepstone.store.rows import ENDED_STATUSES, RunRow, RunStatus
+from stepstone.store.viewrows import TableSize
 
 _SHAPE_KEYS = ("id", "triggers", "retries", "failure_of")
 

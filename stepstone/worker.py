@@ -54,7 +54,8 @@ from stepstone.scheduler.maintenance import (
 )
 from stepstone.scheduler.retention import pace_for, prune_plan
 from stepstone.store.base import Store, Tx, WorkersTx
-from stepstone.store.rows import ENDED_STATUSES, LeasedRun, WorkerRow
+from stepstone.store.rows import ENDED_STATUSES, LeasedRun
+from stepstone.store.viewrows import WorkerRow
 
 log = logging.getLogger("stepstone.worker")
 Execute = Callable[[LeasedRun, ExecEnv], Awaitable[Outcome | None]]

@@ -14,7 +14,7 @@ from stepstone.cli.common import console, errors, guard, resolve_url
 from stepstone.durations import parse_duration
 from stepstone.errors import ConfigError
 from stepstone.scheduler.retention import RUN_BATCH, count_prunable_op, pace_for, prune_plan, run_plan
-from stepstone.store.rows import Pruned
+from stepstone.store.viewrows import Pruned
 
 
 @click.command()

@@ -22,7 +22,7 @@ from stepstone.errors import ErrorInfo
 from stepstone.inventory import FunctionInfo
 from stepstone.runs import Run, Span
 from stepstone.server.view_schemas import EventOut, FunctionLoadOut, KeyBacklogOut
-from stepstone.store.rows import AppRow, WorkerRow
+from stepstone.store.viewrows import AppRow, WorkerRow
 
 Row = Sequence[str]
 

@@ -28,7 +28,8 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 
 from stepstone.store.base import Tx
-from stepstone.store.rows import ENDED_STATUSES, Pruned, PruneTarget
+from stepstone.store.rows import ENDED_STATUSES
+from stepstone.store.viewrows import Pruned, PruneTarget
 
 RUN_BATCH = 100  # runs per transaction, each with its steps, spans, links and waits
 ROW_BATCH = 1000  # events, keys or cells per transaction

@@ -16,13 +16,8 @@ from stepstone.expressions import Expression
 from stepstone.inventory import FunctionInfo, list_functions
 from stepstone.server.search import event_variables
 from stepstone.store.base import RunsTx, Tx, ViewsTx
-from stepstone.store.rows import (
-    ACTIVE_STATUSES,
-    ENDED_STATUSES,
-    KeyBacklogRow,
-    RunFilter,
-    RunStatus,
-)
+from stepstone.store.rows import ACTIVE_STATUSES, ENDED_STATUSES, RunFilter, RunStatus
+from stepstone.store.viewrows import KeyBacklogRow
 
 HOUR = 3600.0
 PREVIEW_SCAN = 5000

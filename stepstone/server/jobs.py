@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from stepstone.errors import NotFoundError, StepstoneError
 from stepstone.ids import new_id
 from stepstone.store.base import JobsTx
-from stepstone.store.rows import JOB_ACTIVE_STATUSES, JobRow, JobStatus
+from stepstone.store.viewrows import JOB_ACTIVE_STATUSES, JobRow, JobStatus
 from stepstone.worker import default_instance_id
 
 if TYPE_CHECKING:

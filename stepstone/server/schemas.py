@@ -19,8 +19,8 @@ from stepstone.errors import ErrorInfo
 from stepstone.events import Event
 from stepstone.inventory import DatabaseStats, EndedRun, FunctionInfo
 from stepstone.runs import Run, Span, StepRecord
-from stepstone.store import rows
-from stepstone.store.rows import AppRow, JobRow, TableSize, WorkerRow
+from stepstone.store import rows, viewrows
+from stepstone.store.viewrows import AppRow, JobRow, TableSize, WorkerRow
 
 # Requests are checked against Literals of the engine's enums (plain strings, so
 # the OpenAPI spec lists their values); responses say ``str`` for run statuses so
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 else:
     RunStatus = Literal[tuple(s.value for s in rows.RUN_STATUSES)]
     ReplayableStatus = Literal[rows.RunStatus.FAILED.value, rows.RunStatus.CANCELLED.value]
-    JobStatus = Literal[tuple(s.value for s in rows.JobStatus)]
+    JobStatus = Literal[tuple(s.value for s in viewrows.JobStatus)]
 _STATUS_HELP = ", ".join(rows.RUN_STATUSES[:-1]) + " or " + rows.RUN_STATUSES[-1]
 JobKind = Literal["cancel_many", "replay_many", "resume_many"]
 MAX_TS_MS = 2**53  # milliseconds; far beyond any real date, within every integer column
@@ -363,7 +363,7 @@ class JobOut(BaseModel):
 
     @property
     def finished(self) -> bool:
-        return self.status not in rows.JOB_ACTIVE_STATUSES
+        return self.status not in viewrows.JOB_ACTIVE_STATUSES
 
 
 class JobList(BaseModel):

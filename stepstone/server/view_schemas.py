@@ -11,7 +11,8 @@ from pydantic import BaseModel, Field
 from stepstone.encryption import shown
 from stepstone.server.insights import Bucket, FunctionLoad, Preview, Timeline
 from stepstone.server.schemas import FunctionOut
-from stepstone.store.rows import EventRow, EventRunRow, KeyBacklogRow
+from stepstone.store.rows import EventRow
+from stepstone.store.viewrows import EventRunRow, KeyBacklogRow
 
 BulkAction = Literal["cancel", "replay", "resume"]
 

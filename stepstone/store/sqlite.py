@@ -29,9 +29,10 @@ from stepstone.store import faults
 from stepstone.store.base import Tx
 from stepstone.store.batching import OpResult, run_batch
 from stepstone.store.migrate import CREATE_LEDGER, migration_files
-from stepstone.store.rows import JobStatus, RunStatus, StepKind, StepStatus, WaitKind
+from stepstone.store.rows import RunStatus, StepKind, StepStatus, WaitKind
 from stepstone.store.sqlbase import Dialect
 from stepstone.store.sqltx import SqlTx
+from stepstone.store.viewrows import JobStatus
 
 # The domain's enums bind as their values; registered, sqlite3 finds the adapter
 # at once instead of probing each member for a conversion protocol.

@@ -8,8 +8,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from stepstone.store.rows import JOB_ACTIVE_STATUSES, Pruned, PruneTarget, RunRow, RunStatus, TableSize
+from stepstone.store.rows import RunRow, RunStatus
 from stepstone.store.sqlbase import SqlPlumbing
+from stepstone.store.viewrows import JOB_ACTIVE_STATUSES, Pruned, PruneTarget, TableSize
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # A run's rows in other tables, deleted with it (table, statement).

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from stepstone.store.rows import (
+from stepstone.store.rows import EventRow
+from stepstone.store.sqlbase import SqlPlumbing
+from stepstone.store.viewrows import (
     AppRow,
     BacklogRow,
-    EventRow,
     EventRunRow,
     JobRow,
     KeyBacklogRow,
@@ -17,7 +18,6 @@ from stepstone.store.rows import (
     TimelineRow,
     WorkerRow,
 )
-from stepstone.store.sqlbase import SqlPlumbing
 
 
 class SqlViews(SqlPlumbing):

@@ -20,7 +20,8 @@ import stepstone as ss
 from stepstone.errors import StoreError, StoreUnavailableError
 from stepstone.store.base import Tx
 from stepstone.store.postgres import CHANNEL, PostgresStore, parse_url
-from stepstone.store.rows import NewRun, QueueSpec, RunStatus, WorkerRow
+from stepstone.store.rows import NewRun, QueueSpec, RunStatus
+from stepstone.store.viewrows import WorkerRow
 from stepstone.worker import Worker
 
 from ..pgcluster import PgCluster

@@ -24,7 +24,8 @@ from stepstone.scheduler.retention import (
     run_plan,
     runs_batch_op,
 )
-from stepstone.store.rows import ENDED_STATUSES, Pruned, RunStatus
+from stepstone.store.rows import ENDED_STATUSES, RunStatus
+from stepstone.store.viewrows import Pruned
 
 from ..conftest import query, run_of, send_and_wait
 from ..polling import wait_for

@@ -18,7 +18,7 @@ import pytest
 import stepstone as ss
 from stepstone.scheduler.retention import MIN_SCALE, REST, BatchOp, Pace, pace_for, prune_plan, run_plan
 from stepstone.store.base import Tx
-from stepstone.store.rows import Pruned
+from stepstone.store.viewrows import Pruned
 
 from ..conftest import query
 from ..polling import wait_for

@@ -17,7 +17,7 @@ import pytest
 import stepstone as ss
 from stepstone import metrics
 from stepstone.scheduler.retention import Pace, count_prunable_op, prune_plan, run_plan
-from stepstone.store.rows import Pruned
+from stepstone.store.viewrows import Pruned
 
 from ..conftest import query, send_and_wait
 from ..polling import wait_for

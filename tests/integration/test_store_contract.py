@@ -23,7 +23,6 @@ from stepstone.scheduler.leasing import lease as lease_pass
 from stepstone.store import make_store
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import (
-    AppRow,
     CancelFlag,
     Fence,
     LeasedRun,
@@ -35,8 +34,8 @@ from stepstone.store.rows import (
     StepStatus,
     WaitKind,
     WaitRow,
-    WorkerRow,
 )
+from stepstone.store.viewrows import AppRow, WorkerRow
 from tests.conftest import BACKENDS, MEMORY, backend_url
 
 NOW = 1_000_000.0

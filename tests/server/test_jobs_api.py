@@ -12,7 +12,7 @@ import pytest
 import stepstone as ss
 from stepstone.server.jobs import CANCEL_MANY, BulkRequest, JobRunner
 from stepstone.store.base import Tx
-from stepstone.store.rows import JobRow, JobStatus
+from stepstone.store.viewrows import JobRow, JobStatus
 from tests.server.conftest import Live, Shop, poll
 
 

@@ -10,7 +10,8 @@ import pytest
 import stepstone as ss
 from stepstone.server.params import decode_cursor, encode_cursor, parse_moment
 from stepstone.server.schemas import JobStatus, RunOut, RunStatus, SpanOut
-from stepstone.store.rows import JOB_STATUSES, RUN_STATUSES
+from stepstone.store.rows import RUN_STATUSES
+from stepstone.store.viewrows import JOB_STATUSES
 
 
 def test_status_literals_match_the_engine() -> None:

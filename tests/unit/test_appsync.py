@@ -14,7 +14,7 @@ from stepstone.appsync import check_url, conflicts, function_configs, served_fro
 from stepstone.catalog import rebuild
 from stepstone.errors import ConfigError, EndpointError
 from stepstone.introspection import AppDocument, AppDocumentError, describe_app
-from stepstone.store.rows import AppRow
+from stepstone.store.viewrows import AppRow
 
 URL = "https://shop.example.com/api/stepstone"
 

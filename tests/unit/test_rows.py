@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-from stepstone.store.rows import JobStatus, RunStatus, StepKind, StepStatus, WaitKind
+from stepstone.store.rows import RunStatus, StepKind, StepStatus, WaitKind
+from stepstone.store.viewrows import JobStatus
 
 
 def test_every_word_queries_sql_spells_is_an_enum_member() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from stepstone.store.rows import AppRow
+from stepstone.store.viewrows import AppRow
 
 
 class AppsTx(Protocol):

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from stepstone.store.rows import TimedOut, WorkerRow
+from stepstone.store.rows import TimedOut
+from stepstone.store.viewrows import WorkerRow
 
 
 class FunctionsTx(Protocol):

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from stepstone.store.rows import Pruned, PruneTarget, RunRow, RunStatus, TableSize
+from stepstone.store.rows import RunRow, RunStatus
+from stepstone.store.viewrows import Pruned, PruneTarget, TableSize
 
 
 class RetentionTx(Protocol):

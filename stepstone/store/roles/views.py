@@ -6,16 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from stepstone.store.rows import (
+from stepstone.store.rows import EventRow, RunHistory, RunStatus
+from stepstone.store.viewrows import (
     BacklogRow,
-    EventRow,
     EventRunRow,
     JobRow,
     JobStatus,
     KeyBacklogRow,
     RunCountRow,
-    RunHistory,
-    RunStatus,
     TimelineRow,
 )
 

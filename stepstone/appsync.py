@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from stepstone import limits
+from stepstone.bodies import BodyTooLarge, read_capped
 from stepstone.catalog import rebuild
 from stepstone.clock import Clock
 from stepstone.errors import (
@@ -74,13 +75,10 @@ def check_url(given: Any) -> str:
 
 # -- fetching the app document --------------------------------------------------------------------
 async def _read_capped(response: httpx.Response) -> bytes:
-    chunks, size = [], 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > limits.MAX_REQUEST_BYTES:
-            raise EndpointError(f"the endpoint's answer exceeds {limits.MAX_REQUEST_BYTES} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    try:
+        return await read_capped(response.aiter_bytes(), limits.MAX_REQUEST_BYTES)
+    except BodyTooLarge:
+        raise EndpointError(f"the endpoint's answer exceeds {limits.MAX_REQUEST_BYTES} bytes") from None
 
 
 def _refusal(status: int, body: bytes) -> EndpointError:

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from stepstone import limits
+from stepstone.bodies import BodyTooLarge, read_capped
 from stepstone.bridge import Portal
 from stepstone.clock import SYSTEM_CLOCK
 from stepstone.endpoint_invoke import EndpointEnv, invoke
@@ -38,30 +39,21 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 log = logging.getLogger("stepstone.endpoint")
-DEFAULT_MAX_DURATION = 60.0
-THREADS = 256  # seconds: inside common serverless request limits
+DEFAULT_MAX_DURATION = 60.0  # seconds: inside common serverless request limits
+THREADS = 256
 _HEADER = SIGNATURE_HEADER.lower().encode()
-
-
-class _TooLarge(Exception):
-    pass
 
 
 _TOO_LARGE = {"error": "too_large", "message": f"body over {limits.MAX_PUSH_BYTES} bytes"}
 
 
-async def _read_body(receive: Receive, cap: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
+async def _chunks(receive: Receive) -> AsyncIterator[bytes]:
+    """An ASGI request's body, message by message."""
     while True:
         message = await receive()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > cap:
-            raise _TooLarge
-        chunks.append(chunk)
+        yield message.get("body", b"")
         if not message.get("more_body", False):
-            return b"".join(chunks)
+            return
 
 
 class Endpoint:
@@ -139,8 +131,8 @@ def serve(
         headers = dict(scope.get("headers") or [])
         signature = headers.get(_HEADER, b"").decode("latin-1") or None
         try:
-            body = await _read_body(receive, limits.MAX_PUSH_BYTES)
-        except _TooLarge:
+            body = await read_capped(_chunks(receive), limits.MAX_PUSH_BYTES)
+        except BodyTooLarge:
             status, payload, signed = endpoint._answer(413, _TOO_LARGE)
         else:
             status, payload, signed = await endpoint.handle(scope["method"], signature, body)

@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 
 from stepstone import limits, serde
+from stepstone.bodies import BodyTooLarge, read_capped
 from stepstone.catalog import rebuild
 from stepstone.clock import Clock
 from stepstone.errors import ErrorInfo
@@ -77,16 +78,13 @@ class Unavailable(Exception):
 
 async def _read_capped(response: httpx.Response) -> bytes:
     """The answer's body, read no further than the cap (whether or not it says its length)."""
-    too_large = Unavailable(f"HTTP {response.status_code}: an answer over {limits.MAX_PUSH_BYTES} bytes")
-    if int(response.headers.get("content-length") or 0) > limits.MAX_PUSH_BYTES:
-        raise too_large
-    chunks, size = [], 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > limits.MAX_PUSH_BYTES:
-            raise too_large
-        chunks.append(chunk)
-    return b"".join(chunks)
+    try:
+        declared = int(response.headers.get("content-length") or 0)
+        return await read_capped(response.aiter_bytes(), limits.MAX_PUSH_BYTES, declared)
+    except BodyTooLarge:
+        raise Unavailable(
+            f"HTTP {response.status_code}: an answer over {limits.MAX_PUSH_BYTES} bytes"
+        ) from None
 
 
 class Endpoint:

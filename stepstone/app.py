@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Literal, TypeVar
@@ -39,10 +40,12 @@ from stepstone.histories import from_json as history_from_json
 from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
 from stepstone.runs import Runs, read_call, write_call
-from stepstone.runtime import PreparedEvent, Survey, Surveyed, ingest, prepare, survey
+from stepstone.runtime import PreparedEvent, Sent, Survey, Surveyed, ingest, prepare, survey
+from stepstone.scheduler.leasing import take_direct
 from stepstone.sizes import Size
 from stepstone.store import make_store
 from stepstone.store.base import FunctionsTx, Store, Tx, WorkersTx
+from stepstone.store.rows import LeasedRun
 from stepstone.store.viewrows import WorkerRow
 from stepstone.triggers import Trigger
 from stepstone.worker import Worker
@@ -80,6 +83,34 @@ class Workers:
             return tx.list_workers(since)
 
         return self._app._store_ready().read_sync(op)
+
+
+@dataclasses.dataclass
+class _Direct:
+    """A send's direct start: free slots reserved on a running local worker
+    before the write; in it, the runs queued for the app's functions that
+    allow it are taken for that worker as its lease pass would take them
+    (``leasing.take_direct``); after the commit they are handed over in
+    memory. No lease pass and no wake-up is needed for them."""
+
+    worker: Worker
+    slots: int
+    sent: float = dataclasses.field(default_factory=time.monotonic)  # before the write
+
+    def take(self, tx: Tx, sent: Sent, now: float) -> tuple[list[LeasedRun], bool]:
+        """The runs taken, and whether nothing else the send did needs a wake-up."""
+        worker = self.worker
+        runs = [run for run in sent.queued if _starts_directly(worker.registry.get(run.function_id))]
+        until = now + worker.lease_ttl
+        leased = take_direct(tx, worker.lease_owner, runs, self.slots, now, until, worker.app_version)
+        quiet = bool(leased) and len(leased) == len(sent.queued) and not sent.resolved
+        if quiet:
+            tx.taken_here()
+        return leased, quiet
+
+
+def _starts_directly(fn: FunctionDef | None) -> bool:
+    return fn is not None and fn.flow.starts_directly
 
 
 DEFAULT_RETENTION = "30d"
@@ -287,11 +318,25 @@ class App:
         if any(self._surveyed.wanted(event.name) for event in prepared):  # many unindexed waits
             surveys = yield read_call(store, lambda tx: self._survey(tx, prepared, now))
 
-        def op(tx: Tx) -> list[str]:
-            return ingest(tx, prepared, registry, now, surveys, self._surveyed.learn)
+        direct = self._direct(len(prepared))
 
-        ids: list[str] = yield write_call(store, op)
-        self._notify_workers()
+        def op(tx: Tx) -> tuple[list[str], list[LeasedRun], bool]:
+            sent = Sent()
+            ids = ingest(tx, prepared, registry, now, surveys, self._surveyed.learn, sent)
+            leased, quiet = ([], False) if direct is None else direct.take(tx, sent, now)
+            return ids, leased, quiet
+
+        try:
+            done: tuple[list[str], list[LeasedRun], bool] = yield write_call(store, op)
+        except BaseException:
+            if direct is not None:
+                direct.worker.give_back(direct.slots, now + direct.worker.lease_ttl)
+            raise
+        ids, leased, quiet = done
+        if direct is not None:
+            direct.worker.hand_over(leased, direct.slots, direct.sent, now)
+        if not quiet:
+            self._notify_workers()
         if hooks.has("after_send_events"):
             yield coroutine_call(hooks.after_send_events(None, ids), self._portal)
         return ids
@@ -306,6 +351,17 @@ class App:
                 if done is not None:
                     found[event.id] = done
         return found
+
+    def _direct(self, events: int) -> _Direct | None:
+        """Slots for a direct start of the send's runs, on the local worker with
+        the most free (``None``: no running local worker has one free)."""
+        with self._lock:
+            workers = sorted(self._local_workers, key=lambda w: len(w.inflight) - w.concurrency)
+        for worker in workers:
+            slots = worker.reserve(events)
+            if slots:
+                return _Direct(worker, slots)
+        return None
 
     send = sync_face(_send)
     send_async = async_face(_send)

@@ -53,6 +53,7 @@ from stepstone.scheduler.maintenance import (
     timeouts_op,
 )
 from stepstone.scheduler.retention import pace_for, prune_plan
+from stepstone.slots import Slots
 from stepstone.store.base import Store, Tx, WorkersTx
 from stepstone.store.rows import ENDED_STATUSES, LeasedRun
 from stepstone.store.viewrows import WorkerRow
@@ -119,6 +120,10 @@ class Worker:
         # run id -> time.monotonic() until which its lease is known to be live:
         # taken or extended at least then, measured from before the write.
         self._held: dict[str, float] = {}
+        # Free slots, claimed by lease passes and by direct starts (a send in
+        # this process taking runs for this worker: ``reserve``/``hand_over``).
+        self.slots = Slots(concurrency, lambda: concurrency if self.abandoned.full else len(self.inflight))
+        self._unclaimed: asyncio.Event | None = None
         self.started_at = clock.now()
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -146,6 +151,7 @@ class Worker:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
+        self._unclaimed = asyncio.Event()
         self._unsubscribe = self.store.subscribe(self.notify)
         await self._register()
         self._token = self.store.change_token()
@@ -233,28 +239,35 @@ class Worker:
         self._poke()
 
     def _poke(self) -> None:
-        loop, wake = self._loop, self._wake
-        if loop is None or wake is None or loop.is_closed():
-            return
+        if self._wake is not None:
+            self._on_loop(self._wake.set)
+
+    def _on_loop(self, fn: Callable[..., None], *args: Any) -> None:
+        """Call ``fn`` on the worker's loop (now if this is it), from any thread."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return  # stopped: leases it holds expire and other workers resume the runs
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is loop:
-            wake.set()
+            fn(*args)
         else:
-            loop.call_soon_threadsafe(wake.set)
+            loop.call_soon_threadsafe(fn, *args)
 
     async def stop(self, drain_timeout: float = 30.0) -> None:
         """Stop taking work, let in-flight invocations finish (up to the timeout),
         then give back every lease so other workers resume at once."""
         self._stopping = True
+        self.slots.close()  # no direct start from now on
         if self._unsubscribe is not None:
             self._unsubscribe()
         self.notify()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._handed_over()  # direct starts committing now join the drain
         pending = list(self.inflight.values())
         if pending:
             _done, still = await asyncio.wait(pending, timeout=drain_timeout)
@@ -285,25 +298,77 @@ class Worker:
             await self._duties()  # then lease: duties never starve leasing
             if self._stopping:
                 return
-        free = self._free()
-        if free > 0 and self._want_lease:
+        claim = self.slots.claim_pass() if self._want_lease else 0
+        if claim > 0:
             self._want_lease = False
             try:
-                leased, self._due, self._duty_due = await self._lease(free)
+                leased, self._due, self._duty_due = await self._lease(claim, self.slots.seal_pass)
+                for item in leased:
+                    self._spawn(item)
             except BaseException:
                 self._want_lease = True  # the retry leases again
                 raise
-            self._more = len(leased) == free
-            for item in leased:
-                self._spawn(item)
+            finally:
+                self.slots.end_pass()
             return
         self._token = await self._idle(self._token)
 
-    def _free(self) -> int:
-        """Slots to lease for: none while abandoned step threads are at their bound."""
-        return 0 if self.abandoned.full else self.concurrency - len(self.inflight)
+    async def _handed_over(self) -> None:
+        """Wait until no slot is claimed: every direct start committing now has
+        been handed over (or given back)."""
+        assert self._unclaimed is not None
+        while self.slots.claimed:
+            self._unclaimed.clear()
+            await self._unclaimed.wait()
 
-    async def _lease(self, free: int) -> tuple[list[LeasedRun], float | None, float | None]:
+    def _release(self, count: int) -> None:
+        """A direct start's slots back (on the worker's loop)."""
+        if self.slots.release(count) and self._unclaimed is not None:
+            self._unclaimed.set()
+        if count and self._want_lease:
+            self._poke()  # a pass waits for these slots
+
+    # -- direct starts (app.py): runs taken in the send's own transaction -------------------------
+    def reserve(self, wanted: int) -> int:
+        """Slots for runs a send in this process may take for this worker (from
+        any thread); 0 unless it is running and not stopping. Every reservation
+        ends with one ``hand_over`` or ``give_back``."""
+        loop = self._loop
+        if loop is None or loop.is_closed() or not self._tasks:
+            return 0
+        return self.slots.reserve(wanted)
+
+    def hand_over(self, leased: Sequence[LeasedRun], reserved: int, sent: float, now: float) -> None:
+        """Start the runs a send took for this worker (leased under its owner at
+        ``now``, the write sent at monotonic ``sent``) as if its lease pass had
+        taken them, and give back the rest of the ``reserved`` slots (from any
+        thread)."""
+        self._on_loop(self._adopt, leased, reserved, sent, now)
+
+    def give_back(self, reserved: int, until: float) -> None:
+        """After a send that failed: its slots back (from any thread). It may
+        have committed all the same (an unknown outcome), leasing runs to this
+        worker until ``until``: the next lease pass comes no later than that."""
+        self._on_loop(self._given_back, reserved, until)
+
+    def _adopt(self, leased: Sequence[LeasedRun], reserved: int, sent: float, now: float) -> None:
+        try:
+            for item in leased:
+                self._held[item.run.id] = sent + self.lease_ttl
+                metrics.run_started(item.run.function_id, now - item.run.created_at)
+                self._spawn(item)
+        finally:
+            self._release(reserved)
+
+    def _given_back(self, reserved: int, until: float) -> None:
+        self._due = until if self._due is None else min(self._due, until)
+        self._release(reserved)
+        self._poke()
+
+    async def _lease(
+        self, claim: int, room: Callable[[], int] | None = None
+    ) -> tuple[list[LeasedRun], float | None, float | None]:
+        """A lease pass for up to ``claim`` runs, ``room()`` once it finds work (``leasing.lease``)."""
         owner, ids, now = self.lease_owner, self._function_ids, self.clock.now()
         until, version = now + self.lease_ttl, self.app_version
         duty = next_duty_op(self._schedules())
@@ -311,7 +376,8 @@ class Worker:
         registry = self.registry
 
         def op(tx: Tx) -> tuple[list[LeasedRun], float | None, float | None]:
-            leased = lease(tx, owner, registry, free, now, until, version)
+            leased = lease(tx, owner, registry, claim, now, until, version, room)
+            self._more = bool(leased) and len(leased) == self.slots.pass_room
             return leased, next_pass_at(tx, ids, now, bool(leased)), duty(tx)
 
         sent = time.monotonic()
@@ -378,7 +444,7 @@ class Worker:
             self.on_idle()
         while not self._stopping:
             now = self.clock.now()
-            free = self._free()
+            free = self.slots.free()  # none while abandoned step threads are at their bound
             if free > 0 and self._want_lease:
                 break
             deadline = now + self.max_idle_sleep

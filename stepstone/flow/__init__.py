@@ -67,6 +67,11 @@ class FlowConfig:
         """The rule of that type, if the option was given."""
         return next((rule for rule in self.rules if isinstance(rule, kind)), None)
 
+    @property
+    def starts_directly(self) -> bool:
+        """Whether a sent run may start in its send's transaction (``Rule.starts_directly``)."""
+        return all(rule.starts_directly for rule in self.rules)
+
     def check_triggers(self, triggers: Sequence[Trigger]) -> None:
         for rule in self.rules:
             rule.check_triggers(triggers)

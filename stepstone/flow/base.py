@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from stepstone.errors import ConfigError
 from stepstone.expressions import Expression
@@ -131,6 +131,13 @@ Verdict = Joined | Dropped | Skipped
 class Rule:
     """A resolved flow-control setting; subclasses are frozen keyword-only
     dataclasses and override the hooks they need."""
+
+    # Whether a run of the function may be started in the transaction that
+    # sends it, by a worker of the sending process (app.py's direct start).
+    # Not when the lease pass decides when it starts (concurrency slots,
+    # throttle, priority order) or the run waits for more events (debounce,
+    # batch): those runs always go through a lease pass.
+    starts_directly: ClassVar[bool] = True
 
     def admit(self, adm: Admission, placement: Placement) -> Verdict | None:
         return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from stepstone.durations import Duration
 from stepstone.errors import ConfigError
@@ -44,6 +45,7 @@ class ResolvedBatch(Rule):
     max_size: int
     timeout: float  # seconds
     key: Expression | None
+    starts_directly: ClassVar[bool] = False  # see Rule
 
     def admit(self, adm: Admission, placement: Placement) -> Verdict | None:
         """Add the event to the key's open batch; a full batch is due at once."""

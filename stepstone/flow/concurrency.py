@@ -7,7 +7,7 @@ Admission writes the run's concurrency keys and limits into its queue spec
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from stepstone.errors import ConfigError
 from stepstone.expressions import Expression
@@ -54,6 +54,7 @@ class ResolvedConcurrency:
 @dataclass(frozen=True, kw_only=True)
 class ConcurrencyRule(Rule):
     limits: tuple[ResolvedConcurrency, ...]
+    starts_directly: ClassVar[bool] = False  # see Rule
 
     def place(self, adm: Admission, placement: Placement) -> None:
         placement.slots.extend((limit.slot_key(adm), limit.limit) for limit in self.limits)

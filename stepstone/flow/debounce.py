@@ -8,6 +8,7 @@ the key replaces its event and pushes its start back.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from stepstone.durations import Duration
 from stepstone.errors import ConfigError
@@ -41,6 +42,7 @@ class ResolvedDebounce(Rule):
     period: float  # seconds
     timeout: float | None
     key: Expression | None
+    starts_directly: ClassVar[bool] = False  # see Rule
 
     def admit(self, adm: Admission, placement: Placement) -> Verdict | None:
         """Replace the pending run's event with this one and push its start back."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 from stepstone.errors import ConfigError
 from stepstone.expressions import Expression, compile_expression
@@ -31,6 +32,7 @@ class Priority:
 @dataclass(frozen=True, kw_only=True)
 class ResolvedPriority(Rule):
     run: Expression
+    starts_directly: ClassVar[bool] = False  # see Rule
 
     def priority(self, adm: Admission) -> float:
         """The expression's value clamped to the range; 0 if it is not a number."""

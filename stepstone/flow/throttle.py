@@ -8,6 +8,7 @@ start.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from stepstone.durations import Duration
 from stepstone.expressions import Expression
@@ -41,6 +42,7 @@ class ResolvedThrottle(Rule):
     burst: int
     period: float  # seconds
     key: Expression | None
+    starts_directly: ClassVar[bool] = False  # see Rule
 
     def place(self, adm: Admission, placement: Placement) -> None:
         placement.throttle_key = f"throttle:{adm.function_id}:{adm.key(self.key)}"

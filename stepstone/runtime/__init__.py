@@ -29,13 +29,14 @@ from stepstone.function import FunctionDef
 from stepstone.registry import INVOKE_EVENT, Registry
 from stepstone.runtime import admission, lifecycle
 from stepstone.runtime.incoming import PreparedEvent, prepare
-from stepstone.runtime.ingestion import ingest
+from stepstone.runtime.ingestion import Sent, ingest
 from stepstone.runtime.waits import Survey, Surveyed, survey
 from stepstone.store.base import Tx
-from stepstone.store.rows import Fence, RunRow, RunStatus
+from stepstone.store.rows import Fence, NewRun, RunRow, RunStatus
 
 __all__ = [
     "PreparedEvent",
+    "Sent",
     "Survey",
     "Surveyed",
     "cancel_run",
@@ -61,10 +62,20 @@ def start_run(
     parent: tuple[str, str] | None = None,
     available_at: float | None = None,
     run_id: str | None = None,
+    queued: list[NewRun] | None = None,
 ) -> str | None:
     """``admission.start_run``, publishing through ``ingest``."""
     return admission.start_run(
-        tx, fn, events, now, registry, publish=ingest, parent=parent, available_at=available_at, run_id=run_id
+        tx,
+        fn,
+        events,
+        now,
+        registry,
+        publish=ingest,
+        parent=parent,
+        available_at=available_at,
+        run_id=run_id,
+        queued=queued,
     )
 
 

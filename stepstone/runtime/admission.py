@@ -89,12 +89,14 @@ def start_run(
     parent: tuple[str, str] | None = None,
     available_at: float | None = None,
     run_id: str | None = None,
+    queued: list[NewRun] | None = None,
 ) -> str | None:
     """Admit ``events`` to ``fn``; returns the run id (new, skipped, or the pending
     debounce/batch run they joined), or ``None`` if an idempotency key already
     started a run. A new run gets ``run_id`` if given (fixed by the caller
     before its transaction, so that a repeated commit names the same run).
-    ``publish`` ingests the system events of a singleton holder it cancels."""
+    ``publish`` ingests the system events of a singleton holder it cancels.
+    A new queued run is appended to ``queued`` (a send's direct start)."""
     adm = _Admission(
         tx=tx,
         fn=fn,
@@ -115,10 +117,13 @@ def start_run(
         placement.skipped = verdict.reason
     for rule in fn.flow.rules:
         rule.place(adm, placement)
-    tx.create_run(_new_run(adm, placement, parent))
+    new = _new_run(adm, placement, parent)
+    tx.create_run(new)
     if placement.skipped is None:
         for rule in fn.flow.rules:
             rule.opened(adm)
+        if queued is not None:
+            queued.append(new)
     return adm.run_id
 
 

@@ -12,6 +12,7 @@ publishes its system events.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from stepstone import limits, serde
 from stepstone.errors import ErrorInfo
@@ -21,9 +22,19 @@ from stepstone.runtime.incoming import PreparedEvent
 from stepstone.runtime.lifecycle import cancel_run
 from stepstone.runtime.waits import Learn, Survey, match_event
 from stepstone.store.base import Tx
-from stepstone.store.rows import StepStatus, WaitKind, WaitRow
+from stepstone.store.rows import NewRun, StepStatus, WaitKind, WaitRow
 
-__all__ = ["ingest"]
+__all__ = ["Sent", "ingest"]
+
+
+@dataclass
+class Sent:
+    """What a send's ingestion did besides recording its events, for a direct
+    start (``app.py``): the runs it queued, and whether it resolved a wait
+    (woke or cancelled a run: work for a lease pass)."""
+
+    queued: list[NewRun] = field(default_factory=list)
+    resolved: bool = False
 
 
 def ingest(
@@ -33,11 +44,13 @@ def ingest(
     now: float,
     surveys: Mapping[str, Survey] | None = None,
     learn: Learn | None = None,
+    sent: Sent | None = None,
 ) -> list[str]:
     """Record ``events``, resolve the waits they satisfy and start the runs they
     trigger; returns their ids. ``surveys`` (by event id): unindexed waits
     already evaluated before this transaction (``waits.survey``); ``learn``
-    hears how many unindexed waits an event read here."""
+    hears how many unindexed waits an event read here; ``sent`` hears the runs
+    queued and whether a wait was resolved."""
     ids = []
     for event in events:
         ids.append(event.id)
@@ -46,12 +59,15 @@ def ingest(
         seq = tx.insert_event(event.id, event.name, event.data_json, event.ts, now, event.trace)
 
         def resolve(wait: WaitRow, event: PreparedEvent = event) -> None:
+            if sent is not None:
+                sent.resolved = True
             _resolve(tx, wait, event, registry, now)
 
         surveyed = None if surveys is None else surveys.get(event.id)
         match_event(tx, event.name, event.data, event.variables, now, resolve, surveyed, learn)
+        queued = None if sent is None else sent.queued
         for fn in registry.match(event.name, event.variables):
-            start_run(tx, fn, [(seq, event)], now, registry, publish=ingest)
+            start_run(tx, fn, [(seq, event)], now, registry, publish=ingest, queued=queued)
     return ids
 
 

@@ -11,7 +11,7 @@ expires, so a deep backlog behind a full key costs other keys nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from stepstone.flow.batch import ResolvedBatch
@@ -19,7 +19,7 @@ from stepstone.flow.debounce import ResolvedDebounce
 from stepstone.flow.throttle import ResolvedThrottle
 from stepstone.registry import Registry
 from stepstone.store.base import QueueTx
-from stepstone.store.rows import LeasedRun, QueueItem
+from stepstone.store.rows import LeasedRun, NewRun, QueueItem
 
 SCAN_SLACK = 16  # extra items read per partition, to step over ones a second key blocks
 RECHECK = 0.25  # seconds before re-reading a partition whose scan window was all blocked, or
@@ -36,6 +36,7 @@ class _Pass:
     now: float
     until: float
     app_version: str | None = None
+    room: Callable[[], int] | None = None  # the final ``wanted``, read before the first choice
     leased: list[LeasedRun] = field(default_factory=list)
     live: dict[tuple[int, str], int] = field(default_factory=dict)
     contended: set[str] = field(default_factory=set)
@@ -69,6 +70,8 @@ class _Pass:
         """Take what this partition may give, in one ``take_many``; returns its
         next due time (``None``: its earliest future item)."""
         chosen: list[QueueItem] = []
+        if self.room is not None:
+            self.wanted, self.room = min(self.wanted, self.room()), None
         next_at = self.choose(key, chosen)
         if chosen:
             ids = [item.run_id for item in chosen]
@@ -124,17 +127,56 @@ def lease(
     now: float,
     until: float,
     app_version: str | None = None,
+    room: Callable[[], int] | None = None,
 ) -> list[LeasedRun]:
     """Lease up to ``wanted`` due runs of ``functions`` for ``owner`` until ``until``
-    (recording ``app_version``, when given, on each run)."""
+    (recording ``app_version``, when given, on each run). ``room``, if given,
+    is read once a due partition is found, before anything is chosen: at most
+    ``wanted``, fewer if a send started runs directly meanwhile (``slots.py``)."""
     if wanted <= 0:
         return []
-    state = _Pass(tx, owner, functions, wanted, now, until, app_version)
+    state = _Pass(tx, owner, functions, wanted, now, until, app_version, room)
     for key in tx.due_partitions(functions.ids(), now, wanted + SCAN_SLACK):
-        if len(state.leased) >= wanted:
+        if len(state.leased) >= state.wanted:
             break  # untouched partitions stay due for the next pass
         tx.settle_partition(key, now, state.serve(key), now + RECHECK)
     return state.leased
+
+
+def take_direct(
+    tx: QueueTx,
+    owner: str,
+    runs: Sequence[NewRun],
+    wanted: int,
+    now: float,
+    until: float,
+    app_version: str | None = None,
+) -> list[LeasedRun]:
+    """Take up to ``wanted`` of the runs queued in this transaction for
+    ``owner``, as a lease pass would (``take_many``), where that changes
+    nothing in who runs what or when: each is due now, queued without
+    concurrency keys, throttle or priority (the caller passes only functions
+    whose rules allow it: ``FlowConfig.starts_directly``), and no other due
+    item of its partition waits (queue order: a direct start never jumps a
+    queue). A partition taken from is settled as a pass leaves it; one with
+    an item waiting keeps the runs queued for a pass."""
+    by_partition: dict[str, list[str]] = {}
+    for run in runs:
+        spec = run.queue_spec
+        plain = spec.ckey1 is None and spec.ckey2 is None and spec.throttle_key is None
+        if plain and run.available_at <= now and (run.sort_at is None or run.sort_at == run.available_at):
+            by_partition.setdefault(spec.partition_key, []).append(run.id)
+    leased: list[LeasedRun] = []
+    for key, ids in by_partition.items():
+        room = wanted - len(leased)
+        if room <= 0:
+            break
+        if tx.due_ahead(key, now, ids):
+            continue
+        leased += tx.take_many(owner, ids[:room], now, until, app_version, accumulators=False)
+        if room >= len(ids):  # else its hint stays due now, for the runs left
+            tx.settle_partition(key, now, None, now + RECHECK)
+    return leased
 
 
 def next_pass_at(tx: QueueTx, function_ids: Sequence[str], now: float, took: bool) -> float | None:

@@ -103,6 +103,7 @@ class PgTx(SqlTx):
     def __init__(self, conn: Any, dialect: Dialect) -> None:
         super().__init__(conn, dialect)
         self.wake = False
+        self.wake_here = True  # whether the wake-up is also for this process's workers
         self.results: list[Any] = []  # driver cursors
 
     def _exec(
@@ -116,6 +117,9 @@ class PgTx(SqlTx):
         if name in WAKE_QUERIES:
             self.wake = True  # if no row changed after all, an idle worker leases in vain once
         return result
+
+    def taken_here(self) -> None:
+        self.wake_here = False
 
     def changed(self) -> bool:
         """Whether a statement wrote a row (call after the batch: no waiting)."""
@@ -226,7 +230,7 @@ class PostgresStore:
         if txs and any(ok for ok, _ in outcomes) and txs[0].changed():
             with self._lock:
                 self.commits += 1
-        if any(tx.wake for tx in txs):  # committed or not (an unknown outcome): wake rather than miss
+        if any(tx.wake and tx.wake_here for tx in txs):  # committed or not: wake rather than miss
             self._listener.wake_local()
         return outcomes
 

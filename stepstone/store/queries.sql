@@ -462,6 +462,13 @@ SELECT run_id, function_id, ckey1, limit1, ckey2, limit2, throttle_key, fresh, s
 ORDER BY sort_at, run_id
 LIMIT :limit;
 
+-- name: due_ahead
+-- (a direct start's queue-order check: is a due item of the partition other
+-- than the runs the send queued waiting? A plain read through queue_by_partition,
+-- stopping at the first.)
+SELECT run_id FROM queue
+WHERE partition_key = :key AND available_at <= :now AND run_id NOT IN ({run_ids}) LIMIT 1;
+
 -- name: live_ckey1
 SELECT COUNT(*) AS n FROM queue WHERE ckey1 = :ckey AND owner IS NOT NULL AND available_at > :now;
 

@@ -129,6 +129,11 @@ class NewRun:
     meta: str | None = None
     spec: QueueSpec | None = None
 
+    @property
+    def queue_spec(self) -> QueueSpec:
+        """Where it queues (without a spec: its partition, no keys)."""
+        return self.spec or QueueSpec(partition_key=self.partition or self.function_id)
+
 
 @dataclass(frozen=True, kw_only=True)
 class QueueSpec:

@@ -100,7 +100,7 @@ class SqlTx(SqlViews, SqlWaits, SqlRetention):
         for position, seq in enumerate(run.event_seqs):
             self._exec("insert_run_event", {"run_id": run.id, "position": position, "event_seq": seq})
         if not ended:
-            spec = run.spec or QueueSpec(partition_key=run.partition or run.function_id)
+            spec = run.queue_spec
             self._enqueue(
                 run.id,
                 run.function_id,
@@ -227,6 +227,12 @@ class SqlTx(SqlViews, SqlWaits, SqlRetention):
             QueueItem.from_row(r)
             for r in self._all("partition_items", {"key": key, "now": now, "limit": limit})
         ]
+
+    def due_ahead(self, key: str, now: float, run_ids: Sequence[str]) -> bool:
+        return bool(self._all("due_ahead", {"key": key, "now": now}, {"run_ids": run_ids}))
+
+    def taken_here(self) -> None:
+        """Nothing to do: SQLite wakes no one at commit (``App`` pokes its workers)."""
 
     def live_leases(self, slot: int, ckey: str, now: float) -> int:
         row = self._one("live_ckey1" if slot == 1 else "live_ckey2", {"ckey": ckey, "now": now})

@@ -228,6 +228,14 @@ class MemoryTx:
             for i in due[:limit]
         ]
 
+    def due_ahead(self, key: str, now: float, run_ids: Sequence[str]) -> bool:
+        return any(
+            i.partition_key == key and i.due(now) and i.run_id not in run_ids for i in self.s.queue.values()
+        )
+
+    def taken_here(self) -> None:
+        pass  # no wake-ups
+
     def live_leases(self, slot: int, ckey: str, now: float) -> int:
         return sum(
             1 for i in self.s.queue.values() if (i.ckey1 if slot == 1 else i.ckey2) == ckey and i.live(now)

@@ -54,6 +54,17 @@ class QueueTx(GcraTx, Protocol):
         """A partition's due items in queue order (``sort_at``: priority applied)."""
         ...
 
+    def due_ahead(self, key: str, now: float, run_ids: Sequence[str]) -> bool:
+        """Whether a due item of the partition other than ``run_ids`` waits (a
+        direct start must not jump it). A plain read: it takes no lock."""
+        ...
+
+    def taken_here(self) -> None:
+        """The work this transaction made available was taken in it by a worker
+        of this process (a direct start): wake other processes' workers at
+        commit as usual, not this process's."""
+        ...
+
     def live_leases(self, slot: int, ckey: str, now: float) -> int:
         """Runs holding a live lease under concurrency key ``ckey`` (slot 1 or 2)."""
         ...

@@ -1,0 +1,279 @@
+"""A run sent from a process whose app has a running local worker starts in
+the send's own transaction (issue 18, sequential latency): taken there for
+that worker as a lease pass would take it, and handed over in memory. It must
+change nothing in who runs what or when: no queue is jumped, flow control
+evaluated at lease time still applies, a stopping or full worker takes
+nothing, a fault at the send's commit neither loses nor doubles a run, and
+the run in the store looks like any leased run. Both stores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import pytest
+
+import stepstone as ss
+from stepstone.registry import Registry
+from stepstone.runtime import Sent, ingest, prepare
+from stepstone.scheduler.leasing import lease, take_direct
+from stepstone.store import faults
+from stepstone.store.base import Store, Tx
+from stepstone.store.rows import LeasedRun
+
+from ..conftest import query, run_of
+from ..polling import wait_for
+
+NOW = 1_000_000.0
+TTL = 60.0
+
+
+@pytest.fixture
+def pass_took(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The run ids each lease pass of a worker took, pass by pass."""
+    passes: list[list[str]] = []
+
+    def counted(*args: Any, **kwargs: Any) -> list[LeasedRun]:
+        leased = lease(*args, **kwargs)
+        passes.append([item.run.id for item in leased])
+        return leased
+
+    monkeypatch.setattr("stepstone.worker.lease", counted)
+    return passes
+
+
+def _leased_by_a_pass(passes: list[list[str]], run_id: str) -> bool:
+    return any(run_id in took for took in passes)
+
+
+def three_steps(app: ss.App, **options: Any) -> None:
+    @app.function(id="three", trigger=ss.on_event("go"), **options)
+    async def three(ctx: ss.Context) -> int:
+        for i in range(3):
+            await ctx.step.run(f"s{i}", lambda: 1)
+        return 3
+
+
+def test_a_sequential_run_starts_in_its_send_with_one_commit_fewer(
+    app: ss.App, pass_took: list[list[str]]
+) -> None:
+    three_steps(app)
+
+    async def main() -> tuple[list[int], list[str]]:
+        await app.start_async(lease_ttl=60)  # no heartbeat during the test
+        commits, runs = [], []
+        try:
+            for _ in range(3):
+                before = app.store.commits  # type: ignore[attr-defined]
+                [event_id] = await app.send_async(ss.Event("go"))
+                [run] = await app.runs.list_async(event_id=event_id)
+                done = await app.runs.wait_async(run.id, timeout="10s")
+                assert done.status == "completed" and done.output == 3
+                commits.append(app.store.commits - before)  # type: ignore[attr-defined]
+                runs.append(run.id)
+        finally:
+            await app.stop_async()
+        return commits, runs
+
+    commits, runs = asyncio.run(main())
+    # the send, then one checkpoint per step (the end in the last): no lease pass's commit
+    assert commits == [4, 4, 4]
+    assert not any(_leased_by_a_pass(pass_took, run_id) for run_id in runs)
+
+
+def _lease_row(db_url: str, run_id: str) -> tuple[Any, ...]:
+    [row] = query(
+        db_url,
+        "SELECT q.owner, q.epoch, q.fresh, q.available_at - r.started_at, q.wake_requested, "
+        "r.epoch, r.status, r.attempt, r.app_version, r.started_at IS NOT NULL "
+        f"FROM queue q JOIN runs r ON r.id = q.run_id WHERE q.run_id = '{run_id}'",
+    )
+    return (*row[:3], round(float(row[3])), *row[4:])
+
+
+def _first_step_done(app: ss.App, run_id: str) -> bool:
+    return [s.status for s in app.runs.get(run_id).steps][:1] == ["completed"]
+
+
+def test_a_run_started_directly_is_leased_in_the_store_as_by_a_pass(
+    make_app: Callable[..., ss.App], db_url: str, pass_took: list[list[str]]
+) -> None:
+    app, client = make_app("held", app_version="v1"), make_app("client")
+    gate = threading.Event()
+
+    @app.function(id="held", trigger=ss.on_event("hold"))
+    async def held(ctx: ss.Context) -> str:
+        await ctx.step.run("first", lambda: "one")
+        await ctx.step.run("gate", lambda: gate.wait(10))  # step 1 is committed before it runs
+        return "done"
+
+    app.start(lease_ttl=60)
+    try:
+        direct = run_of(app, app.send(ss.Event("hold"))[0])
+        leased = run_of(client, client.send(ss.Event("hold"))[0])  # no local worker: a lease pass
+        for run in (direct, leased):
+            wait_for(partial(_first_step_done, app, run.id), 10, "step 1 committed")
+        assert _leased_by_a_pass(pass_took, leased.id) and not _leased_by_a_pass(pass_took, direct.id)
+        assert _lease_row(db_url, direct.id) == _lease_row(db_url, leased.id)
+        [(owner,)] = query(db_url, f"SELECT owner FROM queue WHERE run_id = '{direct.id}'")
+        assert owner == app._local_workers[0].lease_owner
+        [(next_at, until)] = query(
+            db_url,
+            "SELECT p.next_at, q.available_at FROM partitions p JOIN queue q ON q.partition_key = p.key "
+            f"WHERE q.run_id = '{leased.id}'",
+        )
+        assert next_at <= until  # the partition is looked at again when a lease lapses
+    finally:
+        gate.set()
+    for run in (direct, leased):
+        assert app.runs.wait(run.id, timeout="10s").status == "completed"
+    app.stop()
+    direct_spans = [(s.kind, s.name, s.status) for s in app.runs.trace(direct.id)]
+    leased_spans = [(s.kind, s.name, s.status) for s in app.runs.trace(leased.id)]
+    assert direct_spans == leased_spans and direct_spans
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"concurrency": ss.Concurrency(limit=5)},
+        {"throttle": ss.Throttle(limit=100, period="1s")},
+        {"priority": ss.Priority(run="1")},
+    ],
+    ids=["concurrency", "throttle", "priority"],
+)
+def test_flow_control_at_lease_time_still_goes_through_a_lease_pass(
+    app: ss.App, options: dict[str, Any], pass_took: list[list[str]]
+) -> None:
+    three_steps(app, **options)
+    app.start()
+    [event_id] = app.send(ss.Event("go"))
+    run = run_of(app, event_id)
+    assert app.runs.wait(run.id, timeout="10s").status == "completed"
+    assert _leased_by_a_pass(pass_took, run.id)
+
+
+def test_a_full_worker_takes_nothing_and_the_run_is_leased_later(
+    app: ss.App, db_url: str, pass_took: list[list[str]]
+) -> None:
+    gate = threading.Event()
+
+    @app.function(id="gated", trigger=ss.on_event("gated"))
+    async def gated(ctx: ss.Context) -> str:
+        await asyncio.get_running_loop().run_in_executor(None, gate.wait, 10)
+        return "done"
+
+    app.start(concurrency=1)
+    try:
+        first = run_of(app, app.send(ss.Event("gated"))[0])
+        wait_for(lambda: app.runs.get(first.id).status == "running", 10, "the first run to start")
+        second = run_of(app, app.send(ss.Event("gated"))[0])
+        [(owner,)] = query(db_url, f"SELECT owner FROM queue WHERE run_id = '{second.id}'")
+        assert owner is None  # queued: the worker's only slot is busy
+    finally:
+        gate.set()
+    assert app.runs.wait(second.id, timeout="10s").status == "completed"
+    assert not _leased_by_a_pass(pass_took, first.id) and _leased_by_a_pass(pass_took, second.id)
+
+
+def test_a_stopping_worker_takes_nothing(app: ss.App, db_url: str) -> None:
+    three_steps(app)
+
+    async def main() -> str:
+        worker = await app.start_async()
+        stopping = asyncio.create_task(worker.stop(5))
+        await asyncio.sleep(0)  # the stop begins: it refuses direct starts before its first wait
+        assert worker.reserve(1) == 0
+        [event_id] = await app.send_async(ss.Event("go"))
+        await stopping
+        [run] = await app.runs.list_async(event_id=event_id)
+        return run.id
+
+    run_id = asyncio.run(main())
+    assert query(db_url, f"SELECT owner, epoch FROM queue WHERE run_id = '{run_id}'") == [(None, 0)]
+
+
+def test_a_sync_send_from_another_thread_hands_the_run_to_the_workers_loop(
+    app: ss.App, pass_took: list[list[str]]
+) -> None:
+    three_steps(app)
+    app.start()
+    results: list[str] = []
+
+    def sender() -> None:
+        run = run_of(app, app.send(ss.Event("go"))[0])
+        results.append(app.runs.wait(run.id, timeout="10s").status)
+        results.append(run.id)
+
+    threads = [threading.Thread(target=sender) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    assert results[0::2] == ["completed"] * 3
+    assert not any(_leased_by_a_pass(pass_took, run_id) for run_id in results[1::2])
+
+
+# -- the take itself, driven through the store with explicit times ---------------------------------
+
+
+def _registry() -> Registry:
+    app = ss.App("direct", database_url="sqlite:///never-opened.db")  # only its registry is used
+    app.function(id="plain", trigger=ss.on_event("plain"))(lambda ctx: None)
+    return app.registry
+
+
+def _send_taking(
+    store: Store, registry: Registry, events: list[ss.Event], at: float, wanted: int
+) -> list[str]:
+    prepared = prepare(events, at)
+
+    def op(tx: Tx) -> list[str]:
+        sent = Sent()
+        ingest(tx, prepared, registry, at, sent=sent)
+        return [lr.run.id for lr in take_direct(tx, "w", sent.queued, wanted, at, at + TTL)]
+
+    return store.transact_sync(op)
+
+
+def test_a_direct_start_never_jumps_a_queue(store: Store) -> None:
+    registry = _registry()
+    store.transact_sync(lambda tx: ingest(tx, prepare([ss.Event("plain")], NOW), registry, NOW))
+    assert _send_taking(store, registry, [ss.Event("plain")], NOW + 1, 5) == []  # one waits before it
+    assert len(store.transact_sync(lambda tx: tx.partition_items("plain", NOW + 1, 10))) == 2
+
+
+def test_a_direct_start_takes_what_its_send_queued_within_its_slots(store: Store) -> None:
+    registry = _registry()
+    taken = _send_taking(store, registry, [ss.Event("plain") for _ in range(3)], NOW, 2)
+    assert len(taken) == 2
+    left = store.transact_sync(lambda tx: tx.partition_items("plain", NOW, 10))
+    assert len(left) == 1 and left[0].run_id not in taken
+    assert store.read_sync(lambda tx: tx.next_due(["plain"])) == NOW  # due for a pass at once
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_fault_at_the_sends_commit_neither_loses_nor_doubles_a_run(
+    app: ss.App, when: faults.When, pass_took: list[list[str]]
+) -> None:
+    executed: list[str] = []
+
+    @app.function(id="once", trigger=ss.on_event("once"))
+    async def once(ctx: ss.Context) -> str:
+        await ctx.step.run("effect", lambda: executed.append(ctx.run_id))
+        return "done"
+
+    app.start(lease_ttl=2)
+    with faults.inject("App._send.op", when) as plan, pytest.raises(ss.StoreUnavailableError):
+        app.send(ss.Event("once", id="e1"))
+    assert plan.fired
+    app.send(ss.Event("once", id="e1"))  # the caller retries; the event id dedupes it
+    run = run_of(app, "e1")
+    assert app.runs.wait(run.id, timeout="20s").status == "completed"
+    assert executed == [run.id]
+    if when == "after":  # it committed, leased to the worker, which heard of no run: its lease lapsed
+        assert _leased_by_a_pass(pass_took, run.id)

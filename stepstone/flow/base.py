@@ -135,8 +135,9 @@ class Rule:
     # Whether a run of the function may be started in the transaction that
     # sends it, by a worker of the sending process (app.py's direct start).
     # Not when the lease pass decides when it starts (concurrency slots,
-    # throttle, priority order) or the run waits for more events (debounce,
-    # batch): those runs always go through a lease pass.
+    # throttle, priority order), the run waits for more events (debounce,
+    # batch) or the worker learns its deadline there (timeouts, enforced by
+    # its duties): those runs always go through a lease pass.
     starts_directly: ClassVar[bool] = True
 
     def admit(self, adm: Admission, placement: Placement) -> Verdict | None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from stepstone.durations import Duration
 from stepstone.flow.base import Admission, Option, Placement, Rule
@@ -28,6 +29,7 @@ class Timeouts:
 class ResolvedTimeouts(Rule):
     start: float | None  # seconds
     finish: float | None
+    starts_directly: ClassVar[bool] = False  # see Rule: a worker learns deadlines in its lease pass
 
     def place(self, adm: Admission, placement: Placement) -> None:
         placement.start_deadline = None if self.start is None else adm.now + self.start

@@ -143,8 +143,9 @@ def test_a_run_started_directly_is_leased_in_the_store_as_by_a_pass(
         {"concurrency": ss.Concurrency(limit=5)},
         {"throttle": ss.Throttle(limit=100, period="1s")},
         {"priority": ss.Priority(run="1")},
+        {"timeouts": ss.Timeouts(finish="1h")},
     ],
-    ids=["concurrency", "throttle", "priority"],
+    ids=["concurrency", "throttle", "priority", "timeouts"],
 )
 def test_flow_control_at_lease_time_still_goes_through_a_lease_pass(
     app: ss.App, options: dict[str, Any], pass_took: list[list[str]]

@@ -173,9 +173,9 @@ def take_direct(
             break
         if tx.due_ahead(key, now, ids):
             continue
-        leased += tx.take_many(owner, ids[:room], now, until, app_version, accumulators=False)
+        leased += tx.take_many(owner, ids[:room], now, until, app_version, accumulators=False, new=True)
         if room >= len(ids):  # else its hint stays due now, for the runs left
-            tx.settle_partition(key, now, None, now + RECHECK)
+            tx.settle_taken(key, now)
     return leased
 
 

@@ -469,6 +469,13 @@ LIMIT :limit;
 SELECT run_id FROM queue
 WHERE partition_key = :key AND available_at <= :now AND run_id NOT IN ({run_ids}) LIMIT 1;
 
+-- name: settle_taken
+-- (a direct start took every due item of the partition: it is next due at its
+-- earliest item's time, a lease's expiry at the latest; queue_by_partition)
+UPDATE partitions SET last_served = :now,
+    next_at = (SELECT MIN(available_at) FROM queue WHERE partition_key = :key)
+WHERE key = :key;
+
 -- name: live_ckey1
 SELECT COUNT(*) AS n FROM queue WHERE ckey1 = :ckey AND owner IS NOT NULL AND available_at > :now;
 

@@ -231,6 +231,9 @@ class SqlTx(SqlViews, SqlWaits, SqlRetention):
     def due_ahead(self, key: str, now: float, run_ids: Sequence[str]) -> bool:
         return bool(self._all("due_ahead", {"key": key, "now": now}, {"run_ids": run_ids}))
 
+    def settle_taken(self, key: str, now: float) -> None:
+        self._exec("settle_taken", {"key": key, "now": now})
+
     def taken_here(self) -> None:
         """Nothing to do: SQLite wakes no one at commit (``App`` pokes its workers)."""
 
@@ -253,6 +256,7 @@ class SqlTx(SqlViews, SqlWaits, SqlRetention):
         app_version: str | None = None,
         *,
         accumulators: bool = True,
+        new: bool = False,
     ) -> list[LeasedRun]:
         if not run_ids:
             return []
@@ -277,7 +281,7 @@ class SqlTx(SqlViews, SqlWaits, SqlRetention):
             events[row["run_id"]].append(EventRow.from_row(row))
         steps: dict[str, list[StepRow]] = {run_id: [] for run_id in items}
         sizes: dict[str, dict[str, int]] = {run_id: {} for run_id in items}
-        for row in self._all("step_index", None, ids):  # the memos without outputs, their sizes
+        for row in [] if new else self._all("step_index", None, ids):  # memos without outputs, sizes
             steps[row["run_id"]].append(StepRow.from_row(row))
             if row["output_bytes"] is not None:
                 sizes[row["run_id"]][row["step_id"]] = row["output_bytes"]

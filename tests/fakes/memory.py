@@ -233,6 +233,12 @@ class MemoryTx:
             i.partition_key == key and i.due(now) and i.run_id not in run_ids for i in self.s.queue.values()
         )
 
+    def settle_taken(self, key: str, now: float) -> None:
+        part = self.s.partitions.get(key)
+        times = [i.available_at for i in self.s.queue.values() if i.partition_key == key]
+        if part is not None:
+            part.next_at, part.last_served = min((t for t in times if t is not None), default=None), now
+
     def taken_here(self) -> None:
         pass  # no wake-ups
 
@@ -281,6 +287,7 @@ class MemoryTx:
         app_version: str | None = None,
         *,
         accumulators: bool = True,
+        new: bool = False,
     ) -> list[LeasedRun]:
         taken = [self.take(owner, run_id, now, until, app_version) for run_id in run_ids]
         return [leased for leased in taken if leased is not None]

@@ -59,6 +59,11 @@ class QueueTx(GcraTx, Protocol):
         direct start must not jump it). A plain read: it takes no lock."""
         ...
 
+    def settle_taken(self, key: str, now: float) -> None:
+        """After a direct start took every due item of the partition: it is next
+        due when its earliest item is (one statement, nothing read back)."""
+        ...
+
     def taken_here(self) -> None:
         """The work this transaction made available was taken in it by a worker
         of this process (a direct start): wake other processes' workers at
@@ -86,12 +91,14 @@ class QueueTx(GcraTx, Protocol):
         app_version: str | None = None,
         *,
         accumulators: bool = True,
+        new: bool = False,
     ) -> list[LeasedRun]:
         """``take`` for several items at once (a lease pass's choice in one
         partition), in a fixed number of statements whatever their number; in
         the order of ``run_ids``, less any that vanished. ``accumulators=False``
         skips dropping the runs' open debounce and batch rows (for functions
-        that have neither; a stale row only makes a later join start a new run)."""
+        that have neither; a stale row only makes a later join start a new run).
+        ``new``: runs queued in this transaction, which have no memos to read."""
         ...
 
     def settle_partition(self, key: str, now: float, next_at: float | None, recheck: float) -> None:

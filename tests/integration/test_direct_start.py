@@ -278,3 +278,24 @@ def test_a_fault_at_the_sends_commit_neither_loses_nor_doubles_a_run(
     assert executed == [run.id]
     if when == "after":  # it committed, leased to the worker, which heard of no run: its lease lapsed
         assert _leased_by_a_pass(pass_took, run.id)
+
+
+def test_a_cancel_right_after_the_send_is_honoured(app: ss.App, pass_took: list[list[str]]) -> None:
+    gate = threading.Event()
+    executed: list[str] = []
+
+    @app.function(id="gated", trigger=ss.on_event("gated"))
+    async def gated(ctx: ss.Context) -> str:
+        await ctx.step.run("first", lambda: gate.wait(10))
+        await ctx.step.run("second", lambda: executed.append("second"))
+        return "done"
+
+    app.start()
+    run = run_of(app, app.send(ss.Event("gated"))[0])
+    try:
+        assert app.runs.cancel(run.id) == "running"  # held by the worker: flagged, ended at its next commit
+    finally:
+        gate.set()
+    done = app.runs.wait(run.id, timeout="10s")
+    assert done.status == "cancelled" and executed == []
+    assert not _leased_by_a_pass(pass_took, run.id)

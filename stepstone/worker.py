@@ -303,6 +303,7 @@ class Worker:
             self._want_lease = False
             try:
                 leased, self._due, self._duty_due = await self._lease(claim, self.slots.seal_pass)
+                self._more = bool(leased) and len(leased) == self.slots.pass_room  # it filled its slots
                 for item in leased:
                     self._spawn(item)
             except BaseException:
@@ -377,7 +378,6 @@ class Worker:
 
         def op(tx: Tx) -> tuple[list[LeasedRun], float | None, float | None]:
             leased = lease(tx, owner, registry, claim, now, until, version, room)
-            self._more = bool(leased) and len(leased) == self.slots.pass_room
             return leased, next_pass_at(tx, ids, now, bool(leased)), duty(tx)
 
         sent = time.monotonic()

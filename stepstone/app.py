@@ -356,7 +356,7 @@ class App:
         """Slots for a direct start of the send's runs, on the local worker with
         the most free (``None``: no running local worker has one free)."""
         with self._lock:
-            workers = sorted(self._local_workers, key=lambda w: len(w.inflight) - w.concurrency)
+            workers = sorted(self._local_workers, key=lambda w: -w.slots.offered())
         for worker in workers:
             slots = worker.reserve(events)
             if slots:

@@ -31,6 +31,11 @@ class Slots:
     def free(self) -> int:
         return max(0, self.concurrency - self._busy() - self.claimed)
 
+    def offered(self) -> int:
+        """What ``reserve`` could give now: free slots and an unsealed pass's claim."""
+        with self._lock:
+            return 0 if self._closed else self.free() + (0 if self._sealed else self._pass)
+
     def claim_pass(self) -> int:
         """Every free slot, for a lease pass about to begin (0: no pass)."""
         with self._lock:

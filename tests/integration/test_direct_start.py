@@ -299,3 +299,28 @@ def test_a_cancel_right_after_the_send_is_honoured(app: ss.App, pass_took: list[
     done = app.runs.wait(run.id, timeout="10s")
     assert done.status == "cancelled" and executed == []
     assert not _leased_by_a_pass(pass_took, run.id)
+
+
+def test_of_several_local_workers_the_one_with_most_free_slots_takes_the_run(
+    app: ss.App, db_url: str, pass_took: list[list[str]]
+) -> None:
+    gate = threading.Event()
+
+    @app.function(id="gated", trigger=ss.on_event("gated"))
+    async def gated(ctx: ss.Context) -> str:
+        await ctx.step.run("wait", lambda: gate.wait(10))
+        return "done"
+
+    app.start(concurrency=1, instance_id="small")
+    app.start(concurrency=3, instance_id="large")
+    small, large = app._local_workers
+    try:
+        runs = [run_of(app, app.send(ss.Event("gated"))[0]).id for _ in range(3)]
+        owners = [query(db_url, f"SELECT owner FROM queue WHERE run_id = '{r}'")[0][0] for r in runs]
+        # free slots 3 > 1, then 2 > 1, then 1 = 1: the first in the list among equals
+        assert owners == [large.lease_owner, large.lease_owner, small.lease_owner]
+    finally:
+        gate.set()
+    for run_id in runs:
+        assert app.runs.wait(run_id, timeout="10s").status == "completed"
+    assert not any(_leased_by_a_pass(pass_took, run_id) for run_id in runs)

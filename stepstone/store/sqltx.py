@@ -186,10 +186,12 @@ class SqlTx(SqlViews, SqlWaits, SqlRetention):
             "until": where.until,
             "before_id": where.before_id,
             "app_version": where.app_version,
-            "event_id": where.event_id,
             "limit": where.limit,
         }
-        return [RunRow.from_row(r) for r in self._all("list_runs", params, {"statuses": where.statuses})]
+        name = "list_runs"
+        if where.event_id is not None:
+            name, params["event_id"] = "list_runs_of_event", where.event_id
+        return [RunRow.from_row(r) for r in self._all(name, params, {"statuses": where.statuses})]
 
     def run_histories(
         self,

@@ -185,7 +185,9 @@ def _export_op(run_id: str) -> Callable[[Tx], dict[str, Any]]:
 
 def _list_op(where: RunFilter) -> Callable[[Tx], list[Run]]:
     def op(tx: RunsTx) -> list[Run]:
-        return [to_run(row, tx.get_steps(row.id)) for row in tx.list_runs(where)]
+        rows = tx.list_runs(where)
+        steps = tx.steps_of_runs([row.id for row in rows])  # one read, however many runs
+        return [to_run(row, steps[row.id]) for row in rows]
 
     return op
 

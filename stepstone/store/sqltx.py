@@ -168,6 +168,13 @@ class SqlTx(SqlViews, SqlWaits, SqlRetention):
     def get_steps(self, run_id: str) -> list[StepRow]:
         return [StepRow.from_row(r) for r in self._all("get_steps", {"run_id": run_id})]
 
+    def steps_of_runs(self, run_ids: Sequence[str]) -> dict[str, list[StepRow]]:
+        steps: dict[str, list[StepRow]] = {run_id: [] for run_id in run_ids}
+        if run_ids:
+            for row in self._all("steps_of_runs", None, {"run_ids": run_ids}):
+                steps[row["run_id"]].append(StepRow.from_row(row))
+        return steps
+
     def step_outputs(self, run_id: str, first: int, last: int) -> dict[str, str | None]:
         rows = self._all("step_outputs", {"run_id": run_id, "first": first, "last": last})
         return {r["step_id"]: r["output"] for r in rows}
@@ -209,9 +216,7 @@ class SqlTx(SqlViews, SqlWaits, SqlRetention):
         if not runs:
             return []
         ids = {"run_ids": [run.id for run in runs]}
-        steps: dict[str, list[StepRow]] = {run.id: [] for run in runs}
-        for row in self._all("steps_of_runs", None, ids):
-            steps[row["run_id"]].append(StepRow.from_row(row))
+        steps = self.steps_of_runs(ids["run_ids"])
         events: dict[str, list[EventRow]] = {run.id: [] for run in runs}
         for row in self._all("events_of_runs", None, ids):
             events[row["run_id"]].append(EventRow.from_row(row))

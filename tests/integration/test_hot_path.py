@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -256,3 +258,53 @@ def test_listing_by_event_returns_the_events_runs_with_every_other_filter(
     assert app.runs.list(event_id=first, status="completed") == []
     assert len(app.runs.list(event_id=first, limit=1)) == 1
     assert app.runs.list(event_id="no-such-event") == []
+
+
+def test_listing_runs_reads_their_steps_in_one_statement(tmp_path: Path, counted_sqlite: Counts) -> None:
+    """``runs.list`` read each run's steps with a statement of its own (101
+    statements for a page of 100 runs); now one for the page, each run with
+    exactly its own steps."""
+    app = ss.App("list", database_url=f"sqlite:///{tmp_path}/list.db")
+
+    @app.function(id="f", trigger=ss.on_event("go"))
+    async def f(ctx: ss.Context) -> int:
+        for i in range(ctx.event.data["n"]):
+            await ctx.step.run(f"s{i}", lambda i=i: i)
+        return 0
+
+    async def main() -> None:
+        await app.start_async(concurrency=4)
+        try:
+            ids = await app.send_async([ss.Event("go", {"n": n}) for n in range(6)])
+            for eid in ids:
+                [run] = await app.runs.list_async(event_id=eid)
+                await app.runs.wait_async(run.id, timeout="10s")
+        finally:
+            await app.stop_async()
+
+    try:
+        asyncio.run(main())
+        before = counted_sqlite.statements
+        runs = app.runs.list(function_id="f")
+        statements = counted_sqlite.statements - before
+    finally:
+        app.close()
+    assert sorted(len(r.steps) for r in runs) == list(range(6))
+    for run in runs:
+        assert [s.id for s in run.steps] == [f"s{i}" for i in range(len(run.steps))]
+        assert [s.output for s in run.steps] == list(range(len(run.steps)))
+    assert statements == 4, statements  # BEGIN, the runs, their steps, COMMIT
+
+
+def test_a_send_imports_no_opentelemetry_in_a_process_that_never_did() -> None:
+    """No span can be active where OpenTelemetry's API was never imported: the
+    send's trace context is then ``None`` without importing it (~0.1 s, once)."""
+    code = (
+        "import sys, tempfile, stepstone as ss\n"
+        "app = ss.App('t', database_url=f'sqlite:///{tempfile.mkdtemp()}/t.db')\n"
+        "app.send(ss.Event('e'))\n"
+        "app.close()\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]", out

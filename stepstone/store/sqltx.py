@@ -9,7 +9,6 @@ class a DB-API connection already inside a transaction.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -111,7 +110,8 @@ class SqlTx(SqlViews, SqlWaits, SqlRetention):
                 run.finish_timeout,
             )
             if run.spec is not None:
-                self._exec("set_queue_spec", {"id": run.id, "spec": json.dumps(dataclasses.asdict(spec))})
+                # its fields are plain values: vars(), not dataclasses.asdict's deep copy of each
+                self._exec("set_queue_spec", {"id": run.id, "spec": json.dumps(vars(spec))})
 
     def _enqueue(
         self,

@@ -13,7 +13,9 @@ finds the event's runs through indexes instead of scanning every run.
 from __future__ import annotations
 
 import asyncio
+import cProfile
 import itertools
+import pstats
 import sqlite3
 import subprocess
 import sys
@@ -308,3 +310,23 @@ def test_a_send_imports_no_opentelemetry_in_a_process_that_never_did() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]", out
+
+
+def test_a_send_deep_copies_nothing(tmp_path: Path) -> None:
+    """A run's queue spec was encoded through ``dataclasses.asdict`` (a deep
+    copy of every field: the largest Python cost of a send); its fields are
+    plain values, encoded as they are."""
+    app = ss.App("send", database_url=f"sqlite:///{tmp_path}/send.db")
+    app.function(id="f", trigger=ss.on_event("go"))(lambda ctx: None)
+    try:
+        app.send(ss.Event("go"))
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(20):
+            app.send(ss.Event("go"))
+        profile.disable()
+        assert len(app.runs.list(function_id="f")) == 21
+    finally:
+        app.close()
+    called = {f"{file}:{name}" for (file, _, name) in pstats.Stats(profile).stats}  # type: ignore[attr-defined]
+    assert not [c for c in called if c.endswith(("dataclasses.py:asdict", "copy.py:deepcopy"))]

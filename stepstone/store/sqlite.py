@@ -20,7 +20,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
@@ -58,21 +58,37 @@ def translate(exc: BaseException) -> BaseException:
     return err
 
 
+class _Commit(asyncio.Future[Any]):
+    """A write's outcome. Awaiting it first lets its lane commit at once if
+    nothing else would run before the scheduled flush (``_Lane.commit_now``)."""
+
+    def __init__(self, lane: _Lane) -> None:
+        super().__init__(loop=lane.loop)
+        self._lane = lane
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        if not self.done():
+            self._lane.commit_now()
+        return (yield from super().__await__())
+
+    __iter__ = __await__
+
+
 class _Lane:
     """Group commit on one event loop.
 
-    A write submitted while other callbacks are ready to run waits for a flush
-    scheduled with ``call_soon``: every write submitted before it runs shares
-    its transaction. A write submitted while nothing else is ready commits at
-    once, in its submitter's turn (*eager*): the scheduled flush would have
-    been the loop's next callback and would have carried this write alone, so
-    committing now only saves the two turns of the loop that scheduling the
-    flush and then waking the submitter cost (a sequential run's every
-    commit). Eager commits in a row with no turn of the loop between them (a
-    handler whose steps never await) stop after ``EAGER_RUN``: the next write
-    waits for a scheduled flush, so timers (the heartbeat) and I/O still get
-    their turn. An event loop without a visible ready queue (not asyncio's
-    own) always schedules the flush.
+    The first write submitted schedules a flush with ``call_soon``; every write
+    submitted before it runs shares its transaction. A submitter that awaits
+    its write while the loop has nothing else ready to run (only that flush)
+    commits the batch at once, in its own turn (``commit_now``): the flush
+    would have been the next callback and would have carried the same writes,
+    so this only saves the turns of the loop that running the flush and then
+    waking the submitter cost (each commit of a sequential run). Writes
+    awaited otherwise (``asyncio.gather``) keep the scheduled flush. Early
+    commits in a row with no turn of the loop between them (a handler whose
+    steps never await) stop after ``EAGER_RUN``: the next write waits for its
+    flush, so timers (the heartbeat) and I/O still get their turn. A loop
+    without a visible ready queue (not asyncio's own) always waits.
     """
 
     EAGER_RUN = 8
@@ -83,39 +99,39 @@ class _Lane:
         self.loop = loop
         self.pending: list[tuple[Callable[[Tx], Any], asyncio.Future[Any]]] = []
         self._ready: Any = getattr(loop, "_ready", None)  # asyncio's deque of ready callbacks
-        self._tick: asyncio.Handle | None = None  # scheduled after an eager commit: the loop turned
-        self._eager = 0  # eager commits since the loop last turned
+        self._flush: asyncio.Handle | None = None  # the scheduled flush of ``pending``
+        self._tick: asyncio.Handle | None = None  # scheduled by an early commit: the loop turned
+        self._early = 0  # early commits since the loop last turned
         self._flushing = False
 
     def submit(self, op: Callable[[Tx], Any]) -> asyncio.Future[Any]:
-        future: asyncio.Future[Any] = self.loop.create_future()
+        future = _Commit(self)
+        if not self.pending:
+            self._flush = self.loop.call_soon(self.flush)
         self.pending.append((op, future))
-        if len(self.pending) == 1:
-            if self._eager_now():
-                self.flush()
-            else:
-                self.loop.call_soon(self.flush)
         return future
 
-    def _eager_now(self) -> bool:
-        """Whether a lone write may commit now (see the class's docstring)."""
-        ready = self._ready
-        if ready is None or self._flushing:
-            return False
+    def commit_now(self) -> None:
+        """Flush now if the scheduled flush is the only callback ready (see the class)."""
+        flush, ready = self._flush, self._ready
+        if flush is None or ready is None or self._flushing or self._early >= self.EAGER_RUN:
+            return
+        for handle in ready:  # stops at the first callback of another
+            if handle is not flush and handle is not self._tick and not handle.cancelled():
+                return
+        flush.cancel()
         if self._tick is None:
-            if ready:
-                return False
             self._tick = self.loop.call_soon(self._turned)
-        elif len(ready) != 1 or ready[0] is not self._tick or self._eager >= self.EAGER_RUN:
-            return False
-        self._eager += 1
-        return True
+        self._early += 1
+        self.flush()
 
     def _turned(self) -> None:
-        self._tick, self._eager = None, 0
+        self._tick, self._early = None, 0
 
     def flush(self) -> None:
-        batch, self.pending = self.pending, []
+        batch, self.pending, self._flush = self.pending, [], None
+        if not batch:
+            return
         self._flushing = True
         try:
             outcomes = self.store.write_batch(self.conn, [op for op, _ in batch])

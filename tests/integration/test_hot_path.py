@@ -157,11 +157,31 @@ def _noop_write(tx: Tx) -> int:
 
 
 def test_a_lone_write_commits_in_its_submitters_turn(lane_store: SqliteStore) -> None:
-    async def main() -> bool:
-        future = lane_store.submit(_noop_write)
-        return future.done()
+    """Awaited while nothing else is ready, a write commits before the loop
+    turns again: a timer due at once has not fired when the write returns."""
+    fired: list[bool] = []
 
-    assert asyncio.run(main()) is True
+    async def main() -> tuple[bool, bool]:
+        asyncio.get_running_loop().call_later(0, fired.append, True)
+        future = lane_store.submit(_noop_write)
+        submitted = future.done()  # submitting alone commits nothing yet
+        await future
+        return submitted, bool(fired)
+
+    assert asyncio.run(main()) == (False, False)
+    assert lane_store.commits == 1
+
+
+def test_writes_submitted_in_one_turn_share_one_transaction(lane_store: SqliteStore) -> None:
+    """What one callback submits before it waits is one transaction, committed
+    early or not (README: operations submitted in the same turn share one)."""
+
+    async def main() -> list[int]:
+        futures = [lane_store.submit(_noop_write) for _ in range(5)]
+        first = [await futures[0]]  # the early commit carries all five
+        return first + [await f for f in futures[1:]]
+
+    assert asyncio.run(main()) == [1] * 5
     assert lane_store.commits == 1
 
 

@@ -65,15 +65,17 @@ def counted_sqlite(monkeypatch: pytest.MonkeyPatch) -> Counts:
     return counts
 
 
-def _three_steps(app: ss.App) -> None:
-    async def trivial() -> int:
-        return 1
+async def _one() -> int:
+    return 1
 
-    @app.function(id="three", trigger=ss.on_event("three"))
-    async def three(ctx: ss.Context) -> int:
-        for name in ("a", "b", "c"):
-            await ctx.step.run(name, trivial)
-        return 3
+
+def _three_steps(app: ss.App) -> None:
+    """``bench_hot_path.py``'s run: three trivial steps."""
+    app.function(id="three", trigger=ss.on_event("three"))(_three)
+
+
+async def _three(ctx: ss.Context) -> list[int]:
+    return [await ctx.step.run(name, _one) for name in ("a", "b", "c")]
 
 
 def _sequential_runs(app: ss.App, counts: Counts) -> None:

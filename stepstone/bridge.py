@@ -173,6 +173,27 @@ def portal_face(
     return blocking
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+async def wait_event(event: asyncio.Event, timeout: float) -> bool:
+    """Wait until ``event`` is set (``True``) or ``timeout`` seconds passed
+    (``False``), in the calling task: ``asyncio.wait_for`` would wrap the wait
+    in a task of its own, two more turns of the loop per wake-up."""
+    if event.is_set():
+        return True
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
 class Wakeup:
     """A flag set from any thread (``set``) and waited for, with a time-out, by a
     plan's blocking or ``async`` face (``wait``)."""
@@ -186,7 +207,10 @@ class Wakeup:
         self._flag.set()
         loop, flag = self._loop, self._async
         if loop is not None and flag is not None:
-            loop.call_soon_threadsafe(flag.set)
+            if _running_loop() is loop:
+                flag.set()  # on the waiter's own loop (a local worker): no self-pipe write
+            else:
+                loop.call_soon_threadsafe(flag.set)
 
     def wait(self, timeout: float) -> Call[None]:
         """Return when set (then clear it) or after ``timeout`` seconds."""
@@ -200,9 +224,6 @@ class Wakeup:
         if self._async is None:
             self._async, self._loop = asyncio.Event(), asyncio.get_running_loop()
         if not self._flag.is_set():  # a set() from now on also sets self._async
-            try:
-                await asyncio.wait_for(self._async.wait(), timeout)
-            except TimeoutError:
-                pass
+            await wait_event(self._async, timeout)
         self._flag.clear()
         self._async.clear()

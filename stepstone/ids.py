@@ -6,11 +6,14 @@ random part is incremented), so runs created together keep their order.
 
 from __future__ import annotations
 
+import base64
 import os
 import threading
 import time
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+# base64's base-32 digits in value order, spelled in ours: the id is encoded in C.
+_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _ALPHABET.encode())
 _lock = threading.Lock()
 _last = 0
 
@@ -24,8 +27,5 @@ def new_id(now: float | None = None) -> str:
         if value <= _last and (_last >> 80) >= millis - 1000:
             value = _last + 1  # same millisecond (or a clock step back): keep increasing
         _last = value
-    chars = []
-    for _ in range(26):
-        chars.append(_ALPHABET[value & 31])
-        value >>= 5
-    return "".join(reversed(chars))
+    # 160 bits are 32 digits of 5 bits from the top: the last 26 are the 128 bits of the id.
+    return base64.b32encode(value.to_bytes(20, "big")).translate(_CROCKFORD)[6:].decode()

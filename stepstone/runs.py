@@ -149,21 +149,34 @@ def _to_span(row: SpanRow) -> Span:
 # -- operations ------------------------------------------------------------------------------
 
 
+def _run_row(tx: RunsTx, run_id: str) -> RunRow:
+    row = tx.get_run(run_id)
+    if row is None:
+        raise NotFoundError(f"no run {run_id!r}")
+    return row
+
+
 def _get_op(run_id: str) -> Callable[[Tx], Run]:
     def op(tx: RunsTx) -> Run:
-        row = tx.get_run(run_id)
-        if row is None:
-            raise NotFoundError(f"no run {run_id!r}")
-        return to_run(row, tx.get_steps(run_id))
+        return to_run(_run_row(tx, run_id), tx.get_steps(run_id))
+
+    return op
+
+
+def _ended_op(run_id: str) -> Callable[[Tx], Run | str]:
+    """What ``runs.wait`` reads: the run with its steps once it has ended;
+    before, only its status (its steps are not read nor decoded)."""
+
+    def op(tx: RunsTx) -> Run | str:
+        row = _run_row(tx, run_id)
+        return to_run(row, tx.get_steps(run_id)) if row.status in ENDED_STATUSES else row.status
 
     return op
 
 
 def _export_op(run_id: str) -> Callable[[Tx], dict[str, Any]]:
     def op(tx: Tx) -> dict[str, Any]:
-        row = tx.get_run(run_id)
-        if row is None:
-            raise NotFoundError(f"no run {run_id!r}")
+        row = _run_row(tx, run_id)
         history = RunHistory(run=row, events=tx.get_events(run_id), steps=tx.get_steps(run_id))
         return histories.to_json(history)
 
@@ -172,7 +185,9 @@ def _export_op(run_id: str) -> Callable[[Tx], dict[str, Any]]:
 
 def _list_op(where: RunFilter) -> Callable[[Tx], list[Run]]:
     def op(tx: RunsTx) -> list[Run]:
-        return [to_run(row, tx.get_steps(row.id)) for row in tx.list_runs(where)]
+        rows = tx.list_runs(where)
+        steps = tx.steps_of_runs([row.id for row in rows])  # one read, however many runs
+        return [to_run(row, steps[row.id]) for row in rows]
 
     return op
 
@@ -182,9 +197,7 @@ def _trace_op(run_id: str) -> Callable[[Tx], list[Span]]:
     the final state of every step, plus the run's time in the queue."""
 
     def op(tx: RunsTx) -> list[Span]:
-        run = tx.get_run(run_id)
-        if run is None:
-            raise NotFoundError(f"no run {run_id!r}")
+        run = _run_row(tx, run_id)
         spans = [_to_span(s) for s in tx.get_spans(run_id)]
         # a step waiting for its retry is already traced by its failed attempts
         spans.extend(
@@ -358,7 +371,7 @@ class Runs(BulkActions):
         wakeup = Wakeup()
         with self._app._watching(run_id, wakeup.set):
             while True:
-                pause = waiter.check((yield from self._get(run_id)))
+                pause = waiter.check((yield self._read(_ended_op(run_id))))
                 if isinstance(pause, Run):
                     return pause
                 yield wakeup.wait(pause)
@@ -398,12 +411,13 @@ class _Waiter:
         self.deadline = time.monotonic() + parse_duration(timeout, field="timeout")
         self.interval = LOCAL_POLL if local else 0.002
 
-    def check(self, run: Run) -> Run | float:
-        if run.ended:
-            return run
+    def check(self, seen: Run | str) -> Run | float:
+        """The run once it has ended (``_ended_op``), else how long to wait before reading again."""
+        if isinstance(seen, Run):
+            return seen
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
-            raise RunTimeoutError(f"run {self.run_id} still {run.status} after {self.timeout}")
+            raise RunTimeoutError(f"run {self.run_id} still {seen} after {self.timeout}")
         pause = min(self.interval, remaining)
         self.interval = min(self.interval * 2, 0.25)
         return pause

@@ -37,6 +37,7 @@ from typing import Any
 
 from stepstone import metrics
 from stepstone.attempts import DEFAULT_MAX_ABANDONED, AbandonedThreads
+from stepstone.bridge import wait_event
 from stepstone.clock import Clock
 from stepstone.clocksync import resync
 from stepstone.errors import StoreError
@@ -458,11 +459,8 @@ class Worker:
             if self._duty_due is not None and self._duty_due <= now:
                 break
             self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=min(deadline - now, self.idle_poll))
+            if await wait_event(self._wake, min(deadline - now, self.idle_poll)):
                 continue
-            except TimeoutError:
-                pass
             current = self.store.change_token()
             if current != token:
                 token = current

@@ -112,19 +112,30 @@ WHERE re.run_id = :run_id ORDER BY re.position;
 SELECT * FROM spans WHERE run_id = :run_id ORDER BY id;
 
 -- name: list_runs
--- (the CASTs give PostgreSQL the type of a parameter that may be NULL)
 SELECT r.* FROM runs r
-WHERE (CAST(:function_id AS TEXT) IS NULL OR r.function_id = :function_id)
+WHERE {query:run_filter}
+ORDER BY r.id DESC
+LIMIT :limit;
+
+-- name: list_runs_of_event
+-- (runs.list(event_id=...): the event's runs found through its id first; in
+-- list_runs the event would be a condition tested on every run, newest first)
+SELECT r.* FROM runs r
+WHERE r.id IN (SELECT re.run_id FROM run_events re JOIN events e ON e.seq = re.event_seq
+               WHERE e.id = :event_id)
+  AND {query:run_filter}
+ORDER BY r.id DESC
+LIMIT :limit;
+
+-- name: run_filter
+-- (the conditions of list_runs, included in it and in list_runs_of_event; the
+-- CASTs give PostgreSQL the type of a parameter that may be NULL)
+(CAST(:function_id AS TEXT) IS NULL OR r.function_id = :function_id)
   AND (:any_status = 1 OR r.status IN ({statuses}))
   AND (CAST(:since AS DOUBLE PRECISION) IS NULL OR r.created_at >= :since)
   AND (CAST(:until AS DOUBLE PRECISION) IS NULL OR r.created_at < :until)
   AND (CAST(:before_id AS TEXT) IS NULL OR r.id < :before_id)
   AND (CAST(:app_version AS TEXT) IS NULL OR r.app_version = :app_version)
-  AND (CAST(:event_id AS TEXT) IS NULL OR r.id IN (
-        SELECT re.run_id FROM run_events re JOIN events e ON e.seq = re.event_seq
-        WHERE e.id = :event_id))
-ORDER BY r.id DESC
-LIMIT :limit;
 
 -- name: check_runs
 -- (a page of runs for app.check, in id order)

@@ -9,7 +9,6 @@ class a DB-API connection already inside a transaction.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -111,7 +110,8 @@ class SqlTx(SqlViews, SqlWaits, SqlRetention):
                 run.finish_timeout,
             )
             if run.spec is not None:
-                self._exec("set_queue_spec", {"id": run.id, "spec": json.dumps(dataclasses.asdict(spec))})
+                # its fields are plain values: vars(), not dataclasses.asdict's deep copy of each
+                self._exec("set_queue_spec", {"id": run.id, "spec": json.dumps(vars(spec))})
 
     def _enqueue(
         self,
@@ -168,6 +168,13 @@ class SqlTx(SqlViews, SqlWaits, SqlRetention):
     def get_steps(self, run_id: str) -> list[StepRow]:
         return [StepRow.from_row(r) for r in self._all("get_steps", {"run_id": run_id})]
 
+    def steps_of_runs(self, run_ids: Sequence[str]) -> dict[str, list[StepRow]]:
+        steps: dict[str, list[StepRow]] = {run_id: [] for run_id in run_ids}
+        if run_ids:
+            for row in self._all("steps_of_runs", None, {"run_ids": run_ids}):
+                steps[row["run_id"]].append(StepRow.from_row(row))
+        return steps
+
     def step_outputs(self, run_id: str, first: int, last: int) -> dict[str, str | None]:
         rows = self._all("step_outputs", {"run_id": run_id, "first": first, "last": last})
         return {r["step_id"]: r["output"] for r in rows}
@@ -186,10 +193,12 @@ class SqlTx(SqlViews, SqlWaits, SqlRetention):
             "until": where.until,
             "before_id": where.before_id,
             "app_version": where.app_version,
-            "event_id": where.event_id,
             "limit": where.limit,
         }
-        return [RunRow.from_row(r) for r in self._all("list_runs", params, {"statuses": where.statuses})]
+        name = "list_runs"
+        if where.event_id is not None:
+            name, params["event_id"] = "list_runs_of_event", where.event_id
+        return [RunRow.from_row(r) for r in self._all(name, params, {"statuses": where.statuses})]
 
     def run_histories(
         self,
@@ -207,9 +216,7 @@ class SqlTx(SqlViews, SqlWaits, SqlRetention):
         if not runs:
             return []
         ids = {"run_ids": [run.id for run in runs]}
-        steps: dict[str, list[StepRow]] = {run.id: [] for run in runs}
-        for row in self._all("steps_of_runs", None, ids):
-            steps[row["run_id"]].append(StepRow.from_row(row))
+        steps = self.steps_of_runs(ids["run_ids"])
         events: dict[str, list[EventRow]] = {run.id: [] for run in runs}
         for row in self._all("events_of_runs", None, ids):
             events[row["run_id"]].append(EventRow.from_row(row))

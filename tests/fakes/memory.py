@@ -134,6 +134,9 @@ class MemoryTx:
         steps = [s for (r, _), s in self.s.steps.items() if r == run_id]
         return sorted(steps, key=lambda s: s.position)
 
+    def steps_of_runs(self, run_ids: Sequence[str]) -> dict[str, list[StepRow]]:
+        return {run_id: self.get_steps(run_id) for run_id in run_ids}
+
     def get_step(self, run_id: str, step_id: str) -> StepRow | None:
         return self.s.steps.get((run_id, step_id))
 

@@ -315,7 +315,7 @@ def _count_run_reads(app: ss.App) -> list[str]:
     plain = store.read_sync
 
     def counted(op: Callable[[Any], Any]) -> Any:
-        if getattr(op, "__qualname__", "").startswith("_get_op"):
+        if getattr(op, "__qualname__", "").startswith(("_get_op", "_ended_op")):
             reads.append(op.__qualname__)
         return plain(op)
 

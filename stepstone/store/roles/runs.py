@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from stepstone.store.rows import EventRow, NewRun, RunFilter, RunRow, SpanRow, StepRow
@@ -33,6 +34,10 @@ class RunsTx(Protocol):
 
     def get_steps(self, run_id: str) -> list[StepRow]:
         """The run's step memos, in the order they were first recorded."""
+        ...
+
+    def steps_of_runs(self, run_ids: Sequence[str]) -> dict[str, list[StepRow]]:
+        """``get_steps`` of several runs at once (every id is a key)."""
         ...
 
     def get_step(self, run_id: str, step_id: str) -> StepRow | None:

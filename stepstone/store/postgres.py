@@ -1,11 +1,12 @@
 """The PostgreSQL store: many worker processes on many machines, one database.
 
 Writes go through ``Writers`` (``pgwriter.py``): a few threads, each owning a
-connection, group-commit whatever is queued (each operation in a savepoint),
-so an event loop never waits on the network. Reads run on a small
-``psycopg_pool`` pool in a consistent read-only snapshot. Leasing uses
-``FOR UPDATE SKIP LOCKED``; a transaction that makes work available issues
-``NOTIFY`` before it commits and ``pglisten.Listener`` wakes the idle workers.
+connection, group-commit whatever is queued (one pipelined transaction, run
+again with a savepoint per operation if one fails), so an event loop never
+waits on the network. Reads run on a small ``psycopg_pool`` pool in a
+consistent read-only snapshot. Leasing uses ``FOR UPDATE SKIP LOCKED``; a
+transaction that makes work available issues ``NOTIFY`` before it commits and
+``pglisten.Listener`` wakes the idle workers.
 
 URL: ``postgresql://user:password@host:port/database?option=value``. Stepstone
 options, removed before the URL reaches libpq: ``writers`` (writer
@@ -37,7 +38,7 @@ from stepstone.store.batching import OpResult, run_batch
 from stepstone.store.migrate import migration_files
 from stepstone.store.pgerrors import is_conflict, translate
 from stepstone.store.pglisten import Listener
-from stepstone.store.pgpipeline import Result, run_alone
+from stepstone.store.pgpipeline import Result, run_alone, run_together
 from stepstone.store.pgwriter import Backoff, Writers, async_resolver, sync_resolver
 from stepstone.store.sqlbase import Dialect
 from stepstone.store.sqltx import SqlTx
@@ -203,11 +204,11 @@ class PostgresStore:
 
     # -- writes ----------------------------------------------------------------------
     def _write_batch(self, conn: Any, ops: list[Callable[[Any], Any]]) -> list[OpResult]:
-        """One transaction for ``ops``: pipelined when alone (``pgpipeline``), else
-        with a savepoint per operation. An operation that runs a user's SQL
-        (``user_sql``: ``step.transaction``) is never pipelined: the user's
-        code reads results and may fail mid-way, and its savepoint must roll
-        back at once."""
+        """One pipelined transaction for ``ops`` (``pgpipeline``); a batch that
+        fails runs again with a savepoint per operation. A batch with an
+        operation that runs a user's SQL (``user_sql``: ``step.transaction``)
+        is never pipelined: the user's code reads results and may fail
+        mid-way, and its savepoint must roll back at once."""
         if faults.active is not None:  # tests only (store/faults.py)
             return faults.active.run(ops, lambda batch: self._write(conn, batch))
         return self._write(conn, ops)
@@ -219,11 +220,13 @@ class PostgresStore:
             txs.append(PgTx(c, DIALECT))
             return txs[-1]
 
-        if len(ops) == 1 and not getattr(ops[0], "user_sql", False):
+        if any(getattr(op, "user_sql", False) for op in ops):
+            outcomes = run_batch(conn, ops, make_tx, "BEGIN", translate, _notify_if_woken)
+        elif len(ops) == 1:
             outcomes = [run_alone(conn, ops[0], make_tx, _notify_if_woken, translate)]
         else:
-            outcomes = run_batch(conn, ops, make_tx, "BEGIN", translate, _notify_if_woken)
-        if txs and any(ok for ok, _ in outcomes) and txs[0].changed():
+            outcomes = run_together(conn, ops, make_tx, _notify_if_woken, translate)
+        if txs and any(ok for ok, _ in outcomes) and txs[-1].changed():  # the last attempt's
             with self._lock:
                 self.commits += 1
         if any(tx.wake for tx in txs):  # committed or not (an unknown outcome): wake rather than miss
@@ -269,7 +272,7 @@ class PostgresStore:
                     # pipelined: BEGIN goes with the first statement, so a read of
                     # n statements costs n + 1 round trips, not n + 2
                     ok, value = run_alone(conn, op, _read_tx, _no_hook, translate, READ_BEGIN)
-                    broken = conn.broken or conn.closed  # a failed pipeline closes its connection
+                    broken = conn.broken or conn.closed  # the connection died
             except psycopg.Error as exc:  # no connection could be had in time
                 raise translate(exc) from exc
             if ok:

@@ -6,7 +6,7 @@ target 4). Counted, not timed, so the figures hold on a loaded host.
 
 A round trip is a statement executed outside a pipeline, or a wait for the
 results of a pipeline (``Pipelined.sync`` and leaving the pipeline). Every
-write (``PostgresStore._write``) and read (``read_sync``) is attributed to the
+write (``PostgresStore._write``) and read (``_read``) is attributed to the
 operation it runs (its function's qualified name).
 """
 
@@ -51,7 +51,7 @@ class Counter:
     def install(self) -> None:
         """Wrap the store's and psycopg's entry points (this process only)."""
         counter = self
-        write, read = PostgresStore._write, PostgresStore.read_sync
+        write, read = PostgresStore._write, PostgresStore._read
         sync, send = pgpipeline.Pipelined.sync, pgpipeline.Pipelined.execute
         execute = psycopg.Connection.execute
 
@@ -62,10 +62,10 @@ class Counter:
             finally:
                 counter.end("write " + "+".join(_name(op) for op in ops))
 
-        def counted_read(store: PostgresStore, op: Callable[[Any], Any]) -> Any:
+        def counted_read(store: PostgresStore, op: Callable[[Any], Any], ready: Any) -> Any:
             counter.begin()
             try:
-                return read(store, op)
+                return read(store, op, ready)
             finally:
                 counter.end("read " + _name(op))
 
@@ -87,7 +87,7 @@ class Counter:
             return execute(conn, query, params, **kwargs)
 
         PostgresStore._write = counted_write  # type: ignore[method-assign,assignment]
-        PostgresStore.read_sync = counted_read  # type: ignore[method-assign,assignment]
+        PostgresStore._read = counted_read  # type: ignore[method-assign,assignment]
         pgpipeline.Pipelined.sync = counted_sync  # type: ignore[method-assign,assignment]
         pgpipeline.Pipelined.execute = counted_send  # type: ignore[method-assign,assignment]
         psycopg.Connection.execute = counted_execute  # type: ignore[method-assign,assignment]

@@ -111,11 +111,13 @@ def run_alone(
     before_commit: Callable[[Any], Any],
     translate: Callable[[BaseException], BaseException],
     begin: str = "BEGIN",
+    ready: Callable[[Any], Any] | None = None,
 ) -> OpResult:
     """``op`` in its own pipelined transaction (opened by ``begin``). Any failure
     (the operation's own error, a statement's, the ``COMMIT``'s) rolls everything
-    back."""
-    values, failure = _attempt(conn, [op], make_tx, before_commit, begin)
+    back. ``ready(value)``, if given, is called once every result is in,
+    before the ``COMMIT`` is sent (a read's caller need not wait for it)."""
+    values, failure = _attempt(conn, [op], make_tx, before_commit, begin, ready)
     if failure is None:
         return True, values[0]
     return False, translate(failure)
@@ -149,6 +151,7 @@ def _attempt(
     make_tx: Callable[[Any], Any],
     before_commit: Callable[[Any], Any],
     begin: str,
+    ready: Callable[[Any], Any] | None = None,
 ) -> tuple[list[Any], BaseException | None]:
     """Run ``ops`` in one pipelined transaction; their values, or the first
     failure (everything then rolled back)."""
@@ -165,6 +168,9 @@ def _attempt(
             except Exception as exc:  # noqa: BLE001 - the op's failure, reported to its caller
                 failure = exc
             else:
+                if ready is not None:
+                    piped.sync()
+                    ready(values[0])
                 before_commit(tx)
                 piped.execute("COMMIT")
         piped.unsynced = False  # leaving the pipeline waited for every result

@@ -264,6 +264,19 @@ class PostgresStore:
         """A read in a read-only snapshot on a pooled connection. While the
         writers find the server unreachable it fails at once rather than
         waiting for a connection."""
+        return self._read(op, None)
+
+    def _read(self, op: Callable[[Tx], T], ready: Callable[[Any], Any] | None) -> T:
+        """``read_sync``; ``ready(value)`` is called before the ``COMMIT``'s
+        round trip (``pgpipeline.run_alone``); once it was, the read is over
+        for its caller whatever the ``COMMIT`` meets."""
+        told: list[Any] = []
+
+        def tell(value: Any) -> None:
+            told.append(value)
+            if ready is not None:
+                ready(value)
+
         for _attempt in range(self.readers + 1):
             if self._backoff.waiting():
                 raise self._backoff.failure()
@@ -271,12 +284,14 @@ class PostgresStore:
                 with self._pool_ready().connection() as conn:
                     # pipelined: BEGIN goes with the first statement, so a read of
                     # n statements costs n + 1 round trips, not n + 2
-                    ok, value = run_alone(conn, op, _read_tx, _no_hook, translate, READ_BEGIN)
+                    ok, value = run_alone(conn, op, _read_tx, _no_hook, translate, READ_BEGIN, tell)
                     broken = conn.broken or conn.closed  # the connection died
             except psycopg.Error as exc:  # no connection could be had in time
+                if told:
+                    return told[0]  # type: ignore[no-any-return]
                 raise translate(exc) from exc
-            if ok:
-                result: T = value
+            if ok or told:
+                result: T = value if ok else told[0]
                 return result
             # A pooled connection that died while idle (a server restart) is
             # dropped by the pool; reads are safe to repeat on another one.
@@ -285,13 +300,25 @@ class PostgresStore:
         raise value
 
     async def read(self, op: Callable[[Tx], T]) -> T:
+        """``read_sync`` on a reader thread; the loop has the value as soon as
+        every result is in, one round trip before the ``COMMIT`` is done (a
+        read-only snapshot's results stand whatever its ``COMMIT`` meets)."""
         with self._lock:
             if self._closed:
                 raise StoreError("postgresql: the store is closed")
             if self._read_threads is None:
                 self._read_threads = ThreadPoolExecutor(self.readers, "stepstone-pg-read")
             threads = self._read_threads
-        return await asyncio.get_running_loop().run_in_executor(threads, self.read_sync, op)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        threads.submit(self._read_for_loop, op, async_resolver(loop, future))
+        return await future
+
+    def _read_for_loop(self, op: Callable[[Tx], Any], resolve: Callable[[bool, Any], None]) -> None:
+        try:
+            self._read(op, lambda value: resolve(True, value))
+        except Exception as exc:  # noqa: BLE001 - handed to the awaiting caller
+            resolve(False, exc)  # (``_read`` raises only if it never was ready)
 
     # -- wake-ups --------------------------------------------------------------------------
     def change_token(self) -> Any:

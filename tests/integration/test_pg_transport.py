@@ -1,7 +1,8 @@
 """PostgreSQL's transport, counted rather than timed: the round trips and
 statements of a write transaction (a group commit's batch in one pipelined
-transaction, no savepoints unless an operation fails), and what a failure
-costs the writer's connection (kept, not replaced)."""
+transaction, no savepoints unless an operation fails), what a failure costs
+the writer's connection (kept, not replaced), and an event loop's read
+answered before its ``COMMIT``'s round trip."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from stepstone.store.postgres import PostgresStore
 from stepstone.store.rows import Fence
 
 from .test_large_payloads import leased
-from .test_store_contract import step
+from .test_store_contract import add_runs, step
 
 DEADLINE = 30.0
 
@@ -185,3 +186,33 @@ def test_a_refused_lone_commit_keeps_the_writers_connection(
         store.transact_sync(checkpoint(fence, f"s{n}"))
     assert stored_steps(store, fence.run_id) == [f"s{n}" for n in range(7)]
     assert wire.connections == 0
+
+
+def test_a_loops_read_has_its_value_before_the_commits_round_trip(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read's ``COMMIT`` is held on its reader thread: the loop still has
+    the value (a read-only snapshot's results stand whatever the ``COMMIT``
+    meets)."""
+    add_runs(store, ["r"])
+    holding, gate, released = threading.Event(), threading.Event(), threading.Event()
+    execute = pgpipeline.Pipelined.execute
+
+    def held(pipelined: pgpipeline.Pipelined, query: Any, params: Any = None) -> Any:
+        if query == "COMMIT" and threading.current_thread().name.startswith("stepstone-pg-read"):
+            holding.set()
+            gate.wait(DEADLINE)
+            released.set()
+        return execute(pipelined, query, params)
+
+    monkeypatch.setattr(pgpipeline.Pipelined, "execute", held)
+
+    async def read() -> Any:
+        return await asyncio.wait_for(store.read(lambda tx: tx.get_run("r")), DEADLINE)
+
+    try:
+        run = asyncio.run(read())
+        assert run is not None and run.id == "r"
+        assert holding.is_set() and not released.is_set()
+    finally:
+        gate.set()

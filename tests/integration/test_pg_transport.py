@@ -16,14 +16,15 @@ import psycopg
 import pytest
 from psycopg import pq
 
+from stepstone.bulk import bulk_action
 from stepstone.errors import LeaseLostError
 from stepstone.store import pgpipeline
 from stepstone.store.base import Tx
 from stepstone.store.postgres import PostgresStore
-from stepstone.store.rows import Fence
+from stepstone.store.rows import ACTIVE_STATUSES, Fence, RunStatus
 
 from .test_large_payloads import leased
-from .test_store_contract import add_runs, step
+from .test_store_contract import NOW, add_runs, registry, step
 
 DEADLINE = 30.0
 
@@ -213,6 +214,37 @@ def test_a_loops_read_has_its_value_before_the_commits_round_trip(
     try:
         run = asyncio.run(read())
         assert run is not None and run.id == "r"
-        assert holding.is_set() and not released.is_set()
+        assert holding.wait(DEADLINE)  # the COMMIT is sent after the value is out
+        assert not released.is_set()
     finally:
         gate.set()
+
+
+def test_a_bulk_page_run_again_after_a_rollback_acts_on_the_same_page(store: PostgresStore) -> None:
+    """A group commit in which another operation fails runs the whole batch
+    again: a bulk action's page, rolled back once, still acts on its own runs
+    and counts them once."""
+    add_runs(store, ["a", "b", "c"])
+    bulk = bulk_action(
+        "cancel",
+        NOW,
+        registry("f"),
+        function_id="f",
+        status=ACTIVE_STATUSES,
+        since=None,
+        until=None,
+        if_=None,
+    )
+    page = bulk.page_op()
+
+    def rolled_back(tx: Tx) -> None:
+        page(tx)
+        raise RuntimeError("a neighbour failed: the batch is rolled back")
+
+    with pytest.raises(RuntimeError):
+        store.transact_sync(rolled_back)
+    store.transact_sync(page)
+    assert (bulk.done, bulk.examined, bulk.finished) == (3, 3, True)
+    runs = store.read_sync(lambda tx: [tx.get_run(run_id) for run_id in "abc"])
+    statuses = {run.id: run.status for run in runs if run is not None}
+    assert statuses == dict.fromkeys("abc", RunStatus.CANCELLED)

@@ -46,32 +46,32 @@ class Bulk:
     finished: bool = False
 
     def page_op(self) -> Callable[[Tx], None]:
+        """The next page's operation. Run again after its transaction was
+        rolled back (a retry, or a PostgreSQL group commit in which another
+        operation failed), it acts on the same page and counts it once: it
+        starts from the progress as it was when the page began."""
+        where, done, examined = self.where, self.done, self.examined
+
         def op(tx: Tx) -> None:
-            rows = tx.list_runs(self.where)
-            for row in rows:
-                self.examined += 1
-                if self.condition is not None:
-                    events = tx.get_events(row.id)
-                    first = events[0] if events else None
-                    variables = {
-                        "event": {
-                            "name": first.name,
-                            "data": serde.loads(first.data),
-                            "id": first.id,
-                            "ts": first.ts,
-                        }
-                        if first
-                        else {}
-                    }
-                    if not self.condition.test(variables):
-                        continue
-                if self.act(tx, row):
-                    self.done += 1
-            self.finished = len(rows) < self.where.limit
-            if rows:
-                self.where = dataclasses.replace(self.where, before_id=rows[-1].id)
+            rows = tx.list_runs(where)
+            acted = sum(1 for row in rows if self._matches(tx, row) and self.act(tx, row))
+            self.done, self.examined = done + acted, examined + len(rows)
+            self.finished = len(rows) < where.limit
+            self.where = dataclasses.replace(where, before_id=rows[-1].id) if rows else where
 
         return op
+
+    def _matches(self, tx: Tx, row: RunRow) -> bool:
+        if self.condition is None:
+            return True
+        events = tx.get_events(row.id)
+        first = events[0] if events else None
+        variables = {
+            "event": {"name": first.name, "data": serde.loads(first.data), "id": first.id, "ts": first.ts}
+            if first
+            else {}
+        }
+        return self.condition.test(variables)
 
 
 def bulk_action(

@@ -108,7 +108,8 @@ def stepstone_queued(url: str, runs: int, concurrency: int) -> float:
     for start in range(0, runs, 500):
         sender.send([ss.Event("three") for _ in range(min(500, runs - start))])
     sender.close()
-    env = {**os.environ, "STEPSTONE_DATABASE_URL": url, "PYTHONPATH": str(BENCH)}
+    code = str(Path(ss.__file__).resolve().parent.parent)  # PYTHONPATH=<a tree> measures that tree
+    env = {**os.environ, "STEPSTONE_DATABASE_URL": url, "PYTHONPATH": f"{BENCH}{os.pathsep}{code}"}
     command = [STEPSTONE, "--log-level", "WARNING", "worker", "pg_bench_app:app"]
     worker = subprocess.Popen(
         [*command, "--concurrency", str(concurrency)], env=env, stdout=subprocess.DEVNULL

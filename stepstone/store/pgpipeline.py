@@ -1,14 +1,14 @@
-"""Fewer round trips for a lone operation: psycopg's pipeline mode.
+"""Fewer round trips per transaction: psycopg's pipeline mode.
 
-When a writer has a single operation to commit (the common case for a
-sequential run: one checkpoint per step), and for every read, its statements
-go out pipelined:
-each is only *sent*; the writer waits for the server when a result is read (a
-row, a row count) and once at the end. A checkpoint reads nothing before its
-``COMMIT`` (its fence check raises on the server), so it costs one round trip
-instead of four. Several operations share a plain transaction with a savepoint each
-(``batching.run_batch``), where a failing statement must be pinned on its own
-operation.
+Every write transaction (a lone operation or a group commit's batch) and
+every read goes out pipelined: each statement is only *sent*; the writer
+waits for the server when a result is read (a row, a row count) and once at
+the end. A checkpoint reads nothing before its ``COMMIT`` (its fence check
+raises on the server), so it costs one round trip instead of four, and a
+batch of ten checkpoints one instead of about forty. A batch is tried whole,
+without savepoints (``run_together``); only if something in it fails does it
+run again with a savepoint per operation (``batching.run_batch``), where a
+failing statement is pinned on its own operation.
 
 Waiting for results mid-pipeline (``Pipelined.sync``) first sends whatever is
 still queued: the connection is non-blocking, and psycopg's ``Pipeline.sync()``
@@ -20,22 +20,22 @@ ever. Draining costs nothing when the buffer is already empty (one ``PQflush``
 that has nothing to send), so an ordinary checkpoint still costs one round trip.
 (Leaving the pipeline is safe: psycopg flushes fully there.)
 
-A pipelined transaction that failed closes its connection (``_discard``):
-psycopg's record of prepared statements can disagree with the server's after
-an aborted pipeline.
+After a pipelined transaction that failed, every prepared statement is
+deallocated (``_roll_back``): psycopg's record of prepared statements can
+disagree with the server's after an aborted pipeline.
 """
 
 from __future__ import annotations
 
 import contextlib
 import selectors
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from stepstone.store.batching import OpResult
+from stepstone.store.batching import OpResult, run_batch
 
 
 class Pipelined:
@@ -111,50 +111,96 @@ def run_alone(
     before_commit: Callable[[Any], Any],
     translate: Callable[[BaseException], BaseException],
     begin: str = "BEGIN",
+    ready: Callable[[Any], Any] | None = None,
 ) -> OpResult:
     """``op`` in its own pipelined transaction (opened by ``begin``). Any failure
     (the operation's own error, a statement's, the ``COMMIT``'s) rolls everything
-    back."""
+    back. ``ready(value)``, if given, is called once every result is in,
+    before the ``COMMIT`` is sent (a read's caller need not wait for it)."""
+    values, failure = _attempt(conn, [op], make_tx, before_commit, begin, ready)
+    if failure is None:
+        return True, values[0]
+    return False, translate(failure)
+
+
+def run_together(
+    conn: Any,
+    ops: Sequence[Callable[[Any], Any]],
+    make_tx: Callable[[Any], Any],
+    before_commit: Callable[[Any], Any],
+    translate: Callable[[BaseException], BaseException],
+) -> list[OpResult]:
+    """``ops`` in one pipelined transaction without savepoints, the common case
+    of a group commit: nothing fails, and the batch costs the round trips its
+    reads need plus one, instead of one per statement and two more per
+    operation (``SAVEPOINT``, ``RELEASE``). If anything fails (an operation's
+    error, a fence refusing a stale worker, a deadlock, the ``COMMIT``),
+    nothing took effect: the batch runs again the old way, a savepoint per
+    operation (``batching.run_batch``), so that only the failing operation
+    fails. (Operations may run twice, as a deadlock victim's retry does: they
+    are written to be run again after a rollback.)"""
+    values, failure = _attempt(conn, ops, make_tx, before_commit, "BEGIN")
+    if failure is None:
+        return [(True, value) for value in values]
+    return run_batch(conn, ops, make_tx, "BEGIN", translate, before_commit)
+
+
+def _attempt(
+    conn: Any,
+    ops: Sequence[Callable[[Any], Any]],
+    make_tx: Callable[[Any], Any],
+    before_commit: Callable[[Any], Any],
+    begin: str,
+    ready: Callable[[Any], Any] | None = None,
+) -> tuple[list[Any], BaseException | None]:
+    """Run ``ops`` in one pipelined transaction; their values, or the first
+    failure (everything then rolled back)."""
     failure: BaseException | None = None
-    value: Any = None
+    values: list[Any] = []
     try:
         with conn.pipeline() as pipeline:
             piped = Pipelined(conn, pipeline)
             piped.execute(begin)
             tx = make_tx(piped)
             try:
-                value = op(tx)
+                for op in ops:
+                    values.append(op(tx))
             except Exception as exc:  # noqa: BLE001 - the op's failure, reported to its caller
                 failure = exc
             else:
+                if ready is not None:
+                    piped.sync()
+                    ready(values[0])
                 before_commit(tx)
                 piped.execute("COMMIT")
         piped.unsynced = False  # leaving the pipeline waited for every result
     except psycopg.Error as exc:  # surfaced by the final flush: a write never read back, the COMMIT
         failure = failure or exc
-    if failure is None:
-        return True, value
-    _roll_back(conn)
-    _discard(conn)
-    return False, translate(failure)
-
-
-def _discard(conn: Any) -> None:
-    """Close a connection whose pipeline ended in an error: the statements sent
-    after the failing one were skipped by the server, and psycopg may count one
-    of them as prepared (it crossed the prepare threshold in that pipeline)
-    although the server never prepared it; every later use would then fail
-    with 'prepared statement does not exist'. The writer opens a fresh
-    connection before its next batch. Failed lone operations are rare (a
-    stale worker's fenced-out checkpoint, an operator's refused action), so
-    the reconnection costs nothing in steady state."""
-    with contextlib.suppress(psycopg.Error):
-        conn.close()
+    if failure is not None:
+        _roll_back(conn)
+    return values, failure
 
 
 def _roll_back(conn: Any) -> None:
+    """End a pipelined transaction that failed, through psycopg's own
+    ``rollback()``: it also forgets every prepared statement, on the server
+    and in its record. They can disagree after an aborted pipeline: the
+    statements sent after the failing one were skipped by the server, and
+    psycopg may count one of them as prepared (it crossed the prepare
+    threshold in that pipeline) although the server never prepared it; every
+    later use would then fail with 'prepared statement does not exist'. The
+    connection can then go on (a group commit runs its batch again on it).
+    A transaction already ended (its ``COMMIT`` failed) leaves nothing to roll
+    back, and psycopg forgets nothing: that connection, as one that fails, is
+    closed and its writer reconnects (rare: a failure is almost always a
+    statement's)."""
     if conn.closed or conn.broken:
         return
-    if conn.info.transaction_status != TransactionStatus.IDLE:
-        with contextlib.suppress(psycopg.Error):  # the connection may be going: it will be replaced
-            conn.execute("ROLLBACK")
+    try:
+        if conn.info.transaction_status == TransactionStatus.IDLE:
+            conn.close()
+        else:
+            conn.rollback()
+    except psycopg.Error:
+        with contextlib.suppress(psycopg.Error):
+            conn.close()

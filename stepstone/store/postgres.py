@@ -1,11 +1,12 @@
 """The PostgreSQL store: many worker processes on many machines, one database.
 
 Writes go through ``Writers`` (``pgwriter.py``): a few threads, each owning a
-connection, group-commit whatever is queued (each operation in a savepoint),
-so an event loop never waits on the network. Reads run on a small
-``psycopg_pool`` pool in a consistent read-only snapshot. Leasing uses
-``FOR UPDATE SKIP LOCKED``; a transaction that makes work available issues
-``NOTIFY`` before it commits and ``pglisten.Listener`` wakes the idle workers.
+connection, group-commit whatever is queued (one pipelined transaction, run
+again with a savepoint per operation if one fails), so an event loop never
+waits on the network. Reads run on a small ``psycopg_pool`` pool in a
+consistent read-only snapshot. Leasing uses ``FOR UPDATE SKIP LOCKED``; a
+transaction that makes work available issues ``NOTIFY`` before it commits and
+``pglisten.Listener`` wakes the idle workers.
 
 URL: ``postgresql://user:password@host:port/database?option=value``. Stepstone
 options, removed before the URL reaches libpq: ``writers`` (writer
@@ -37,7 +38,7 @@ from stepstone.store.batching import OpResult, run_batch
 from stepstone.store.migrate import migration_files
 from stepstone.store.pgerrors import is_conflict, translate
 from stepstone.store.pglisten import Listener
-from stepstone.store.pgpipeline import Result, run_alone
+from stepstone.store.pgpipeline import Result, run_alone, run_together
 from stepstone.store.pgwriter import Backoff, Writers, async_resolver, sync_resolver
 from stepstone.store.sqlbase import Dialect
 from stepstone.store.sqltx import SqlTx
@@ -207,11 +208,11 @@ class PostgresStore:
 
     # -- writes ----------------------------------------------------------------------
     def _write_batch(self, conn: Any, ops: list[Callable[[Any], Any]]) -> list[OpResult]:
-        """One transaction for ``ops``: pipelined when alone (``pgpipeline``), else
-        with a savepoint per operation. An operation that runs a user's SQL
-        (``user_sql``: ``step.transaction``) is never pipelined: the user's
-        code reads results and may fail mid-way, and its savepoint must roll
-        back at once."""
+        """One pipelined transaction for ``ops`` (``pgpipeline``); a batch that
+        fails runs again with a savepoint per operation. A batch with an
+        operation that runs a user's SQL (``user_sql``: ``step.transaction``)
+        is never pipelined: the user's code reads results and may fail
+        mid-way, and its savepoint must roll back at once."""
         if faults.active is not None:  # tests only (store/faults.py)
             return faults.active.run(ops, lambda batch: self._write(conn, batch))
         return self._write(conn, ops)
@@ -223,11 +224,13 @@ class PostgresStore:
             txs.append(PgTx(c, DIALECT))
             return txs[-1]
 
-        if len(ops) == 1 and not getattr(ops[0], "user_sql", False):
+        if any(getattr(op, "user_sql", False) for op in ops):
+            outcomes = run_batch(conn, ops, make_tx, "BEGIN", translate, _notify_if_woken)
+        elif len(ops) == 1:
             outcomes = [run_alone(conn, ops[0], make_tx, _notify_if_woken, translate)]
         else:
-            outcomes = run_batch(conn, ops, make_tx, "BEGIN", translate, _notify_if_woken)
-        if txs and any(ok for ok, _ in outcomes) and txs[0].changed():
+            outcomes = run_together(conn, ops, make_tx, _notify_if_woken, translate)
+        if txs and any(ok for ok, _ in outcomes) and txs[-1].changed():  # the last attempt's
             with self._lock:
                 self.commits += 1
         if any(tx.wake and tx.wake_here for tx in txs):  # committed or not: wake rather than miss
@@ -265,6 +268,19 @@ class PostgresStore:
         """A read in a read-only snapshot on a pooled connection. While the
         writers find the server unreachable it fails at once rather than
         waiting for a connection."""
+        return self._read(op, None)
+
+    def _read(self, op: Callable[[Tx], T], ready: Callable[[Any], Any] | None) -> T:
+        """``read_sync``; ``ready(value)`` is called before the ``COMMIT``'s
+        round trip (``pgpipeline.run_alone``); once it was, the read is over
+        for its caller whatever the ``COMMIT`` meets."""
+        told: list[Any] = []
+
+        def tell(value: Any) -> None:
+            told.append(value)
+            if ready is not None:
+                ready(value)
+
         for _attempt in range(self.readers + 1):
             if self._backoff.waiting():
                 raise self._backoff.failure()
@@ -272,12 +288,14 @@ class PostgresStore:
                 with self._pool_ready().connection() as conn:
                     # pipelined: BEGIN goes with the first statement, so a read of
                     # n statements costs n + 1 round trips, not n + 2
-                    ok, value = run_alone(conn, op, _read_tx, _no_hook, translate, READ_BEGIN)
-                    broken = conn.broken or conn.closed  # a failed pipeline closes its connection
+                    ok, value = run_alone(conn, op, _read_tx, _no_hook, translate, READ_BEGIN, tell)
+                    broken = conn.broken or conn.closed  # the connection died
             except psycopg.Error as exc:  # no connection could be had in time
+                if told:
+                    return told[0]  # type: ignore[no-any-return]
                 raise translate(exc) from exc
-            if ok:
-                result: T = value
+            if ok or told:
+                result: T = value if ok else told[0]
                 return result
             # A pooled connection that died while idle (a server restart) is
             # dropped by the pool; reads are safe to repeat on another one.
@@ -286,13 +304,25 @@ class PostgresStore:
         raise value
 
     async def read(self, op: Callable[[Tx], T]) -> T:
+        """``read_sync`` on a reader thread; the loop has the value as soon as
+        every result is in, one round trip before the ``COMMIT`` is done (a
+        read-only snapshot's results stand whatever its ``COMMIT`` meets)."""
         with self._lock:
             if self._closed:
                 raise StoreError("postgresql: the store is closed")
             if self._read_threads is None:
                 self._read_threads = ThreadPoolExecutor(self.readers, "stepstone-pg-read")
             threads = self._read_threads
-        return await asyncio.get_running_loop().run_in_executor(threads, self.read_sync, op)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        threads.submit(self._read_for_loop, op, async_resolver(loop, future))
+        return await future
+
+    def _read_for_loop(self, op: Callable[[Tx], Any], resolve: Callable[[bool, Any], None]) -> None:
+        try:
+            self._read(op, lambda value: resolve(True, value))
+        except Exception as exc:  # noqa: BLE001 - handed to the awaiting caller
+            resolve(False, exc)  # (``_read`` raises only if it never was ready)
 
     # -- wake-ups --------------------------------------------------------------------------
     def change_token(self) -> Any:

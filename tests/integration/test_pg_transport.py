@@ -1,0 +1,250 @@
+"""PostgreSQL's transport, counted rather than timed: the round trips and
+statements of a write transaction (a group commit's batch in one pipelined
+transaction, no savepoints unless an operation fails), what a failure costs
+the writer's connection (kept, not replaced), and an event loop's read
+answered before its ``COMMIT``'s round trip."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import pq
+
+from stepstone.bulk import bulk_action
+from stepstone.errors import LeaseLostError
+from stepstone.store import pgpipeline
+from stepstone.store.base import Tx
+from stepstone.store.postgres import PostgresStore
+from stepstone.store.rows import ACTIVE_STATUSES, Fence, RunStatus
+
+from .test_large_payloads import leased
+from .test_store_contract import NOW, add_runs, registry, step
+
+DEADLINE = 30.0
+
+
+@dataclass
+class Transaction:
+    """One write transaction as the wire saw it."""
+
+    ops: int
+    trips: int = 0
+    statements: list[str] = field(default_factory=list)
+
+
+class Wire:
+    """Counts, per write transaction of ``store``, the statements sent and the
+    round trips waited for: a statement run outside a pipeline, a wait for a
+    pipeline's results mid-way (``Pipelined.sync``) and a pipeline's last
+    wait when it is left. Also counts the writers' connections opened."""
+
+    def __init__(self, store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.transactions: list[Transaction] = []
+        self.connections = 0
+        local = threading.local()
+        execute, sync, piped = (
+            psycopg.Connection.execute,
+            pgpipeline.Pipelined.sync,
+            pgpipeline.Pipelined.__init__,
+        )
+        write, connect = store._write, store._writers.connect
+
+        def counted_write(conn: Any, ops: list[Callable[[Any], Any]]) -> Any:
+            local.now = Transaction(len(ops))
+            try:
+                return write(conn, ops)
+            finally:
+                self.transactions.append(local.now)
+                local.now = None
+
+        def counted_execute(conn: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            now = getattr(local, "now", None)
+            if now is not None:
+                now.statements.append(query.decode() if isinstance(query, bytes) else str(query))
+                if conn.pgconn.pipeline_status == pq.PipelineStatus.OFF:
+                    now.trips += 1
+            return execute(conn, query, params, **kwargs)
+
+        def counted_sync(pipelined: pgpipeline.Pipelined) -> None:
+            now = getattr(local, "now", None)
+            if now is not None and pipelined.unsynced:
+                now.trips += 1
+            sync(pipelined)
+
+        def counted_pipeline(pipelined: pgpipeline.Pipelined, conn: Any, pipeline: Any) -> None:
+            now = getattr(local, "now", None)
+            if now is not None:
+                now.trips += 1  # leaving it waits for the results once
+            piped(pipelined, conn, pipeline)
+
+        def counted_connect() -> Any:
+            self.connections += 1
+            return connect()
+
+        monkeypatch.setattr(store, "_write", counted_write)
+        monkeypatch.setattr(store._writers, "connect", counted_connect)
+        monkeypatch.setattr(psycopg.Connection, "execute", counted_execute)
+        monkeypatch.setattr(pgpipeline.Pipelined, "sync", counted_sync)
+        monkeypatch.setattr(pgpipeline.Pipelined, "__init__", counted_pipeline)
+
+
+@pytest.fixture
+def store(pg_url: str) -> Iterator[PostgresStore]:
+    """One writer, so that operations queued behind a held one form one batch."""
+    store = PostgresStore.from_url(pg_url + "?writers=1")
+    yield store
+    store.close()
+
+
+def checkpoint(fence: Fence, step_id: str) -> Callable[[Tx], Any]:
+    return lambda tx: tx.checkpoint(fence, [step(fence.run_id, step_id)], [])
+
+
+def group_commit(store: PostgresStore, ops: list[Callable[[Tx], Any]]) -> list[Any]:
+    """``ops`` queued while the only writer is held, so that it takes them in
+    one batch; their results (or exceptions)."""
+
+    async def commit() -> list[Any]:
+        gate, inside = threading.Event(), threading.Event()
+
+        def hold(tx: Tx) -> None:
+            inside.set()
+            gate.wait(DEADLINE)
+
+        held = store.submit(hold)
+        await asyncio.get_running_loop().run_in_executor(None, inside.wait, DEADLINE)
+        futures = [store.submit(op) for op in ops]
+        gate.set()
+        await asyncio.wait_for(held, DEADLINE)
+        return await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), DEADLINE)
+
+    return asyncio.run(commit())
+
+
+def stored_steps(store: PostgresStore, run_id: str) -> list[str]:
+    return [s.step_id for s in store.read_sync(lambda tx: tx.get_steps(run_id))]
+
+
+def test_a_group_commit_is_one_round_trip_without_savepoints(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fences = leased(store, 8)
+    wire = Wire(store, monkeypatch)
+    for round_ in range(7):  # past psycopg's prepare threshold (5): prepared statements too
+        results = group_commit(store, [checkpoint(f, f"s{round_}") for f in fences])
+        assert not [r for r in results if isinstance(r, BaseException)]
+        batch = wire.transactions[-1]
+        assert batch.ops == len(fences), "not one group commit"
+        assert batch.trips == 1, batch
+        assert not [s for s in batch.statements if "SAVEPOINT" in s]
+    assert stored_steps(store, fences[0].run_id) == [f"s{n}" for n in range(7)]
+
+
+def test_a_failing_operation_in_a_group_fails_alone_on_the_same_connection(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stale worker's checkpoint (its fence raises on the server) in the
+    middle of a batch: the pipelined transaction is rolled back whole, then
+    run again with a savepoint per operation; the others commit, on the
+    writer's connection (psycopg's record of prepared statements stays
+    right: rounds past its prepare threshold keep committing)."""
+    fences = leased(store, 3)
+    stale = Fence(run_id=fences[1].run_id, owner="w", epoch=fences[1].epoch - 1)
+    wire = Wire(store, monkeypatch)
+    for round_ in range(7):
+        ops = [
+            checkpoint(fences[0], f"a{round_}"),
+            checkpoint(stale, f"x{round_}"),
+            checkpoint(fences[2], f"c{round_}"),
+        ]
+        first, refused, last = group_commit(store, ops)
+        assert isinstance(refused, LeaseLostError)
+        assert not isinstance(first, BaseException) and not isinstance(last, BaseException)
+        assert any("SAVEPOINT" in s for s in wire.transactions[-1].statements)  # the second attempt
+    assert stored_steps(store, fences[0].run_id) == [f"a{n}" for n in range(7)]
+    assert stored_steps(store, fences[1].run_id) == []
+    assert stored_steps(store, fences[2].run_id) == [f"c{n}" for n in range(7)]
+    assert wire.connections == 0  # the writer's connection was kept throughout
+    group_commit(store, [checkpoint(f, "after") for f in (fences[0], fences[2])])
+    assert wire.transactions[-1].trips == 1
+
+
+def test_a_refused_lone_commit_keeps_the_writers_connection(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    [fence] = leased(store, 1)
+    stale = Fence(run_id=fence.run_id, owner="w", epoch=fence.epoch - 1)
+    wire = Wire(store, monkeypatch)
+    for n in range(7):
+        with pytest.raises(LeaseLostError):
+            store.transact_sync(checkpoint(stale, f"x{n}"))
+        store.transact_sync(checkpoint(fence, f"s{n}"))
+    assert stored_steps(store, fence.run_id) == [f"s{n}" for n in range(7)]
+    assert wire.connections == 0
+
+
+def test_a_loops_read_has_its_value_before_the_commits_round_trip(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read's ``COMMIT`` is held on its reader thread: the loop still has
+    the value (a read-only snapshot's results stand whatever the ``COMMIT``
+    meets)."""
+    add_runs(store, ["r"])
+    holding, gate, released = threading.Event(), threading.Event(), threading.Event()
+    execute = pgpipeline.Pipelined.execute
+
+    def held(pipelined: pgpipeline.Pipelined, query: Any, params: Any = None) -> Any:
+        if query == "COMMIT" and threading.current_thread().name.startswith("stepstone-pg-read"):
+            holding.set()
+            gate.wait(DEADLINE)
+            released.set()
+        return execute(pipelined, query, params)
+
+    monkeypatch.setattr(pgpipeline.Pipelined, "execute", held)
+
+    async def read() -> Any:
+        return await asyncio.wait_for(store.read(lambda tx: tx.get_run("r")), DEADLINE)
+
+    try:
+        run = asyncio.run(read())
+        assert run is not None and run.id == "r"
+        assert holding.wait(DEADLINE)  # the COMMIT is sent after the value is out
+        assert not released.is_set()
+    finally:
+        gate.set()
+
+
+def test_a_bulk_page_run_again_after_a_rollback_acts_on_the_same_page(store: PostgresStore) -> None:
+    """A group commit in which another operation fails runs the whole batch
+    again: a bulk action's page, rolled back once, still acts on its own runs
+    and counts them once."""
+    add_runs(store, ["a", "b", "c"])
+    bulk = bulk_action(
+        "cancel",
+        NOW,
+        registry("f"),
+        function_id="f",
+        status=ACTIVE_STATUSES,
+        since=None,
+        until=None,
+        if_=None,
+    )
+    page = bulk.page_op()
+
+    def rolled_back(tx: Tx) -> None:
+        page(tx)
+        raise RuntimeError("a neighbour failed: the batch is rolled back")
+
+    with pytest.raises(RuntimeError):
+        store.transact_sync(rolled_back)
+    store.transact_sync(page)
+    assert (bulk.done, bulk.examined, bulk.finished) == (3, 3, True)
+    runs = store.read_sync(lambda tx: [tx.get_run(run_id) for run_id in "abc"])
+    statuses = {run.id: run.status for run in runs if run is not None}
+    assert statuses == dict.fromkeys("abc", RunStatus.CANCELLED)

@@ -197,6 +197,16 @@ ON CONFLICT (run_id, step_id) DO UPDATE SET
 -- one is a repeated commit, and the step may have been resolved meanwhile.
 WHERE excluded.status <> 'waiting';
 
+-- name: fenced_step
+-- (PostgreSQL: a checkpoint of one memo in one statement. The fence raises
+-- SQLSTATE SS001 when it does not hold, and then the statement writes
+-- nothing; the upsert, a data-modifying CTE, runs to completion whether read
+-- or not.)
+WITH saved AS (
+{query:upsert_step}
+)
+SELECT stepstone_fence(:fence_run_id, :owner, :epoch) AS cancel_requested;
+
 -- name: insert_span
 INSERT INTO spans (run_id, kind, name, attempt, started_at, ended_at, status, error, detail)
 VALUES (:run_id, :kind, :name, :attempt, :started_at, :ended_at, :status, :error, :detail);
@@ -220,6 +230,31 @@ RETURNING partition_key, function_id, ckey1, ckey2, available_at;
 UPDATE runs SET status = :status, output = :output, error = :error, ended_at = :now,
     written_by = :token
 WHERE id = :id AND status NOT IN ('completed', 'failed', 'cancelled', 'skipped');
+
+-- name: run_end_probe
+-- (what an ended run must still resolve: a parent's step.invoke waiting on it,
+-- a wait for the event its end publishes)
+SELECT EXISTS ({query:child_waits}) AS invoked, EXISTS ({query:wait_keys}) AS waited;
+
+-- name: end_held_run
+-- (PostgreSQL: a held run's end in one statement: the fenced delete of its
+-- queue item, its row ended (finish_run, only if the fence holds), its waits
+-- dropped (only if it ended here), and run_end_probe, read before the deletes.
+-- No row: the fence did not hold, and the caller rolls the transaction back.
+-- The queue item is deleted, and so locked, before the CTEs run: the main
+-- statement reads `done` in its RETURNING.)
+WITH done AS (
+{query:finish_run}
+    AND EXISTS (SELECT 1 FROM queue WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch)
+    RETURNING id
+), cleared AS (
+{query:delete_run_waits} AND EXISTS (SELECT 1 FROM done)
+), probe AS (
+{query:run_end_probe}
+)
+{query:fence_delete},
+    EXISTS (SELECT 1 FROM done) AS finished,
+    (SELECT invoked FROM probe) AS invoked, (SELECT waited FROM probe) AS waited;
 
 -- name: queue_item
 SELECT * FROM queue WHERE run_id = :run_id;

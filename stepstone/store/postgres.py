@@ -86,6 +86,7 @@ WAKE_QUERIES = frozenset(
         "release_leases",
         "fence_delete",
         "end_held_run",
+        "park_held_run",
         "delete_queue_item",
         "lower_partition",
         "wake_ckey",
@@ -96,7 +97,7 @@ WAKE_QUERIES = frozenset(
 _WRITE_VERBS = ("INSERT", "UPDATE", "DELETE")
 # Statements that write through a data-modifying CTE under a SELECT (its status
 # names no write): one that returned a row counts as a change.
-CTE_WRITES = frozenset({"fenced_step"})
+CTE_WRITES = frozenset({"fenced_step", "park_held_run"})
 
 
 class PgTx(SqlTx):

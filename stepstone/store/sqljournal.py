@@ -6,7 +6,8 @@ there are. Where fence checks fail on the server (PostgreSQL), a checkpoint
 of one memo is one statement (the fence and the upsert); where the database
 has data-modifying CTEs, a held run's end is one statement (the fenced delete
 of its queue item, the run's row, its waits, and what the end must still
-resolve). Elsewhere (SQLite: in-process, each statement a function call) the
+resolve), and so is its park (the fenced release of its queue item, its
+partition's hint, the run's row). Elsewhere (SQLite: in-process, each statement a function call) the
 same work is a few statements, each written once in ``queries.sql``.
 """
 
@@ -71,15 +72,20 @@ class SqlJournal(SqlPlumbing):
     def reschedule(
         self, fence: Fence, status: str, available_at: float | None, attempt: int | None, now: float
     ) -> bool:
+        park = {"id": fence.run_id, "status": status, "attempt": attempt, "token": fence.token}
+        if self.dialect.write_ctes:
+            row = self._fence("park_held_run", fence, available_at=available_at, now=now, **park).fetchone()
+            if row is None:
+                raise LeaseLostError(f"run {fence.run_id}: lease lost by {fence.owner}")
+            self._released({**dict(row), "available_at": None}, now)  # (its hint: lowered in the statement)
+            return bool(row["cancel_requested"])
         row = self._fence("fence_park_wake", fence, available_at=available_at, now=now).fetchone()
         if row is None:
             raise LeaseLostError(f"run {fence.run_id}: lease lost by {fence.owner}")
         self._released(row, now)
         if row["cancel_requested"]:
             return True  # left due now; the caller ends it
-        self._exec(
-            "park_run", {"id": fence.run_id, "status": status, "attempt": attempt, "token": fence.token}
-        )
+        self._exec("park_run", park)
         return False
 
     def finish_run(

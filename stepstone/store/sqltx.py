@@ -249,19 +249,10 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
     ) -> list[LeasedRun]:
         if not run_ids:
             return []
-        ids = {"run_ids": run_ids}
-        items = {r["run_id"]: r for r in self._all("take_items", {"owner": owner, "until": until}, ids)}
+        items, runs = self._take(owner, run_ids, now, until, app_version)
         if not items:
             return []
-        by_epoch: dict[int, list[str]] = {}
-        for run_id, item in items.items():
-            by_epoch.setdefault(int(item["epoch"]), []).append(run_id)
-        runs: dict[str, Any] = {}
-        for epoch, taken in by_epoch.items():
-            params = {"now": now, "epoch": epoch, "app_version": app_version}
-            runs.update((r["id"], r) for r in self._all("mark_running", params, {"run_ids": sorted(taken)}))
         ids = {"run_ids": sorted(items)}
-        self._exec("start_clock", {"now": now}, ids)
         if accumulators:
             self._exec("drop_debounce_of", None, ids)
             self._exec("drop_batch_of", None, ids)
@@ -287,6 +278,28 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
             for run_id in run_ids
             if run_id in items
         ]
+
+    def _take(
+        self, owner: str, run_ids: Sequence[str], now: float, until: float, app_version: str | None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Take the items and mark their runs running: their queue rows and their
+        run rows by run id. One statement with data-modifying CTEs (``take_runs``),
+        else one for the items, one per distinct epoch for the runs, one for the clocks."""
+        params = {"owner": owner, "until": until, "now": now, "app_version": app_version}
+        if self.dialect.write_ctes:
+            rows = self._all("take_runs", params, {"run_ids": run_ids})
+            return {r["run_id"]: r for r in rows}, {r["id"]: r for r in rows}
+        items = {r["run_id"]: r for r in self._all("take_items", params, {"run_ids": run_ids})}
+        by_epoch: dict[int, list[str]] = {}
+        for run_id, item in items.items():
+            by_epoch.setdefault(int(item["epoch"]), []).append(run_id)
+        runs: dict[str, Any] = {}
+        for epoch, taken in by_epoch.items():
+            marked = self._all("mark_running", {**params, "epoch": epoch}, {"run_ids": sorted(taken)})
+            runs.update((r["id"], r) for r in marked)
+        if items:
+            self._exec("start_clock", params, {"run_ids": sorted(items)})
+        return items, runs
 
     def settle_partition(self, key: str, now: float, next_at: float | None, recheck: float) -> None:
         """Record a lease pass over a partition: it is next due when its earliest

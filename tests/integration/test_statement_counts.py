@@ -1,8 +1,9 @@
-"""Statements per run (issue 18, throughput): a step's checkpoint and a held
-run's end cost as few statements as the dialect allows, counted, not timed.
-On PostgreSQL a one-memo checkpoint is one statement (``fenced_step``: the
-fence and the upsert) and the end is one (``end_held_run``: a data-modifying
-CTE); on SQLite, in-process, a few. And what the one statement folds in
+"""Statements per run (issue 18, throughput): a lease pass's take, a step's
+checkpoint and a held run's end cost as few statements as the dialect
+allows, counted, not timed. On PostgreSQL the take of a partition's items is
+one statement (``take_runs``) and two reads, a one-memo checkpoint is one
+(``fenced_step``: the fence and the upsert) and the end is one
+(``end_held_run``): data-modifying CTEs; on SQLite, in-process, a few. And what the one statement folds in
 still behaves as the separate statements did: a lapsed lease writes nothing,
 an ended run keeps its waits, a parent's invoke and a wait for
 ``function.finished`` are reported. On SQLite, PostgreSQL and (the
@@ -10,6 +11,7 @@ behaviour) the in-memory fake."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -22,7 +24,7 @@ import stepstone as ss
 from stepstone.errors import LeaseLostError
 from stepstone.registry import FINISHED_EVENT
 from stepstone.store.base import Store
-from stepstone.store.rows import Fence, RunClosed, RunStatus, WaitKind
+from stepstone.store.rows import Fence, NewRun, RunClosed, RunStatus, WaitKind
 from stepstone.store.sqlbase import SqlPlumbing
 from tests.conftest import BACKENDS, MEMORY, backend_url, send_and_wait
 
@@ -34,6 +36,11 @@ END = {
     "postgres": ["end_held_run"],
 }
 CHECKPOINT = {"sqlite": ["fence_check", "upsert_step"], "postgres": ["fenced_step"]}
+PARK = {"sqlite": ["fence_park_wake", "lower_partition", "park_run"], "postgres": ["park_held_run"]}
+TAKE = {
+    "sqlite": ["take_items", "mark_running", "start_clock", "events_of_runs", "step_index"],
+    "postgres": ["take_runs", "events_of_runs", "step_index"],
+}
 
 
 @pytest.fixture(params=[*BACKENDS, MEMORY])
@@ -91,6 +98,50 @@ def test_a_held_runs_end_is_one_statement_on_postgres(
 
 
 @SQL_ONLY
+def test_a_take_of_several_runs_is_one_statement_and_two_reads_on_postgres(
+    db_url: str, store: Store, statements: list[str]
+) -> None:
+    add_runs(store, ["a", "b", "c"])
+    statements.clear()
+    taken = store.transact_sync(
+        lambda tx: tx.take_many("w", ["c", "a", "b"], NOW, NOW + 60, "v1", accumulators=False)
+    )
+    assert statements == TAKE[store.dialect]
+    assert [(lr.run.id, lr.run.status, lr.epoch, lr.run.app_version) for lr in taken] == [
+        (run_id, RunStatus.RUNNING, 1, "v1") for run_id in ("c", "a", "b")
+    ]
+    assert [lr.run.started_at for lr in taken] == [NOW] * 3
+
+
+@SQL_ONLY
+def test_a_held_runs_park_is_one_statement_on_postgres(
+    db_url: str, store: Store, statements: list[str]
+) -> None:
+    fence = _held(store)
+    statements.clear()
+    park = store.transact_sync(lambda tx: tx.reschedule(fence, RunStatus.SLEEPING, NOW + 30, 2, NOW + 1))
+    assert park is False  # parked: no cancel was requested
+    assert statements == PARK[store.dialect]
+    run = store.read_sync(lambda tx: tx.get_run("r"))
+    assert run is not None and (run.status, run.attempt) == (RunStatus.SLEEPING, 2)
+    assert store.read_sync(lambda tx: tx.written_by("r")) == "t1"
+    assert store.read_sync(lambda tx: tx.next_due(["f"])) == NOW + 30  # the partition's hint
+
+
+def test_a_park_under_a_cancel_request_leaves_the_run_due_and_unparked(store: Store) -> None:
+    fence = _held(store)
+    assert store.transact_sync(lambda tx: tx.flag_cancel("r", NOW + 1, None))
+    assert store.transact_sync(lambda tx: tx.reschedule(fence, RunStatus.SLEEPING, NOW + 30, 2, NOW + 2))
+    run = store.read_sync(lambda tx: tx.get_run("r"))
+    assert run is not None and (run.status, run.attempt) == (RunStatus.RUNNING, 0)  # not parked
+    assert store.read_sync(lambda tx: tx.next_due(["f"])) == NOW + 2  # due now: the caller ends it
+    [new] = store.transact_sync(lambda tx: lease(tx, "w2", 1, NOW + 61, NOW + 120))
+    with pytest.raises(LeaseLostError):  # and the lapsed owner parks nothing
+        store.transact_sync(lambda tx: tx.reschedule(fence, RunStatus.SLEEPING, NOW + 30, 2, NOW + 62))
+    assert new.run.status == RunStatus.RUNNING
+
+
+@SQL_ONLY
 def test_a_one_memo_checkpoint_is_one_statement_on_postgres(
     db_url: str, store: Store, statements: list[str]
 ) -> None:
@@ -133,6 +184,23 @@ def test_a_three_step_run_checkpoints_and_ends_in_four_statements_on_postgres(
         assert counted == {"fenced_step": 2, "upsert_step": 1, "end_held_run": 1}
     else:
         assert counted == {"fence_check": 2, "upsert_step": 3, **dict.fromkeys(END["sqlite"], 1)}
+
+
+@SQL_ONLY  # (the fake keeps no deadlines)
+def test_a_take_reports_the_start_deadline_it_met_and_starts_the_finish_clock(
+    db_url: str, store: Store
+) -> None:
+    """What ``take_runs`` folds in from ``start_clock``: the item's start deadline
+    as it was (the executor cancels a run taken past it), then cleared; the
+    finish deadline set from the finish timeout."""
+    new = NewRun(id="r", function_id="f", event_seqs=[], event_ids=[], available_at=NOW, created_at=NOW)
+    store.transact_sync(
+        lambda tx: tx.create_run(dataclasses.replace(new, start_deadline=NOW + 5, finish_timeout=30.0))
+    )
+    assert store.read_sync(lambda tx: tx.next_deadline()) == NOW + 5
+    [taken] = store.transact_sync(lambda tx: tx.take_many("w", ["r"], NOW + 1, NOW + 60, None))
+    assert taken.start_deadline == NOW + 5
+    assert store.read_sync(lambda tx: tx.next_deadline()) == NOW + 1 + 30.0
 
 
 def test_an_end_under_a_lapsed_lease_writes_nothing(store: Store) -> None:

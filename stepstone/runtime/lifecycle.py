@@ -48,15 +48,16 @@ def end_run(
         flagged = tx.cancel_reason(run.id)
         error = None if flagged is None else ErrorInfo.from_json(serde.loads(flagged))
     error_json = None if error is None else serde.dumps(error.to_json(), what="error")
-    if not tx.finish_run(fence, run.id, status, output, error_json, now):
+    closed = tx.close_run(fence, run.id, status, output, error_json, now, FINISHED_EVENT)
+    if closed is None:
         return False
-    tx.delete_run_waits(run.id)
     if run.singleton_key:
         tx.release_key(run.singleton_key, run.id)
-    _resolve_parents(tx, run.id, status, output, error, now)
+    if closed.invoked:
+        _resolve_parents(tx, run.id, status, output, error, now)
     if events is None:
         events = [Event(e.name, serde.loads(e.data), e.id, e.ts) for e in tx.get_events(run.id)]
-    system = system_events(tx, matcher, run, status, output, error, events)
+    system = system_events(tx, matcher, run, status, output, error, events, finished_waited=closed.waited)
     if system:
         publish(tx, prepare(system, now, system=True), matcher, now)
     return True
@@ -131,8 +132,12 @@ def system_events(
     output: str | None,
     error: ErrorInfo | None,
     events: list[Event],
+    *,
+    finished_waited: bool | None = None,
 ) -> list[Event]:
-    """``stepstone/function.*`` events for a run that ended (see README)."""
+    """``stepstone/function.*`` events for a run that ended (see README).
+    ``finished_waited``: whether a wait listens for ``function.finished``, if
+    the caller knows (``close_run`` tells); else it is read."""
     base: dict[str, Any] = {
         "function_id": run.function_id,
         "run_id": run.id,
@@ -145,7 +150,8 @@ def system_events(
     elif status == RunStatus.CANCELLED:
         found.append(Event(CANCELLED_EVENT, fit_event_data({**base, "error": err})))
     if status in (RunStatus.COMPLETED, RunStatus.FAILED) and (
-        matcher.listens_to(FINISHED_EVENT) or tx.wait_keys(FINISHED_EVENT)
+        matcher.listens_to(FINISHED_EVENT)
+        or (finished_waited if finished_waited is not None else bool(tx.wait_keys(FINISHED_EVENT)))
     ):
         result = {"result": serde.loads(output)} if status == RunStatus.COMPLETED else {"error": err}
         found.append(Event(FINISHED_EVENT, fit_event_data({**base, "status": status, **result})))

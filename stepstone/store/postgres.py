@@ -50,6 +50,7 @@ DIALECT = Dialect(
     lock="FOR UPDATE SKIP LOCKED",
     lock_wait="FOR UPDATE",
     fence_raises=True,
+    write_ctes=True,
     statement_timeout=True,
     pyformat=True,
     key_lock="SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))",
@@ -85,6 +86,8 @@ WAKE_QUERIES = frozenset(
         "move_item",
         "release_leases",
         "fence_delete",
+        "end_held_run",
+        "park_held_run",
         "delete_queue_item",
         "lower_partition",
         "wake_ckey",
@@ -93,6 +96,9 @@ WAKE_QUERIES = frozenset(
     }
 )
 _WRITE_VERBS = ("INSERT", "UPDATE", "DELETE")
+# Statements that write through a data-modifying CTE under a SELECT (its status
+# names no write): one that returned a row counts as a change.
+CTE_WRITES = frozenset({"fenced_step", "park_held_run"})
 
 
 class PgTx(SqlTx):
@@ -106,6 +112,7 @@ class PgTx(SqlTx):
         self.wake = False
         self.wake_here = True  # whether the wake-up is also for this process's workers
         self.results: list[Any] = []  # driver cursors
+        self.cte_writes: list[Any] = []  # those of CTE_WRITES
 
     def _exec(
         self,
@@ -115,6 +122,8 @@ class PgTx(SqlTx):
     ) -> Any:
         result = super()._exec(name, params, lists)
         self.results.append(result.cursor if isinstance(result, Result) else result)
+        if name in CTE_WRITES:
+            self.cte_writes.append(self.results[-1])
         if name in WAKE_QUERIES:
             self.wake = True  # if no row changed after all, an idle worker leases in vain once
         return result
@@ -127,7 +136,7 @@ class PgTx(SqlTx):
         for cursor in self.results:
             if cursor.rowcount > 0 and (cursor.statusmessage or "").startswith(_WRITE_VERBS):
                 return True
-        return False
+        return any(cursor.rowcount > 0 for cursor in self.cte_writes)
 
 
 def _notify_if_woken(tx: PgTx) -> None:

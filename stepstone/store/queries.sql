@@ -157,13 +157,15 @@ WHERE re.run_id IN ({run_ids}) ORDER BY re.run_id, re.position;
 -- statement per distinct epoch, a single one when every run is starting. Not a
 -- subquery on queue by runs.id: on PostgreSQL runs.id is COLLATE "C" and the
 -- queue's key is not, so that comparison could not use the key: a scan.)
-UPDATE runs SET
-    status = CASE WHEN status IN ('queued', 'sleeping', 'waiting') THEN 'running' ELSE status END,
-    started_at = COALESCE(started_at, :now),
-    epoch = :epoch,
-    app_version = COALESCE(:app_version, app_version)
+UPDATE runs SET {query:run_started}, epoch = :epoch
 WHERE id IN ({run_ids})
 RETURNING *;
+
+-- name: run_started
+-- (a fragment, included: what a lease pass sets on a run it takes)
+status = CASE WHEN status IN ('queued', 'sleeping', 'waiting') THEN 'running' ELSE status END,
+    started_at = COALESCE(started_at, :now),
+    app_version = COALESCE(:app_version, app_version)
 
 -- name: next_due
 SELECT MIN(next_at) AS due FROM partitions WHERE function_id IN ({function_ids});
@@ -208,6 +210,16 @@ ON CONFLICT (run_id, step_id) DO UPDATE SET
 -- one is a repeated commit, and the step may have been resolved meanwhile.
 WHERE excluded.status <> 'waiting';
 
+-- name: fenced_step
+-- (PostgreSQL: a checkpoint of one memo in one statement. The fence raises
+-- SQLSTATE SS001 when it does not hold, and then the statement writes
+-- nothing; the upsert, a data-modifying CTE, runs to completion whether read
+-- or not.)
+WITH saved AS (
+{query:upsert_step}
+)
+SELECT stepstone_fence(:fence_run_id, :owner, :epoch) AS cancel_requested;
+
 -- name: insert_span
 INSERT INTO spans (run_id, kind, name, attempt, started_at, ended_at, status, error, detail)
 VALUES (:run_id, :kind, :name, :attempt, :started_at, :ended_at, :status, :error, :detail);
@@ -215,6 +227,22 @@ VALUES (:run_id, :kind, :name, :attempt, :started_at, :ended_at, :status, :error
 -- name: park_run
 UPDATE runs SET status = :status, attempt = COALESCE(:attempt, attempt), written_by = :token
 WHERE id = :id;
+
+-- name: park_held_run
+-- (PostgreSQL: a held run's park in one statement: fence_park_wake, its
+-- partition's hint lowered (lower_partition) and, unless a cancel was
+-- requested, park_run. No row: the fence did not hold, and the caller rolls
+-- the transaction back.)
+WITH parked AS (
+{query:fence_park_wake}
+), lowered AS (
+    INSERT INTO partitions (key, function_id, ckey, next_at)
+    SELECT partition_key, function_id, ckey1, available_at FROM parked WHERE available_at IS NOT NULL
+    {query:partition_lowered}
+), marked AS (
+{query:park_run} AND EXISTS (SELECT 1 FROM parked WHERE cancel_requested = 0)
+)
+SELECT * FROM parked;
 
 -- name: fence_delete
 DELETE FROM queue WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch
@@ -231,6 +259,31 @@ RETURNING partition_key, function_id, ckey1, ckey2, available_at;
 UPDATE runs SET status = :status, output = :output, error = :error, ended_at = :now,
     written_by = :token
 WHERE id = :id AND status NOT IN ('completed', 'failed', 'cancelled', 'skipped');
+
+-- name: run_end_probe
+-- (what an ended run must still resolve: a parent's step.invoke waiting on it,
+-- a wait for the event its end publishes)
+SELECT EXISTS ({query:child_waits}) AS invoked, EXISTS ({query:wait_keys}) AS waited;
+
+-- name: end_held_run
+-- (PostgreSQL: a held run's end in one statement: the fenced delete of its
+-- queue item, its row ended (finish_run, only if the fence holds), its waits
+-- dropped (only if it ended here), and run_end_probe, read before the deletes.
+-- No row: the fence did not hold, and the caller rolls the transaction back.
+-- The queue item is deleted, and so locked, before the CTEs run: the main
+-- statement reads `done` in its RETURNING.)
+WITH done AS (
+{query:finish_run}
+    AND EXISTS (SELECT 1 FROM queue WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch)
+    RETURNING id
+), cleared AS (
+{query:delete_run_waits} AND EXISTS (SELECT 1 FROM done)
+), probe AS (
+{query:run_end_probe}
+)
+{query:fence_delete},
+    EXISTS (SELECT 1 FROM done) AS finished,
+    (SELECT invoked FROM probe) AS invoked, (SELECT waited FROM probe) AS waited;
 
 -- name: queue_item
 SELECT * FROM queue WHERE run_id = :run_id;
@@ -414,10 +467,30 @@ SELECT MIN(d) AS due FROM (
     UNION ALL SELECT MIN(finish_deadline) AS d FROM queue) AS deadlines;
 
 -- name: start_clock
-UPDATE queue SET start_deadline = NULL,
+UPDATE queue SET {query:clock_started} WHERE run_id IN ({run_ids});
+
+-- name: clock_started
+-- (a fragment, included: a taken item's start deadline is met, its finish clock runs)
+start_deadline = NULL,
     finish_deadline = CASE WHEN finish_timeout IS NULL THEN NULL
                            ELSE COALESCE(finish_deadline, :now + finish_timeout) END
-WHERE run_id IN ({run_ids});
+
+-- name: take_runs
+-- (PostgreSQL: take_items, start_clock and mark_running in one statement. The
+-- items are updated first (the main statement reads `taken`), then their runs,
+-- as the three statements did; `before` reads the statement's snapshot: the
+-- start deadline an item had before it was taken. runs.id is COLLATE "C":
+-- the join says so, so that the runs' key is used.)
+WITH before AS (
+    SELECT run_id, start_deadline FROM queue WHERE run_id IN ({run_ids})
+), taken AS (
+    UPDATE queue SET {query:item_taken}, {query:clock_started}
+    FROM before WHERE queue.run_id = before.run_id
+    RETURNING queue.run_id, queue.epoch, queue.cancel_requested, before.start_deadline
+)
+UPDATE runs SET {query:run_started}, epoch = taken.epoch
+FROM taken WHERE runs.id = taken.run_id COLLATE "C"
+RETURNING runs.*, taken.run_id, taken.cancel_requested, taken.start_deadline;
 
 -- name: clear_deadlines
 UPDATE queue SET start_deadline = NULL, finish_deadline = NULL WHERE run_id = :run_id;
@@ -427,8 +500,12 @@ UPDATE queue SET start_deadline = NULL, finish_deadline = NULL WHERE run_id = :r
 
 -- name: lower_partition
 INSERT INTO partitions (key, function_id, ckey, next_at) VALUES (:key, :function_id, :ckey, :at)
+{query:partition_lowered};
+
+-- name: partition_lowered
+-- (a fragment, included: a partition's hint only ever moves earlier here)
 ON CONFLICT (key) DO UPDATE SET next_at = excluded.next_at
-WHERE partitions.next_at IS NULL OR partitions.next_at > excluded.next_at;
+WHERE partitions.next_at IS NULL OR partitions.next_at > excluded.next_at
 
 -- name: wake_ckey
 -- Every partition of the key is written, even one already due: the row lock
@@ -493,11 +570,14 @@ SELECT COUNT(*) AS n FROM queue WHERE ckey1 = :ckey AND owner IS NOT NULL AND av
 -- name: live_ckey2
 SELECT COUNT(*) AS n FROM queue WHERE ckey2 = :ckey AND owner IS NOT NULL AND available_at > :now;
 
+-- name: item_taken
+-- (a fragment, included below: what a lease pass sets on a queue item it takes)
+owner = :owner, epoch = epoch + 1, available_at = :until, wake_requested = 0, fresh = 0
+
 -- name: take_items
 -- (the items a lease pass chose in one partition, in one statement; on
 -- PostgreSQL partition_items holds their rows)
-UPDATE queue SET owner = :owner, epoch = epoch + 1, available_at = :until, wake_requested = 0,
-    fresh = 0
+UPDATE queue SET {query:item_taken}
 WHERE run_id IN ({run_ids})
 RETURNING run_id, epoch, cancel_requested, start_deadline;
 

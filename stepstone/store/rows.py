@@ -420,6 +420,14 @@ class Fence:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RunClosed:
+    """What a run's end (``JournalTx.close_run``) must still resolve."""
+
+    invoked: bool  # a parent's ``step.invoke`` waits on the run (read them: ``child_waits``)
+    waited: bool  # a wait listens for the event named ``waited_event``
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunFilter:
     function_id: str | None = None
     statuses: tuple[str, ...] = ()

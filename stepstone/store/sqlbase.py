@@ -23,6 +23,11 @@ def _raw_queries() -> dict[str, str]:
     return {parts[i]: parts[i + 1].strip().rstrip(";") for i in range(1, len(parts), 2)}
 
 
+def _included(name: str) -> str:
+    """A statement's text with the statements it includes (and theirs) in place."""
+    return _INCLUDE.sub(lambda m: _included(m.group(1)), _raw_queries()[name])
+
+
 @dataclass(frozen=True)
 class Dialect:
     """What differs between databases, kept small."""
@@ -35,6 +40,7 @@ class Dialect:
     key_try_lock: str | None = None  # the same without waiting; returns one row, column "ok"
     server_clock: str | None = None  # SQL reading the server's clock (epoch seconds, column "now")
     fence_raises: bool = False  # fence checks fail on the server (no need to read them back)
+    write_ctes: bool = False  # data-modifying CTEs (WITH ... DELETE): a held run's end in one statement
     statement_timeout: bool = False  # a transaction-local statement_timeout bounds user SQL (usertx.py)
     output_bytes: str = "octet_length(output)"  # {output_bytes}: a step output's stored size in bytes
     _cache: dict[str | tuple[str, tuple[tuple[str, int], ...]], str] = field(
@@ -46,7 +52,7 @@ class Dialect:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        text = _INCLUDE.sub(lambda m: _raw_queries()[m.group(1)], _raw_queries()[name])
+        text = _included(name)
         expansions = {k: ", ".join(f":{k}_{i}" for i in range(n)) or "NULL" for k, n in lists.items()}
         text = text.replace("{lock}", self.lock).replace("{lock_wait}", self.lock_wait)
         text = text.replace("{output_bytes}", self.output_bytes)

@@ -2,7 +2,8 @@
 
 Queries live in ``queries.sql`` and run through ``sqlbase`` (a ``Dialect``
 adapts parameter style, lists and row locking); the worker registry, operator
-views and jobs are in ``sqlviews``, wait rows and signals in ``sqlwaits``,
+views and jobs are in ``sqlviews``, a held run's fenced writes (checkpoint,
+park, end) in ``sqljournal``, wait rows and signals in ``sqlwaits``,
 database size and retention deletes in ``sqlretention``. Both stores hand this
 class a DB-API connection already inside a transaction.
 """
@@ -13,12 +14,9 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from stepstone.errors import LeaseLostError
 from stepstone.store.rows import (
     ACTIVE_STATUSES,
-    CancelFlag,
     EventRow,
-    Fence,
     LeasedRun,
     NewRun,
     QueueItem,
@@ -31,6 +29,7 @@ from stepstone.store.rows import (
     StepRow,
     TimedOut,
 )
+from stepstone.store.sqljournal import SqlJournal
 from stepstone.store.sqlretention import SqlRetention
 from stepstone.store.sqlviews import SqlViews
 from stepstone.store.sqlwaits import SqlWaits
@@ -39,7 +38,7 @@ from stepstone.store.usertx import run_in_savepoint
 T = TypeVar("T")
 
 
-class SqlTx(SqlViews, SqlWaits, SqlRetention):
+class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
     """Implements ``stepstone.store.base.Tx`` on one open transaction."""
 
     # -- functions ----------------------------------------------------------------
@@ -267,19 +266,10 @@ class SqlTx(SqlViews, SqlWaits, SqlRetention):
     ) -> list[LeasedRun]:
         if not run_ids:
             return []
-        ids = {"run_ids": run_ids}
-        items = {r["run_id"]: r for r in self._all("take_items", {"owner": owner, "until": until}, ids)}
+        items, runs = self._take(owner, run_ids, now, until, app_version)
         if not items:
             return []
-        by_epoch: dict[int, list[str]] = {}
-        for run_id, item in items.items():
-            by_epoch.setdefault(int(item["epoch"]), []).append(run_id)
-        runs: dict[str, Any] = {}
-        for epoch, taken in by_epoch.items():
-            params = {"now": now, "epoch": epoch, "app_version": app_version}
-            runs.update((r["id"], r) for r in self._all("mark_running", params, {"run_ids": sorted(taken)}))
         ids = {"run_ids": sorted(items)}
-        self._exec("start_clock", {"now": now}, ids)
         if accumulators:
             self._exec("drop_debounce_of", None, ids)
             self._exec("drop_batch_of", None, ids)
@@ -305,6 +295,28 @@ class SqlTx(SqlViews, SqlWaits, SqlRetention):
             for run_id in run_ids
             if run_id in items
         ]
+
+    def _take(
+        self, owner: str, run_ids: Sequence[str], now: float, until: float, app_version: str | None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Take the items and mark their runs running: their queue rows and their
+        run rows by run id. One statement with data-modifying CTEs (``take_runs``),
+        else one for the items, one per distinct epoch for the runs, one for the clocks."""
+        params = {"owner": owner, "until": until, "now": now, "app_version": app_version}
+        if self.dialect.write_ctes:
+            rows = self._all("take_runs", params, {"run_ids": run_ids})
+            return {r["run_id"]: r for r in rows}, {r["id"]: r for r in rows}
+        items = {r["run_id"]: r for r in self._all("take_items", params, {"run_ids": run_ids})}
+        by_epoch: dict[int, list[str]] = {}
+        for run_id, item in items.items():
+            by_epoch.setdefault(int(item["epoch"]), []).append(run_id)
+        runs: dict[str, Any] = {}
+        for epoch, taken in by_epoch.items():
+            marked = self._all("mark_running", {**params, "epoch": epoch}, {"run_ids": sorted(taken)})
+            runs.update((r["id"], r) for r in marked)
+        if items:
+            self._exec("start_clock", params, {"run_ids": sorted(items)})
+        return items, runs
 
     def settle_partition(self, key: str, now: float, next_at: float | None, recheck: float) -> None:
         """Record a lease pass over a partition: it is next due when its earliest
@@ -403,100 +415,6 @@ class SqlTx(SqlViews, SqlWaits, SqlRetention):
     def release_leases(self, owner: str, now: float) -> int:
         self._exec("wake_owner_partitions", {"owner": owner, "now": now})
         return int(self._exec("release_leases", {"owner": owner, "now": now}).rowcount)
-
-    # -- checkpoints ---------------------------------------------------------------------
-    def _fence(self, query: str, fence: Fence, **params: Any) -> Any:
-        cursor = self._exec(
-            query, {"run_id": fence.run_id, "owner": fence.owner, "epoch": fence.epoch, **params}
-        )
-        return cursor
-
-    def checkpoint(self, fence: Fence, steps: Sequence[StepRow], spans: Sequence[SpanRow]) -> CancelFlag:
-        if self.dialect.fence_raises:
-            # Not read here: a pipelined transaction sends the writes after it
-            # without waiting, and the flag is read once the commit is back.
-            cursor = self._fence("fence_or_raise", fence)
-            self.save_steps(steps, spans)
-            return lambda: bool(cursor.fetchone()["cancel_requested"])
-        row = self._fence("fence_check", fence).fetchone()
-        if row is None:
-            raise LeaseLostError(f"run {fence.run_id}: lease lost by {fence.owner}")
-        self.save_steps(steps, spans)
-        cancel = bool(row["cancel_requested"])
-        return lambda: cancel
-
-    def save_steps(self, steps: Sequence[StepRow], spans: Sequence[SpanRow]) -> None:
-        for step in steps:
-            self._exec(
-                "upsert_step",
-                {
-                    "run_id": step.run_id,
-                    "step_id": step.step_id,
-                    "position": step.position,
-                    "kind": step.kind,
-                    "status": step.status,
-                    "attempts": step.attempts,
-                    "output": step.output,
-                    "error": step.error,
-                    "wake_at": step.wake_at,
-                    "started_at": step.started_at,
-                    "ended_at": step.ended_at,
-                    "fingerprint": step.fingerprint,
-                },
-            )
-        for span in spans:
-            self._exec(
-                "insert_span",
-                {
-                    "run_id": span.run_id,
-                    "kind": span.kind,
-                    "name": span.name,
-                    "attempt": span.attempt,
-                    "started_at": span.started_at,
-                    "ended_at": span.ended_at,
-                    "status": span.status,
-                    "error": span.error,
-                    "detail": span.detail,
-                },
-            )
-
-    def reschedule(
-        self, fence: Fence, status: str, available_at: float | None, attempt: int | None, now: float
-    ) -> bool:
-        row = self._fence("fence_park_wake", fence, available_at=available_at, now=now).fetchone()
-        if row is None:
-            raise LeaseLostError(f"run {fence.run_id}: lease lost by {fence.owner}")
-        self._released(row, now)
-        if row["cancel_requested"]:
-            return True  # left due now; the caller ends it
-        self._exec(
-            "park_run", {"id": fence.run_id, "status": status, "attempt": attempt, "token": fence.token}
-        )
-        return False
-
-    def finish_run(
-        self, fence: Fence | None, run_id: str, status: str, output: str | None, error: str | None, now: float
-    ) -> bool:
-        if fence is not None:
-            row = self._fence("fence_delete", fence).fetchone()
-            if row is None:
-                raise LeaseLostError(f"run {run_id}: lease lost by {fence.owner}")
-        else:
-            row = self._exec("delete_queue_item", {"run_id": run_id}).fetchone()
-        self._released(row and {**dict(row), "available_at": None}, now)
-        params = {
-            "id": run_id,
-            "status": status,
-            "output": output,
-            "error": error,
-            "now": now,
-            "token": None if fence is None else fence.token,
-        }
-        return int(self._exec("finish_run", params).rowcount) == 1
-
-    def written_by(self, run_id: str) -> str | None:
-        row = self._one("written_by", {"id": run_id})
-        return None if row is None else row["written_by"]
 
     # -- operator actions --------------------------------------------------------------------
     def requeue_run(self, run_id: str, now: float, reset_steps: Sequence[str] | None) -> None:

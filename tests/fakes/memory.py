@@ -40,6 +40,7 @@ from stepstone.store.rows import (
     NewRun,
     QueueItem,
     QueueSpec,
+    RunClosed,
     RunFilter,
     RunRow,
     RunStatus,
@@ -420,6 +421,21 @@ class MemoryTx:
         run.row = dataclasses.replace(run.row, status=status, output=output, error=error, ended_at=now)
         run.written_by = None if fence is None else fence.token
         return True
+
+    def close_run(
+        self,
+        fence: Fence | None,
+        run_id: str,
+        status: RunStatus,
+        output: str | None,
+        error: str | None,
+        now: float,
+        waited_event: str,
+    ) -> RunClosed | None:
+        if not self.finish_run(fence, run_id, status, output, error, now):
+            return None
+        self.delete_run_waits(run_id)
+        return RunClosed(invoked=bool(self.child_waits(run_id)), waited=bool(self.wait_keys(waited_event)))
 
     def written_by(self, run_id: str) -> str | None:
         run = self.s.runs.get(run_id)

@@ -1,0 +1,166 @@
+"""A held run's writes under its fence, over SQL (mixed into ``SqlTx``): the
+checkpoint of its memos, its park and its end (``JournalTx``).
+
+These are the statements every run pays for, so the dialect decides how few
+there are. Where fence checks fail on the server (PostgreSQL), a checkpoint
+of one memo is one statement (the fence and the upsert); where the database
+has data-modifying CTEs, a held run's end is one statement (the fenced delete
+of its queue item, the run's row, its waits, and what the end must still
+resolve), and so is its park (the fenced release of its queue item, its
+partition's hint, the run's row). Elsewhere (SQLite: in-process, each statement a function call) the
+same work is a few statements, each written once in ``queries.sql``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from stepstone.errors import LeaseLostError
+from stepstone.store.rows import CancelFlag, Fence, RunClosed, RunStatus, SpanRow, StepRow
+from stepstone.store.sqlbase import SqlPlumbing
+
+
+class SqlJournal(SqlPlumbing):
+    """Checkpoint, park and end of a held run (mixed into ``SqlTx``)."""
+
+    def _released(self, row: Any, now: float) -> None:
+        raise NotImplementedError  # SqlTx's: the queue's bookkeeping when an item is released
+
+    def _fence(self, query: str, fence: Fence, **params: Any) -> Any:
+        return self._exec(
+            query, {"run_id": fence.run_id, "owner": fence.owner, "epoch": fence.epoch, **params}
+        )
+
+    def checkpoint(self, fence: Fence, steps: Sequence[StepRow], spans: Sequence[SpanRow]) -> CancelFlag:
+        if self.dialect.fence_raises:
+            # Not read here: a pipelined transaction sends the writes after it
+            # without waiting, and the flag is read once the commit is back.
+            if len(steps) == 1 and not spans:  # a step's checkpoint: one statement
+                params = {**_step_params(steps[0]), "fence_run_id": fence.run_id}
+                cursor = self._exec("fenced_step", {**params, "owner": fence.owner, "epoch": fence.epoch})
+            else:
+                cursor = self._fence("fence_or_raise", fence)
+                self.save_steps(steps, spans)
+            return lambda: bool(cursor.fetchone()["cancel_requested"])
+        row = self._fence("fence_check", fence).fetchone()
+        if row is None:
+            raise LeaseLostError(f"run {fence.run_id}: lease lost by {fence.owner}")
+        self.save_steps(steps, spans)
+        cancel = bool(row["cancel_requested"])
+        return lambda: cancel
+
+    def save_steps(self, steps: Sequence[StepRow], spans: Sequence[SpanRow]) -> None:
+        for step in steps:
+            self._exec("upsert_step", _step_params(step))
+        for span in spans:
+            self._exec(
+                "insert_span",
+                {
+                    "run_id": span.run_id,
+                    "kind": span.kind,
+                    "name": span.name,
+                    "attempt": span.attempt,
+                    "started_at": span.started_at,
+                    "ended_at": span.ended_at,
+                    "status": span.status,
+                    "error": span.error,
+                    "detail": span.detail,
+                },
+            )
+
+    def reschedule(
+        self, fence: Fence, status: str, available_at: float | None, attempt: int | None, now: float
+    ) -> bool:
+        park = {"id": fence.run_id, "status": status, "attempt": attempt, "token": fence.token}
+        if self.dialect.write_ctes:
+            row = self._fence("park_held_run", fence, available_at=available_at, now=now, **park).fetchone()
+            if row is None:
+                raise LeaseLostError(f"run {fence.run_id}: lease lost by {fence.owner}")
+            self._released({**dict(row), "available_at": None}, now)  # (its hint: lowered in the statement)
+            return bool(row["cancel_requested"])
+        row = self._fence("fence_park_wake", fence, available_at=available_at, now=now).fetchone()
+        if row is None:
+            raise LeaseLostError(f"run {fence.run_id}: lease lost by {fence.owner}")
+        self._released(row, now)
+        if row["cancel_requested"]:
+            return True  # left due now; the caller ends it
+        self._exec("park_run", park)
+        return False
+
+    def finish_run(
+        self, fence: Fence | None, run_id: str, status: str, output: str | None, error: str | None, now: float
+    ) -> bool:
+        if fence is not None:
+            row = self._fence("fence_delete", fence).fetchone()
+            if row is None:
+                raise LeaseLostError(f"run {run_id}: lease lost by {fence.owner}")
+        else:
+            row = self._exec("delete_queue_item", {"run_id": run_id}).fetchone()
+        self._released(row and {**dict(row), "available_at": None}, now)
+        return (
+            int(self._exec("finish_run", _end_params(fence, run_id, status, output, error, now)).rowcount)
+            == 1
+        )
+
+    def close_run(
+        self,
+        fence: Fence | None,
+        run_id: str,
+        status: RunStatus,
+        output: str | None,
+        error: str | None,
+        now: float,
+        waited_event: str,
+    ) -> RunClosed | None:
+        probe = {"child_run_id": run_id, "event_name": waited_event}
+        if fence is not None and self.dialect.write_ctes:
+            params = {**_end_params(fence, run_id, status, output, error, now), **probe}
+            row = self._fence("end_held_run", fence, **params).fetchone()
+            if row is None:
+                raise LeaseLostError(f"run {run_id}: lease lost by {fence.owner}")
+            self._released({**dict(row), "available_at": None}, now)
+            return (
+                RunClosed(invoked=bool(row["invoked"]), waited=bool(row["waited"]))
+                if row["finished"]
+                else None
+            )
+        if not self.finish_run(fence, run_id, status, output, error, now):
+            return None
+        self._exec("delete_run_waits", {"run_id": run_id})
+        row = self._one("run_end_probe", probe)
+        return RunClosed(invoked=bool(row["invoked"]), waited=bool(row["waited"]))
+
+    def written_by(self, run_id: str) -> str | None:
+        row = self._one("written_by", {"id": run_id})
+        return None if row is None else row["written_by"]
+
+
+def _step_params(step: StepRow) -> dict[str, Any]:
+    return {
+        "run_id": step.run_id,
+        "step_id": step.step_id,
+        "position": step.position,
+        "kind": step.kind,
+        "status": step.status,
+        "attempts": step.attempts,
+        "output": step.output,
+        "error": step.error,
+        "wake_at": step.wake_at,
+        "started_at": step.started_at,
+        "ended_at": step.ended_at,
+        "fingerprint": step.fingerprint,
+    }
+
+
+def _end_params(
+    fence: Fence | None, run_id: str, status: str, output: str | None, error: str | None, now: float
+) -> dict[str, Any]:
+    return {
+        "id": run_id,
+        "status": status,
+        "output": output,
+        "error": error,
+        "now": now,
+        "token": None if fence is None else fence.token,
+    }

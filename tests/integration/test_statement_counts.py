@@ -1,0 +1,239 @@
+"""Statements per run (issue 18, throughput): a lease pass's take, a step's
+checkpoint and a held run's end cost as few statements as the dialect
+allows, counted, not timed. On PostgreSQL the take of a partition's items is
+one statement (``take_runs``) and two reads, a one-memo checkpoint is one
+(``fenced_step``: the fence and the upsert) and the end is one
+(``end_held_run``): data-modifying CTEs; on SQLite, in-process, a few. And what the one statement folds in
+still behaves as the separate statements did: a lapsed lease writes nothing,
+an ended run keeps its waits, a parent's invoke and a wait for
+``function.finished`` are reported. On SQLite, PostgreSQL and (the
+behaviour) the in-memory fake."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import stepstone as ss
+from stepstone.errors import LeaseLostError
+from stepstone.registry import FINISHED_EVENT
+from stepstone.store.base import Store
+from stepstone.store.rows import Fence, NewRun, RunClosed, RunStatus, WaitKind
+from stepstone.store.sqlbase import SqlPlumbing
+from tests.conftest import BACKENDS, MEMORY, backend_url, send_and_wait
+
+from .test_store_contract import NOW, add_runs, lease, step, wait
+
+SQL_ONLY = pytest.mark.parametrize("db_url", BACKENDS, indirect=True)
+END = {
+    "sqlite": ["fence_delete", "finish_run", "delete_run_waits", "run_end_probe"],
+    "postgres": ["end_held_run"],
+}
+CHECKPOINT = {"sqlite": ["fence_check", "upsert_step"], "postgres": ["fenced_step"]}
+PARK = {"sqlite": ["fence_park_wake", "lower_partition", "park_run"], "postgres": ["park_held_run"]}
+TAKE = {
+    "sqlite": ["take_items", "mark_running", "start_clock", "events_of_runs", "step_index"],
+    "postgres": ["take_runs", "events_of_runs", "step_index"],
+}
+
+
+@pytest.fixture(params=[*BACKENDS, MEMORY])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return backend_url(request, request.param, tmp_path)
+
+
+@pytest.fixture
+def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The names of the statements run on any connection, in order."""
+    seen: list[str] = []
+    lock = threading.Lock()
+    original = SqlPlumbing._exec
+
+    def counted(
+        self: SqlPlumbing,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        lists: Mapping[str, Sequence[Any]] | None = None,
+    ) -> Any:
+        with lock:
+            seen.append(name)
+        return original(self, name, params, lists)
+
+    monkeypatch.setattr(SqlPlumbing, "_exec", counted)
+    yield seen
+
+
+def _held(store: Store, run_id: str = "r") -> Fence:
+    add_runs(store, [run_id])
+    [leased] = store.transact_sync(lambda tx: lease(tx, "w", 1, NOW, NOW + 60))
+    return Fence(run_id=run_id, owner="w", epoch=leased.epoch, token="t1")
+
+
+def _paid(store: Store) -> list[str]:
+    """The runs of the waits an event "paid" with key "k" = "1" would match."""
+    return [w.run_id for w in store.read_sync(lambda tx: tx.match_waits("paid", "k", "1", NOW))]
+
+
+def _close(store: Store, fence: Fence | None, run_id: str = "r") -> RunClosed | None:
+    return store.transact_sync(
+        lambda tx: tx.close_run(fence, run_id, RunStatus.COMPLETED, "1", None, NOW + 1, FINISHED_EVENT)
+    )
+
+
+@SQL_ONLY
+def test_a_held_runs_end_is_one_statement_on_postgres(
+    db_url: str, store: Store, statements: list[str]
+) -> None:
+    fence = _held(store)
+    statements.clear()
+    assert _close(store, fence) == RunClosed(invoked=False, waited=False)
+    assert statements == END[store.dialect]
+    assert store.read_sync(lambda tx: tx.written_by("r")) == "t1"
+
+
+@SQL_ONLY
+def test_a_take_of_several_runs_is_one_statement_and_two_reads_on_postgres(
+    db_url: str, store: Store, statements: list[str]
+) -> None:
+    add_runs(store, ["a", "b", "c"])
+    statements.clear()
+    taken = store.transact_sync(
+        lambda tx: tx.take_many("w", ["c", "a", "b"], NOW, NOW + 60, "v1", accumulators=False)
+    )
+    assert statements == TAKE[store.dialect]
+    assert [(lr.run.id, lr.run.status, lr.epoch, lr.run.app_version) for lr in taken] == [
+        (run_id, RunStatus.RUNNING, 1, "v1") for run_id in ("c", "a", "b")
+    ]
+    assert [lr.run.started_at for lr in taken] == [NOW] * 3
+
+
+@SQL_ONLY
+def test_a_held_runs_park_is_one_statement_on_postgres(
+    db_url: str, store: Store, statements: list[str]
+) -> None:
+    fence = _held(store)
+    statements.clear()
+    park = store.transact_sync(lambda tx: tx.reschedule(fence, RunStatus.SLEEPING, NOW + 30, 2, NOW + 1))
+    assert park is False  # parked: no cancel was requested
+    assert statements == PARK[store.dialect]
+    run = store.read_sync(lambda tx: tx.get_run("r"))
+    assert run is not None and (run.status, run.attempt) == (RunStatus.SLEEPING, 2)
+    assert store.read_sync(lambda tx: tx.written_by("r")) == "t1"
+    assert store.read_sync(lambda tx: tx.next_due(["f"])) == NOW + 30  # the partition's hint
+
+
+def test_a_park_under_a_cancel_request_leaves_the_run_due_and_unparked(store: Store) -> None:
+    fence = _held(store)
+    assert store.transact_sync(lambda tx: tx.flag_cancel("r", NOW + 1, None))
+    assert store.transact_sync(lambda tx: tx.reschedule(fence, RunStatus.SLEEPING, NOW + 30, 2, NOW + 2))
+    run = store.read_sync(lambda tx: tx.get_run("r"))
+    assert run is not None and (run.status, run.attempt) == (RunStatus.RUNNING, 0)  # not parked
+    assert store.read_sync(lambda tx: tx.next_due(["f"])) == NOW + 2  # due now: the caller ends it
+    [new] = store.transact_sync(lambda tx: lease(tx, "w2", 1, NOW + 61, NOW + 120))
+    with pytest.raises(LeaseLostError):  # and the lapsed owner parks nothing
+        store.transact_sync(lambda tx: tx.reschedule(fence, RunStatus.SLEEPING, NOW + 30, 2, NOW + 62))
+    assert new.run.status == RunStatus.RUNNING
+
+
+@SQL_ONLY
+def test_a_one_memo_checkpoint_is_one_statement_on_postgres(
+    db_url: str, store: Store, statements: list[str]
+) -> None:
+    fence = _held(store)
+    statements.clear()
+    flag = store.transact_sync(lambda tx: tx.checkpoint(fence, [step("r", "s")], []))
+    assert flag() is False
+    assert statements == CHECKPOINT[store.dialect]
+    assert [s.step_id for s in store.read_sync(lambda tx: tx.get_steps("r"))] == ["s"]
+
+
+@SQL_ONLY
+def test_a_three_step_run_checkpoints_and_ends_in_four_statements_on_postgres(
+    db_url: str, make_app: Callable[..., ss.App], statements: list[str]
+) -> None:
+    """Through a worker: the first two steps' checkpoints, the third's memo
+    and the run's end in one commit; no separate fence, end or waits reads."""
+    app = make_app()
+
+    @app.function(id="three", trigger=ss.on_event("go"))
+    async def three(ctx: ss.Context) -> int:
+        for name in ("a", "b", "c"):
+            await ctx.step.run(name, lambda: 1)
+        return 3
+
+    app.start(concurrency=1)
+    statements.clear()
+    assert send_and_wait(app, ss.Event("go")).status == "completed"
+    journal = {
+        "fenced_step",
+        "fence_or_raise",
+        "fence_check",
+        "upsert_step",
+        *END["sqlite"],
+        *END["postgres"],
+    }
+    journal.add("child_waits")  # (not wait_keys: the send reads it to match the event)
+    counted = Counter(name for name in statements if name in journal)
+    if app.store.dialect == "postgres":
+        assert counted == {"fenced_step": 2, "upsert_step": 1, "end_held_run": 1}
+    else:
+        assert counted == {"fence_check": 2, "upsert_step": 3, **dict.fromkeys(END["sqlite"], 1)}
+
+
+@SQL_ONLY  # (the fake keeps no deadlines)
+def test_a_take_reports_the_start_deadline_it_met_and_starts_the_finish_clock(
+    db_url: str, store: Store
+) -> None:
+    """What ``take_runs`` folds in from ``start_clock``: the item's start deadline
+    as it was (the executor cancels a run taken past it), then cleared; the
+    finish deadline set from the finish timeout."""
+    new = NewRun(id="r", function_id="f", event_seqs=[], event_ids=[], available_at=NOW, created_at=NOW)
+    store.transact_sync(
+        lambda tx: tx.create_run(dataclasses.replace(new, start_deadline=NOW + 5, finish_timeout=30.0))
+    )
+    assert store.read_sync(lambda tx: tx.next_deadline()) == NOW + 5
+    [taken] = store.transact_sync(lambda tx: tx.take_many("w", ["r"], NOW + 1, NOW + 60, None))
+    assert taken.start_deadline == NOW + 5
+    assert store.read_sync(lambda tx: tx.next_deadline()) == NOW + 1 + 30.0
+
+
+def test_an_end_under_a_lapsed_lease_writes_nothing(store: Store) -> None:
+    fence = _held(store)
+    store.transact_sync(lambda tx: tx.insert_wait(wait("r", "w", match_key="k", match_value="1")))
+    [new] = store.transact_sync(lambda tx: lease(tx, "w2", 1, NOW + 61, NOW + 120))
+    with pytest.raises(LeaseLostError):
+        _close(store, fence)
+    run = store.read_sync(lambda tx: tx.get_run("r"))
+    assert run is not None and run.status == RunStatus.RUNNING and run.ended_at is None
+    assert _paid(store) == ["r"]  # the run's wait is kept
+    assert _close(store, Fence(run_id="r", owner="w2", epoch=new.epoch)) is not None
+
+
+def test_an_end_reports_a_waiting_parent_and_a_wait_for_the_finished_event(store: Store) -> None:
+    fence = _held(store, "child")
+    add_runs(store, ["parent", "listener"])
+    store.transact_sync(
+        lambda tx: tx.insert_wait(wait("parent", "call", kind=WaitKind.INVOKE, event_name=""))
+    )
+    store.transact_sync(lambda tx: tx.set_wait_match("parent", "call", "child"))
+    store.transact_sync(lambda tx: tx.insert_wait(wait("listener", "w", event_name=FINISHED_EVENT)))
+    store.transact_sync(lambda tx: tx.insert_wait(wait("child", "own", match_key="k", match_value="1")))
+    assert _close(store, fence, "child") == RunClosed(invoked=True, waited=True)
+    assert [w.run_id for w in store.read_sync(lambda tx: tx.child_waits("child"))] == ["parent"]
+    assert _paid(store) == []  # the ended run's own waits are gone
+
+
+def test_an_end_of_a_run_already_ended_changes_nothing_and_keeps_its_waits(store: Store) -> None:
+    fence = _held(store)
+    assert _close(store, None) is not None  # ended by an operator, unfenced
+    store.transact_sync(lambda tx: tx.insert_wait(wait("r", "late", match_key="k", match_value="1")))
+    assert _close(store, None) is None
+    assert _paid(store) == ["r"]
+    with pytest.raises(LeaseLostError):  # its queue item went with the first end
+        _close(store, fence)

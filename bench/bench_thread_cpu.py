@@ -9,6 +9,9 @@
 CPU per run of the event loop, the PostgreSQL writer and reader threads and
 the listener, beside the wall time per run: on two cores a run whose threads
 burn as much CPU as it takes wall time is CPU-bound, not waiting on the server.
+With ``--store postgres`` it also prints psycopg's own CPU for one query
+(``SELECT pg_sleep(0.01)``) inside a pipeline and outside one: the price of
+entering and leaving pipeline mode, which every transaction of the store pays.
 """
 
 from __future__ import annotations
@@ -73,6 +76,24 @@ async def measure(url: str, runs: int, warm_up: int = 20) -> None:
     print(f"  {'all threads':32s} {total:6.2f} ms")
 
 
+def pipeline_price(url: str, queries: int = 50) -> None:
+    """CPU per query, psycopg alone: plain, then each in its own pipeline."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        for mode in ("plain", "pipeline"):
+            cpu = time.thread_time()
+            for _ in range(queries):
+                if mode == "plain":
+                    conn.execute("SELECT pg_sleep(0.01)").fetchone()
+                else:
+                    with conn.pipeline() as pipeline:
+                        cursor = conn.execute("SELECT pg_sleep(0.01)")
+                        pipeline.sync()
+                        cursor.fetchone()
+            print(f"psycopg, one query {mode:8s}: {(time.thread_time() - cpu) / queries * 1000:.2f} ms CPU")
+
+
 @contextlib.contextmanager
 def database(store: str) -> Iterator[str]:
     if store == "sqlite":
@@ -95,6 +116,8 @@ def main() -> int:
     args = parser.parse_args()
     with database(args.store) as url:
         asyncio.run(measure(url, args.runs))
+        if args.store == "postgres":
+            pipeline_price(url)
     return 0
 
 

@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 from stepstone import limits, serde
 from stepstone.attempts import AbandonedThreads
@@ -44,6 +44,7 @@ from stepstone.steps import AsyncStep, SyncStep
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import (
     ENDED_STATUSES,
+    EventRow,
     Fence,
     LeasedRun,
     RunStatus,
@@ -134,8 +135,35 @@ class Outcome:
     error: ErrorInfo | None = None
 
 
+def _event(row: EventRow) -> Event:
+    return Event(row.name, serde.loads(row.data), row.id, row.ts)
+
+
 def _events(leased: LeasedRun) -> list[Event]:
-    return [Event(e.name, serde.loads(e.data), e.id, e.ts) for e in leased.events]
+    return [_event(e) for e in leased.events]
+
+
+class _StoredEvents(Sequence[Event]):
+    """A run's events, each decoded when read: a run's end reads its first one
+    only if it publishes a ``stepstone/function.*`` event, which most completed
+    runs do not (the handler's own copies may have been changed by it)."""
+
+    def __init__(self, rows: list[EventRow]) -> None:
+        self._rows = rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, index: int) -> Event: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Event]: ...
+
+    def __getitem__(self, index: int | slice) -> Event | list[Event]:
+        if isinstance(index, slice):
+            return [_event(row) for row in self._rows[index]]
+        return _event(self._rows[index])
 
 
 Invoke = Callable[[FunctionDef, LeasedRun, RunJournal, ExecEnv], Awaitable[Outcome | None]]
@@ -412,7 +440,7 @@ async def _finish(
 ) -> Outcome:
     now = env.clock.now()
     matcher = env.matcher()
-    events = _events(leased)
+    events = _StoredEvents(leased.events)
     fence = journal.fence
 
     def final(tx: Tx) -> None:

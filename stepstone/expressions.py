@@ -24,8 +24,6 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Any
 
-import cel
-
 from stepstone.errors import ConfigError, ExpressionError
 
 log = logging.getLogger("stepstone.expressions")
@@ -88,6 +86,11 @@ class Expression:
 
 @lru_cache(maxsize=4096)
 def _compile(source: str) -> Any:
+    # Imported here, not at the top: the ``cel`` package imports its command line
+    # (prompt_toolkit, ~0.1-0.2 s) with it, which a process whose functions have no
+    # expression (a serverless host's every cold start) should not pay.
+    import cel
+
     return cel.compile(source)
 
 

@@ -6,14 +6,15 @@ random part is incremented), so runs created together keep their order.
 
 from __future__ import annotations
 
-import base64
 import os
 import threading
 import time
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-# base64's base-32 digits in value order, spelled in ours: the id is encoded in C.
-_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _ALPHABET.encode())
+# Every 10-bit value as its two digits: 26 digits are 13 look-ups (a third of
+# ``base64.b32encode``'s time, whose 5-byte groups run in Python).
+_PAIRS = tuple(high + low for high in _ALPHABET for low in _ALPHABET)
+_SHIFTS = tuple(range(120, -1, -10))
 _lock = threading.Lock()
 _last = 0
 
@@ -27,5 +28,5 @@ def new_id(now: float | None = None) -> str:
         if value <= _last and (_last >> 80) >= millis - 1000:
             value = _last + 1  # same millisecond (or a clock step back): keep increasing
         _last = value
-    # 160 bits are 32 digits of 5 bits from the top: the last 26 are the 128 bits of the id.
-    return base64.b32encode(value.to_bytes(20, "big")).translate(_CROCKFORD)[6:].decode()
+    # 26 digits are 130 bits: the first digit holds the top 3 of the 128 bits.
+    return "".join([_PAIRS[(value >> shift) & 1023] for shift in _SHIFTS])

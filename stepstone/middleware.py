@@ -79,6 +79,9 @@ _HOOKS = (
 )
 
 
+_NO_METHODS: dict[str, list[Any]] = {hook: [] for hook in _HOOKS}  # shared: only ever read
+
+
 async def _call(method: Any, *args: Any) -> Any:
     result = method(*args)
     if inspect.isawaitable(result):
@@ -91,15 +94,18 @@ class Hooks:
 
     def __init__(self, middleware: Sequence[Middleware]) -> None:
         self.middleware = list(middleware)
-        self._by_hook = {
-            hook: [
-                getattr(m, hook)
-                for m in self.middleware
-                if getattr(type(m), hook, None) is not getattr(Middleware, hook)
-            ]
-            for hook in _HOOKS
-        }
-        self.active = any(self._by_hook.values())
+        if not self.middleware:  # every run of an app without middleware: nothing to look up
+            self._by_hook, self.active = _NO_METHODS, False
+        else:
+            self._by_hook = {
+                hook: [
+                    getattr(m, hook)
+                    for m in self.middleware
+                    if getattr(type(m), hook, None) is not getattr(Middleware, hook)
+                ]
+                for hook in _HOOKS
+            }
+            self.active = any(self._by_hook.values())
         self.executing = False
 
     def has(self, hook: str) -> bool:

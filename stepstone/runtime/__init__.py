@@ -114,7 +114,7 @@ def end_run(
     matcher: Registry,
     *,
     fence: Fence | None = None,
-    events: list[Event] | None = None,
+    events: Sequence[Event] | None = None,
 ) -> bool:
     """``lifecycle.end_run``, publishing through ``ingest``."""
     return lifecycle.end_run(

@@ -40,7 +40,7 @@ def end_run(
     *,
     publish: Publish,
     fence: Fence | None = None,
-    events: list[Event] | None = None,
+    events: Sequence[Event] | None = None,
 ) -> bool:
     """End ``run`` with ``status``; ``False`` if it had already ended. A run
     cancelled without a reason gets the one its pending cancel flag carries."""
@@ -131,30 +131,30 @@ def system_events(
     status: RunStatus,
     output: str | None,
     error: ErrorInfo | None,
-    events: list[Event],
+    events: Sequence[Event],
     *,
     finished_waited: bool | None = None,
 ) -> list[Event]:
     """``stepstone/function.*`` events for a run that ended (see README).
     ``finished_waited``: whether a wait listens for ``function.finished``, if
     the caller knows (``close_run`` tells); else it is read."""
-    base: dict[str, Any] = {
-        "function_id": run.function_id,
-        "run_id": run.id,
-        "event": events[0].to_json() if events else None,
-    }
+
+    def data(**fields: Any) -> dict[str, Any]:  # the run's event is read only for an event sent
+        first = events[0].to_json() if events else None
+        return fit_event_data({"function_id": run.function_id, "run_id": run.id, "event": first, **fields})
+
     err = None if error is None else {"type": error.type, "message": error.message}
     found: list[Event] = []
     if status == RunStatus.FAILED:
-        found.append(Event(FAILED_EVENT, fit_event_data({**base, "error": err})))
+        found.append(Event(FAILED_EVENT, data(error=err)))
     elif status == RunStatus.CANCELLED:
-        found.append(Event(CANCELLED_EVENT, fit_event_data({**base, "error": err})))
+        found.append(Event(CANCELLED_EVENT, data(error=err)))
     if status in (RunStatus.COMPLETED, RunStatus.FAILED) and (
         matcher.listens_to(FINISHED_EVENT)
         or (finished_waited if finished_waited is not None else bool(tx.wait_keys(FINISHED_EVENT)))
     ):
         result = {"result": serde.loads(output)} if status == RunStatus.COMPLETED else {"error": err}
-        found.append(Event(FINISHED_EVENT, fit_event_data({**base, "status": status, **result})))
+        found.append(Event(FINISHED_EVENT, data(status=status, **result)))
     return found
 
 

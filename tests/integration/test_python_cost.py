@@ -1,0 +1,152 @@
+"""The engine's Python cost per run on SQLite and its start-up (issue 18,
+session 7), pinned by what it does, never by how long it takes.
+
+- ``import stepstone`` does not import the ``cel`` package (which imports its
+  command line, prompt_toolkit: ~0.1-0.2 s of a cold start) until an
+  expression is compiled;
+- a run's events are decoded once per invocation: its end reads them again
+  only to publish a ``stepstone/function.*`` event;
+- an invocation of an app without middleware looks up no hooks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import stepstone as ss
+from stepstone import executor, middleware
+
+_LOADED = "print(sorted({m.split('.')[0] for m in sys.modules} & {'cel', 'prompt_toolkit'}))\n"
+
+
+def _python(code: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    return out.stdout.strip()
+
+
+def test_importing_stepstone_loads_no_cel_until_an_expression_is_compiled() -> None:
+    """A process whose functions use no expression never loads ``cel``; the first
+    expression compiled loads it, and it evaluates as before."""
+    code = (
+        "import sys, tempfile, stepstone as ss\n"
+        "app = ss.App('t', database_url=f'sqlite:///{tempfile.mkdtemp()}/t.db')\n"
+        "app.function(id='plain', trigger=ss.on_event('e'))(lambda ctx: None)\n"
+        "app.send(ss.Event('e'))\n" + _LOADED + "from stepstone.expressions import compile_expression\n"
+        "expr = compile_expression('event.data.n + 1', field='key')\n"
+        "assert expr.key({'event': {'data': {'n': 41}}}) == 42\n" + _LOADED
+    )
+    assert _python(code).splitlines() == ["[]", "['cel', 'prompt_toolkit']"]
+
+
+def test_a_function_with_an_expression_loads_cel_when_it_is_defined() -> None:
+    """An invalid expression is still refused when its function is defined."""
+    code = (
+        "import sys, stepstone as ss\n"
+        "app = ss.App('t', database_url='sqlite:///:memory:')\n" + _LOADED + "try:\n"
+        "    app.function(id='f', trigger=ss.on_event('e'), concurrency=ss.Concurrency(limit=1, key='event.'))(\n"
+        "        lambda ctx: None)\n"
+        "except ss.ConfigError as exc:\n"
+        "    print('refused', exc.field)\n" + _LOADED
+    )
+    lines = _python(code).splitlines()
+    assert lines[0] == "[]" and lines[1].startswith("refused") and lines[2] == "['cel', 'prompt_toolkit']"
+
+
+def _drain(app: ss.App, runs: int, ends: int | None = None) -> None:
+    """Queue ``runs`` three-step runs, then drain them with an in-process worker
+    until ``ends`` runs (default: ``runs``) have ended."""
+
+    async def step() -> int:
+        return 1
+
+    async def three(ctx: ss.Context) -> list[int]:
+        return [await ctx.step.run(name, step) for name in ("a", "b", "c")]
+
+    app.function(id="three", trigger=ss.on_event("three"))(three)
+
+    async def main() -> None:
+        await app.send_async([ss.Event("three", {"n": i}) for i in range(runs)])
+        ended = asyncio.Event()
+        count = 0
+
+        def on_end(run_id: str) -> None:
+            nonlocal count
+            count += 1
+            if count == (ends or runs):
+                ended.set()
+
+        app._run_changed = on_end  # type: ignore[method-assign]
+        await app.start_async(concurrency=10)
+        try:
+            await asyncio.wait_for(ended.wait(), 60)
+        finally:
+            await app.stop_async()
+
+    asyncio.run(main())
+
+
+@pytest.fixture
+def decoded(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every event a worker's executor decodes, in order."""
+    seen: list[Any] = []
+    decode = executor._event
+
+    def counting(row: Any) -> Any:
+        seen.append(row.id)
+        return decode(row)
+
+    monkeypatch.setattr(executor, "_event", counting)
+    return seen
+
+
+def test_a_completed_run_decodes_its_event_once(tmp_path: Path, decoded: list[Any]) -> None:
+    """Before: twice, the second time for the run's end, which used it only in
+    a ``function.*`` event that a completed run with no listener never sends."""
+    app = ss.App("cost", database_url=f"sqlite:///{tmp_path}/cost.db?synchronous=normal")
+    try:
+        _drain(app, 20)
+        runs = app.runs.list(function_id="three", limit=100)
+    finally:
+        app.close()
+    assert len(runs) == 20 and {r.status for r in runs} == {"completed"}
+    assert len(decoded) == 20 and len(set(decoded)) == 20, decoded
+
+
+def test_a_run_end_that_publishes_still_carries_its_event(tmp_path: Path, decoded: list[Any]) -> None:
+    """A listener of ``function.finished`` gets the triggering event in the
+    payload, decoded (a second time) only for it."""
+    app = ss.App("cost", database_url=f"sqlite:///{tmp_path}/cost.db?synchronous=normal")
+    heard: list[Any] = []
+    app.function(id="listener", trigger=ss.on_event("stepstone/function.finished"))(
+        lambda ctx: heard.append(ctx.event.data)
+    )
+    try:
+        _drain(app, 3, ends=6)  # the three runs and their listeners' three
+    finally:
+        app.close()
+    assert sorted(data["event"]["data"]["n"] for data in heard) == [0, 1, 2], heard
+    # Six runs (three and their listeners), each decoding its event for its
+    # handler and again for its end: with a listener, every end publishes.
+    assert len(decoded) == 6 * 2, decoded
+
+
+def test_an_invocation_without_middleware_looks_up_no_hooks() -> None:
+    """Every run built a table of nine hooks from an empty list of middleware."""
+    assert middleware.Hooks(())._by_hook is middleware.Hooks([])._by_hook
+    assert not middleware.Hooks(()).active and not middleware.Hooks(()).has("on_failure")
+
+    class Tracer(ss.Middleware):
+        def before_step(self, ctx: ss.Context, step_id: str) -> None:
+            return None
+
+    hooks = middleware.Hooks([Tracer()])
+    assert hooks.active and hooks.has("before_step") and not hooks.has("after_step")
+    assert not middleware.Hooks(())._by_hook["before_step"]  # the shared table stays empty

@@ -5,7 +5,10 @@ default one, so importing Stepstone never pollutes an application's registry).
 The engine records through the small functions below; gauges that describe the
 whole database (backlog, active runs) are computed from the store at scrape
 time by ``render``. ``prometheus_client`` comes with the ``server`` extra;
-without it recording does nothing.
+without it recording does nothing. It is imported at the first record or
+scrape, not with Stepstone: with what it imports (``http.server``, ``ssl``,
+``urllib``) it was about a sixth of ``import stepstone``, which a process that
+never records (a serverless host's cold start, a client) should not pay.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from stepstone.store.viewrows import BacklogRow, RunCountRow
@@ -65,38 +67,64 @@ class _Metrics:
         )
 
 
-try:
-    _metrics: _Metrics | None = _Metrics()
-except ImportError:  # pragma: no cover - the server extra is not installed
-    _metrics = None
+_metrics: _Metrics | None = None  # set by ``_load``, with ``_loaded``
+_loaded = False
+_load_lock = threading.Lock()
+
+
+def _load() -> _Metrics | None:
+    """The process's metrics, created once (``None``: the server extra is not installed)."""
+    global _metrics, _loaded
+    with _load_lock:
+        if not _loaded:
+            try:
+                _metrics = _Metrics()
+            except ImportError:  # pragma: no cover - the server extra is not installed
+                _metrics = None
+            _loaded = True
+    return _metrics
+
+
+_children: dict[tuple[Any, ...], Any] = {}
+
+
+def _child(metric: Any, *values: str) -> Any:
+    """``metric.labels(*values)``, asked once per label values: prometheus_client
+    checks and converts the values and takes a lock at every call, and a run
+    records six (its children are never removed, so the same one comes back)."""
+    key = (metric, *values)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*values)
+    return child
 
 
 def run_started(function_id: str, queue_delay: float) -> None:
-    if _metrics is not None:
-        _metrics.runs_started.labels(function_id).inc()
-        _metrics.queue_delay.labels(function_id).observe(max(0.0, queue_delay))
+    if (metrics := _metrics if _loaded else _load()) is not None:
+        _child(metrics.runs_started, function_id).inc()
+        _child(metrics.queue_delay, function_id).observe(max(0.0, queue_delay))
 
 
 def run_finished(function_id: str, status: str) -> None:
-    if _metrics is not None:
-        _metrics.runs_finished.labels(function_id, status).inc()
+    if (metrics := _metrics if _loaded else _load()) is not None:
+        _child(metrics.runs_finished, function_id, status).inc()
 
 
 def step_finished(function_id: str, seconds: float) -> None:
-    if _metrics is not None:
-        _metrics.step_duration.labels(function_id).observe(max(0.0, seconds))
+    if (metrics := _metrics if _loaded else _load()) is not None:
+        _child(metrics.step_duration, function_id).observe(max(0.0, seconds))
 
 
 def abandoned_threads(delta: int) -> None:
-    if _metrics is not None:
-        _metrics.abandoned_threads.inc(delta)
+    if (metrics := _metrics if _loaded else _load()) is not None:
+        metrics.abandoned_threads.inc(delta)
 
 
 def pruned(counts: Mapping[str, int]) -> None:
-    if _metrics is not None:
+    if (metrics := _metrics if _loaded else _load()) is not None:
         for table, n in counts.items():
             if n:
-                _metrics.pruned.labels(table).inc(n)
+                metrics.pruned.labels(table).inc(n)
 
 
 @dataclass(frozen=True)
@@ -144,7 +172,8 @@ def render(snapshot: StoreSnapshot) -> bytes:
 
     gauges = CollectorRegistry()
     gauges.register(_SnapshotCollector(snapshot))
-    own = generate_latest(_metrics.registry) if _metrics is not None else b""
+    metrics = _load()
+    own = generate_latest(metrics.registry) if metrics is not None else b""
     return own + generate_latest(gauges)
 
 
@@ -156,11 +185,14 @@ def serve(host: str, port: int, health: Callable[[], dict[str, Any]]) -> None:
     process's counters and histograms; the database gauges come from the
     server's ``/metrics``), ``/healthz`` (the process answers) and ``/readyz``
     (``health()``: 200 when it says ready, else 503; JSON either way)."""
-    if _metrics is None:
+    metrics = _load()
+    if metrics is None:
         raise RuntimeError("prometheus-client is not installed (pip install 'stepstone[server]')")
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
     from prometheus_client import generate_latest
 
-    registry = _metrics.registry
+    registry = metrics.registry
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # the name http.server calls

@@ -6,12 +6,17 @@ session 7), pinned by what it does, never by how long it takes.
   expression is compiled;
 - a run's events are decoded once per invocation: its end reads them again
   only to publish a ``stepstone/function.*`` event;
+- nor ``prometheus_client`` (with ``http.server`` and ``urllib``) until a
+  worker records a metric; a run then asks prometheus_client for no labelled
+  child it asked for before;
 - an invocation of an app without middleware looks up no hooks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import cProfile
+import pstats
 import subprocess
 import sys
 from pathlib import Path
@@ -20,9 +25,11 @@ from typing import Any
 import pytest
 
 import stepstone as ss
-from stepstone import executor, middleware
+from stepstone import executor, metrics, middleware
 
-_LOADED = "print(sorted({m.split('.')[0] for m in sys.modules} & {'cel', 'prompt_toolkit'}))\n"
+_LOADED = (
+    "print(sorted({m.split('.')[0] for m in sys.modules} & {'cel', 'prompt_toolkit', 'prometheus_client'}))\n"
+)
 
 
 def _python(code: str) -> str:
@@ -44,6 +51,21 @@ def test_importing_stepstone_loads_no_cel_until_an_expression_is_compiled() -> N
         "assert expr.key({'event': {'data': {'n': 41}}}) == 42\n" + _LOADED
     )
     assert _python(code).splitlines() == ["[]", "['cel', 'prompt_toolkit']"]
+
+
+def test_prometheus_client_loads_with_a_workers_first_metric() -> None:
+    code = (
+        "import sys, tempfile, stepstone as ss\n"
+        "app = ss.App('t', database_url=f'sqlite:///{tempfile.mkdtemp()}/t.db')\n"
+        "app.function(id='plain', trigger=ss.on_event('e'))(lambda ctx: 1)\n"
+        "[eid] = app.send(ss.Event('e'))\n" + _LOADED + "app.start(concurrency=1)\n"
+        "[run] = app.runs.list(event_id=eid)\n"
+        "assert app.runs.wait(run.id, timeout='30s').status == 'completed'\n"
+        "app.stop()\n" + _LOADED + "from stepstone import metrics\n"
+        'print(b\'stepstone_runs_finished_total{function="plain",status="completed"} 1.0\' in '
+        "metrics.render(metrics.StoreSnapshot(0.0, [], [])))\n"
+    )
+    assert _python(code).splitlines() == ["[]", "['prometheus_client']", "True"]
 
 
 def test_a_function_with_an_expression_loads_cel_when_it_is_defined() -> None:
@@ -136,6 +158,34 @@ def test_a_run_end_that_publishes_still_carries_its_event(tmp_path: Path, decode
     # Six runs (three and their listeners), each decoding its event for its
     # handler and again for its end: with a listener, every end publishes.
     assert len(decoded) == 6 * 2, decoded
+
+
+def _step_count() -> float:
+    text = metrics.render(metrics.StoreSnapshot(0.0, [], [])).decode()
+    line = 'stepstone_step_duration_seconds_count{function="three"} '
+    return sum(float(x[len(line) :]) for x in text.splitlines() if x.startswith(line))
+
+
+def test_a_run_records_its_metrics_without_asking_for_their_labelled_children_again(
+    tmp_path: Path,
+) -> None:
+    """prometheus_client's ``labels()`` converts, checks and locks at each call:
+    six per run before (two at its start, one per step, one at its end)."""
+    app = ss.App("cost", database_url=f"sqlite:///{tmp_path}/cost.db?synchronous=normal")
+    before = _step_count()
+    profile = cProfile.Profile()
+    try:
+        profile.enable()
+        _drain(app, 20)
+        profile.disable()
+    finally:
+        app.close()
+    assert _step_count() - before == 60  # every step still observed
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    asked = sum(
+        v[1] for (file, _, name), v in stats.items() if "prometheus_client" in file and name == "labels"
+    )
+    assert asked <= 4, asked  # the first run's: runs started, queue delay, step duration, runs finished
 
 
 def test_an_invocation_without_middleware_looks_up_no_hooks() -> None:

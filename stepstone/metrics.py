@@ -5,8 +5,8 @@ default one, so importing Stepstone never pollutes an application's registry).
 The engine records through the small functions below; gauges that describe the
 whole database (backlog, active runs) are computed from the store at scrape
 time by ``render``. ``prometheus_client`` comes with the ``server`` extra;
-without it recording does nothing. It is imported at the first record or
-scrape, not with Stepstone: with what it imports (``http.server``, ``ssl``,
+without it recording does nothing. It is imported when a worker starts (or at
+the first record or scrape), not with Stepstone: with what it imports (``http.server``, ``ssl``,
 ``urllib``) it was about a sixth of ``import stepstone``, which a process that
 never records (a serverless host's cold start, a client) should not pay.
 """
@@ -67,13 +67,15 @@ class _Metrics:
         )
 
 
-_metrics: _Metrics | None = None  # set by ``_load``, with ``_loaded``
+_metrics: _Metrics | None = None  # set by ``load``, with ``_loaded``
 _loaded = False
 _load_lock = threading.Lock()
 
 
-def _load() -> _Metrics | None:
-    """The process's metrics, created once (``None``: the server extra is not installed)."""
+def load() -> _Metrics | None:
+    """The process's metrics, created once (``None``: the server extra is not
+    installed). A worker calls it as it starts, so its first run does not pay
+    the import."""
     global _metrics, _loaded
     with _load_lock:
         if not _loaded:
@@ -100,28 +102,28 @@ def _child(metric: Any, *values: str) -> Any:
 
 
 def run_started(function_id: str, queue_delay: float) -> None:
-    if (metrics := _metrics if _loaded else _load()) is not None:
+    if (metrics := _metrics if _loaded else load()) is not None:
         _child(metrics.runs_started, function_id).inc()
         _child(metrics.queue_delay, function_id).observe(max(0.0, queue_delay))
 
 
 def run_finished(function_id: str, status: str) -> None:
-    if (metrics := _metrics if _loaded else _load()) is not None:
+    if (metrics := _metrics if _loaded else load()) is not None:
         _child(metrics.runs_finished, function_id, status).inc()
 
 
 def step_finished(function_id: str, seconds: float) -> None:
-    if (metrics := _metrics if _loaded else _load()) is not None:
+    if (metrics := _metrics if _loaded else load()) is not None:
         _child(metrics.step_duration, function_id).observe(max(0.0, seconds))
 
 
 def abandoned_threads(delta: int) -> None:
-    if (metrics := _metrics if _loaded else _load()) is not None:
+    if (metrics := _metrics if _loaded else load()) is not None:
         metrics.abandoned_threads.inc(delta)
 
 
 def pruned(counts: Mapping[str, int]) -> None:
-    if (metrics := _metrics if _loaded else _load()) is not None:
+    if (metrics := _metrics if _loaded else load()) is not None:
         for table, n in counts.items():
             if n:
                 metrics.pruned.labels(table).inc(n)
@@ -172,7 +174,7 @@ def render(snapshot: StoreSnapshot) -> bytes:
 
     gauges = CollectorRegistry()
     gauges.register(_SnapshotCollector(snapshot))
-    metrics = _load()
+    metrics = load()
     own = generate_latest(metrics.registry) if metrics is not None else b""
     return own + generate_latest(gauges)
 
@@ -185,7 +187,7 @@ def serve(host: str, port: int, health: Callable[[], dict[str, Any]]) -> None:
     process's counters and histograms; the database gauges come from the
     server's ``/metrics``), ``/healthz`` (the process answers) and ``/readyz``
     (``health()``: 200 when it says ready, else 503; JSON either way)."""
-    metrics = _load()
+    metrics = load()
     if metrics is None:
         raise RuntimeError("prometheus-client is not installed (pip install 'stepstone[server]')")
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer

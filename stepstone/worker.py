@@ -154,6 +154,7 @@ class Worker:
         self._wake = asyncio.Event()
         self._unclaimed = asyncio.Event()
         self._unsubscribe = self.store.subscribe(self.notify)
+        metrics.load()  # prometheus_client's import belongs to the start, not to the first run
         await self._register()
         self._token = self.store.change_token()
         self._tasks = [

@@ -7,7 +7,7 @@ session 7), pinned by what it does, never by how long it takes.
 - a run's events are decoded once per invocation: its end reads them again
   only to publish a ``stepstone/function.*`` event;
 - nor ``prometheus_client`` (with ``http.server`` and ``urllib``) until a
-  worker records a metric; a run then asks prometheus_client for no labelled
+  worker starts; a run then asks prometheus_client for no labelled
   child it asked for before;
 - an invocation of an app without middleware looks up no hooks.
 """
@@ -53,19 +53,23 @@ def test_importing_stepstone_loads_no_cel_until_an_expression_is_compiled() -> N
     assert _python(code).splitlines() == ["[]", "['cel', 'prompt_toolkit']"]
 
 
-def test_prometheus_client_loads_with_a_workers_first_metric() -> None:
+def test_prometheus_client_loads_when_a_worker_starts() -> None:
+    """Loaded by the start, not by the first run (a drain's first run would pay it)."""
     code = (
         "import sys, tempfile, stepstone as ss\n"
         "app = ss.App('t', database_url=f'sqlite:///{tempfile.mkdtemp()}/t.db')\n"
         "app.function(id='plain', trigger=ss.on_event('e'))(lambda ctx: 1)\n"
-        "[eid] = app.send(ss.Event('e'))\n" + _LOADED + "app.start(concurrency=1)\n"
-        "[run] = app.runs.list(event_id=eid)\n"
+        "[eid] = app.send(ss.Event('e'))\n"
+        + _LOADED
+        + "app.start(concurrency=1)\n"
+        + _LOADED
+        + "[run] = app.runs.list(event_id=eid)\n"
         "assert app.runs.wait(run.id, timeout='30s').status == 'completed'\n"
         "app.stop()\n" + _LOADED + "from stepstone import metrics\n"
         'print(b\'stepstone_runs_finished_total{function="plain",status="completed"} 1.0\' in '
         "metrics.render(metrics.StoreSnapshot(0.0, [], [])))\n"
     )
-    assert _python(code).splitlines() == ["[]", "['prometheus_client']", "True"]
+    assert _python(code).splitlines() == ["[]", "['prometheus_client']", "['prometheus_client']", "True"]
 
 
 def test_a_function_with_an_expression_loads_cel_when_it_is_defined() -> None:

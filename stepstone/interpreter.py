@@ -342,7 +342,7 @@ class Interpreter:
                 step_id, kind, StepStatus.COMPLETED, attempt, started, output=stored, ended_at=now
             )
             self._save(row, None)  # the memo itself is the final attempt's trace entry
-            return serde.loads(encoded)
+            return serde.round_trip(result, encoded)
         info = error_info(failure)
         error_json = serde.dumps(info.to_json(), what="error")
         allowed = self.retries if retries is None else retries

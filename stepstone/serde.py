@@ -28,3 +28,13 @@ def dumps(value: Any, *, what: str, limit: int | None = None) -> str:
 
 def loads(text: str | None) -> Any:
     return None if text is None else _decode(text)
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def round_trip(value: Any, text: str | None) -> Any:
+    """``loads(text)`` where ``text`` is ``dumps(value)``: a JSON scalar (of
+    exactly these types; no NaN or infinity, which ``dumps`` refuses) is its
+    own round trip and is not decoded again."""
+    return value if type(value) in _SCALARS else loads(text)

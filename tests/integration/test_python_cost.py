@@ -9,7 +9,8 @@ session 7), pinned by what it does, never by how long it takes.
 - nor ``prometheus_client`` (with ``http.server`` and ``urllib``) until a
   worker starts; a run then asks prometheus_client for no labelled
   child it asked for before;
-- an invocation of an app without middleware looks up no hooks.
+- an invocation of an app without middleware looks up no hooks;
+- a step's scalar result is not decoded again from its own encoding.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import stepstone as ss
-from stepstone import executor, metrics, middleware
+from stepstone import executor, metrics, middleware, serde
 
 _LOADED = (
     "print(sorted({m.split('.')[0] for m in sys.modules} & {'cel', 'prompt_toolkit', 'prometheus_client'}))\n"
@@ -204,3 +207,42 @@ def test_an_invocation_without_middleware_looks_up_no_hooks() -> None:
     hooks = middleware.Hooks([Tracer()])
     assert hooks.active and hooks.has("before_step") and not hooks.has("after_step")
     assert not middleware.Hooks(())._by_hook["before_step"]  # the shared table stays empty
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(_json)
+def test_a_values_round_trip_equals_decoding_its_encoding(value: Any) -> None:
+    """What a step returns to its handler on its first execution is what a
+    replay decodes from the memo (``serde``'s promise): the same value, of the
+    same type, for scalars without a decode."""
+    text = serde.dumps(value, what="value")
+    decoded = serde.loads(text)
+    assert serde.round_trip(value, text) == decoded
+    assert type(serde.round_trip(value, text)) is type(decoded)
+
+
+def test_a_step_returning_a_scalar_decodes_nothing(tmp_path: Path) -> None:
+    """Three steps returning ints: their results are not decoded from their own
+    encoding (``serde.round_trip``; the memo is still what a replay decodes)."""
+    app = ss.App("cost", database_url=f"sqlite:///{tmp_path}/cost.db?synchronous=normal")
+    decodes = 0
+    real = serde._decode
+
+    def counting(text: str) -> Any:
+        nonlocal decodes
+        decodes += 1
+        return real(text)
+
+    try:
+        serde._decode = counting  # type: ignore[assignment]
+        _drain(app, 10)
+    finally:
+        serde._decode = real
+        app.close()
+    assert decodes == 10, decodes  # per run, its event's data; before, 40: each step's result too

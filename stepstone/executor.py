@@ -146,7 +146,8 @@ def _events(leased: LeasedRun) -> list[Event]:
 class _StoredEvents(Sequence[Event]):
     """A run's events, each decoded when read: a run's end reads its first one
     only if it publishes a ``stepstone/function.*`` event, which most completed
-    runs do not (the handler's own copies may have been changed by it)."""
+    runs do not. (Not the handler's decoded copies: the handler may have
+    changed them.)"""
 
     def __init__(self, rows: list[EventRow]) -> None:
         self._rows = rows

@@ -6,9 +6,9 @@ The engine records through the small functions below; gauges that describe the
 whole database (backlog, active runs) are computed from the store at scrape
 time by ``render``. ``prometheus_client`` comes with the ``server`` extra;
 without it recording does nothing. It is imported when a worker starts (or at
-the first record or scrape), not with Stepstone: with what it imports (``http.server``, ``ssl``,
-``urllib``) it was about a sixth of ``import stepstone``, which a process that
-never records (a serverless host's cold start, a client) should not pay.
+the first record or scrape), not with Stepstone: a process that never records
+(a serverless host's cold start, a client) does not pay for it and for what it
+imports (``http.server``, ``urllib.request``).
 """
 
 from __future__ import annotations

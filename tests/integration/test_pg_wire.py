@@ -19,7 +19,6 @@ from psycopg.rows import dict_row
 
 from stepstone.errors import LeaseLostError, StoreError
 from stepstone.store import pgwire
-from stepstone.store.base import Tx
 from stepstone.store.pgerrors import translate
 from stepstone.store.pgpipeline import run_alone, run_together
 from stepstone.store.postgres import DIALECT, PgTx, PostgresStore, _notify_if_woken
@@ -64,6 +63,11 @@ def agrees(conn: Any) -> None:
     twice: the first listing may prepare its own statements)."""
     server_statements(conn)
     assert set(pgwire.Wire.of(conn).prepared.values()) == server_statements(conn)
+
+
+def _selecting(text: str, params: dict[str, Any]) -> Op:
+    """An operation reading the one row of ``text``."""
+    return lambda tx: tx.conn.execute(text, params).fetchone()
 
 
 def test_a_statement_is_prepared_once_then_only_executed(
@@ -137,15 +141,19 @@ def test_a_batch_refused_midway_keeps_the_record_true(store: PostgresStore, pg_u
     assert not [c for c in committed if isinstance(c, BaseException)]
     [wire] = _writer_wires(store)
     for _ in range(2):  # the first listing may prepare its own statements
-        names = store.transact_sync(lambda tx: [r["name"] for r in tx.conn.execute(LIST).fetchall()])
+        names = store.transact_sync(_listed)
     assert {name.encode() for name in names} == set(wire.prepared.values())
     store.transact_sync(checkpoint(fences[1], "again"))
     assert sorted(stored_steps(store, fences[1].run_id)) == ["again", "b"]
 
 
+def _listed(tx: Any) -> list[str]:
+    return [r["name"] for r in tx.conn.execute(LIST).fetchall()]
+
+
 def _writer_wires(store: PostgresStore) -> list[pgwire.Wire]:
-    def wire_of(tx: Tx) -> pgwire.Wire:
-        wire = tx.conn  # type: ignore[attr-defined]
+    def wire_of(tx: Any) -> pgwire.Wire:
+        wire = tx.conn
         assert isinstance(wire, pgwire.Wire)
         return wire
 
@@ -155,7 +163,7 @@ def _writer_wires(store: PostgresStore) -> list[pgwire.Wire]:
 def test_prepared_statements_past_the_cap_are_closed(conn: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pgwire, "MAX_PREPARED", 4)
     for n in range(12):  # twelve texts: the oldest are closed on the server as well
-        ok, row = alone(conn, lambda tx, n=n: tx.conn.execute(f"SELECT {n} AS n", {}).fetchone())
+        ok, row = alone(conn, _selecting(f"SELECT {n} AS n", {}))
         assert ok and row == {"n": n}
         assert len(pgwire.Wire.of(conn).prepared) <= 4
     agrees(conn)
@@ -198,7 +206,7 @@ def test_a_group_commit_on_a_bare_connection_prepares_per_parameter_types(conn: 
     """The same text with an int and with a None (another parameter type as
     psycopg dumps them) is two prepared statements; each is used again."""
     text = "SELECT %(v)s::bigint AS v"
-    ops: list[Op] = [lambda tx, v=v: tx.conn.execute(text, {"v": v}).fetchone() for v in (1, None, 2, None)]
+    ops = [_selecting(text, {"v": v}) for v in (1, None, 2, None)]
     outcomes = run_together(conn, ops, lambda c: PgTx(c, DIALECT), _notify_if_woken, translate)
     assert outcomes == [(True, {"v": 1}), (True, {"v": None}), (True, {"v": 2}), (True, {"v": None})]
     keys = [key for key in pgwire.Wire.of(conn).prepared if key[0] is pgwire.statement(text)]

@@ -98,10 +98,11 @@ class Result:
     """One statement's result, read (with every statement sent before it) on
     first use. The interface ``SqlTx`` uses of a cursor."""
 
-    __slots__ = ("_error", "_pgresult", "_pos", "_rows", "_wire")
+    __slots__ = ("_error", "_pgresult", "_pos", "_rows", "_statement", "_wire")
 
-    def __init__(self, wire: Wire) -> None:
+    def __init__(self, wire: Wire, statement: bytes) -> None:
         self._wire = wire
+        self._statement = statement
         self._pgresult: Any = None
         self._error: BaseException | None = None
         self._rows: list[dict[str, Any]] | None = None
@@ -142,7 +143,7 @@ class Result:
 
     def _all_rows(self) -> list[dict[str, Any]]:
         if self._rows is None:
-            self._rows = self._wire.rows(self._ready())
+            self._rows = self._wire.rows(self._ready(), self._statement)
         return self._rows
 
     def fetchone(self) -> dict[str, Any] | None:
@@ -198,6 +199,7 @@ class Wire:
         self.transformer = Transformer(conn)
         self.encoding = conn.info.encoding
         self.prepared: dict[tuple[Statement, tuple[int, ...]], bytes] = {}
+        self.columns: dict[bytes, list[str]] = {}  # a prepared statement's result columns
         self.prepares = 0  # statements ever prepared (names are never reused)
         self.sent: list[Result | _Prepare | _Close] = []  # since the last sync point, in order
         self.error: BaseException | None = None  # the first statement error since ``begin``
@@ -243,7 +245,9 @@ class Wire:
     # -- statements ---------------------------------------------------------------
     def execute(self, query: str, params: Mapping[str, Any] | None = None) -> Result:
         """Queue ``query`` (psycopg's ``%(name)s`` placeholders) with ``params``."""
-        stmt = statement(query, params is not None)
+        stmt = (_compiled if params is not None else _verbatim).get(query) or statement(
+            query, params is not None
+        )
         if stmt.names:
             assert params is not None
             tx = self.transformer
@@ -253,18 +257,21 @@ class Wire:
         else:
             values, types, formats = None, (), None
         key = (stmt, types)
-        name = self.prepared.get(key)
-        if name is None:
-            name = self._prepare(key)
-        result = Result(self)
-        self._guarded(self.pgconn.send_query_prepared, name, values, formats, TEXT)
+        name = self.prepared.get(key) or self._prepare(key)
+        result = Result(self, name)
+        try:
+            self.pgconn.send_query_prepared(name, values, formats, TEXT)
+        except psycopg.Error:
+            self.abandon()
+            raise
         self.sent.append(result)
         return result
 
     def _prepare(self, key: tuple[Statement, tuple[int, ...]]) -> bytes:
         if len(self.prepared) >= MAX_PREPARED:
-            oldest = next(iter(self.prepared))
-            self._guarded(self.pgconn.send_close_prepared, self.prepared.pop(oldest))
+            oldest = self.prepared.pop(next(iter(self.prepared)))
+            self.columns.pop(oldest, None)
+            self._guarded(self.pgconn.send_close_prepared, oldest)
             self.sent.append(_CLOSE)
         self.prepares += 1
         name = b"ss%d" % self.prepares
@@ -298,16 +305,20 @@ class Wire:
     def failed(self, res: Any) -> BaseException:
         """The exception for a statement's error result (as psycopg raises it)."""
         error = errors.error_from_result(res, encoding=self.encoding)
-        if error.sqlstate == MISSING_STATEMENT:
-            self.prepared.clear()  # the server's statements were dropped behind our back
+        if error.sqlstate == MISSING_STATEMENT:  # the server's statements were dropped behind our back
+            self.prepared.clear()
+            self.columns.clear()
         self.error = self.error or error
         return error
 
-    def rows(self, res: Any) -> list[dict[str, Any]]:
-        """A result's rows, as dicts by column name."""
+    def rows(self, res: Any, statement: bytes) -> list[dict[str, Any]]:
+        """A result of prepared ``statement``: its rows, as dicts by column name
+        (a prepared statement's columns never change: the server refuses to)."""
         if not res.nfields:
             return []
-        names = [res.fname(i).decode(self.encoding) for i in range(res.nfields)]
+        names = self.columns.get(statement)
+        if names is None:
+            names = self.columns[statement] = [res.fname(i).decode(self.encoding) for i in range(res.nfields)]
         self.transformer.set_pgresult(res)
         return [
             dict(zip(names, row, strict=True)) for row in self.transformer.load_rows(0, res.ntuples, tuple)
@@ -326,4 +337,5 @@ class Wire:
         """Close the connection: its state is unknown (its owner reconnects)."""
         self.sent = []
         self.prepared.clear()
+        self.columns.clear()
         self.conn.close()

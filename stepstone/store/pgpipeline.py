@@ -101,6 +101,9 @@ def _attempt(
             wire.sync()
     except psycopg.Error as exc:  # a statement's error, the COMMIT's, the connection's
         failure = failure or exc
+    except BaseException:  # cut short (an operation's BaseException): its state is unknown
+        wire.abandon()
+        raise
     failure = failure or wire.error  # a statement error an operation caught
     wire.end()
     return values, failure

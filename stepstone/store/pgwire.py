@@ -50,6 +50,7 @@ COMMAND_OK = pq.ExecStatus.COMMAND_OK
 FATAL_ERROR = pq.ExecStatus.FATAL_ERROR
 TEXT = pq.Format.TEXT
 IDLE = pq.TransactionStatus.IDLE
+PIPELINE_OFF = pq.PipelineStatus.OFF
 BAD = pq.ConnStatus.BAD
 MISSING_STATEMENT = "26000"  # invalid_sql_statement_name: "prepared statement ... does not exist"
 MAX_PREPARED = 512  # per connection; past it the oldest is closed (list expansions vary in length)
@@ -215,9 +216,16 @@ class Wire:
 
     # -- a transaction's pipeline -------------------------------------------------
     def begin(self) -> None:
-        """Enter pipeline mode (the connection is idle, outside a transaction)."""
+        """Enter pipeline mode. The connection must be idle, outside a
+        transaction and pipeline mode: one left otherwise (a transaction cut
+        short by a ``BaseException``) is closed, as its results would answer
+        the wrong statements."""
         self.error = None
-        self._guarded(self.pgconn.enter_pipeline_mode)
+        pgconn = self.pgconn
+        if self.sent or pgconn.pipeline_status != PIPELINE_OFF or pgconn.transaction_status != IDLE:
+            self.abandon()
+            raise psycopg.OperationalError("postgresql: a connection was left mid-transaction")
+        self._guarded(pgconn.enter_pipeline_mode)
 
     def end(self) -> None:
         """Read whatever is still outstanding, roll back a transaction left
@@ -338,4 +346,4 @@ class Wire:
         self.sent = []
         self.prepared.clear()
         self.columns.clear()
-        self.conn.close()
+        self.conn.close()  # (idempotent)

@@ -212,3 +212,24 @@ def test_a_group_commit_on_a_bare_connection_prepares_per_parameter_types(conn: 
     keys = [key for key in pgwire.Wire.of(conn).prepared if key[0] is pgwire.statement(text)]
     assert len(keys) == 2
     agrees(conn)
+
+
+class CutShort(BaseException):
+    """What an operation may raise past ``except Exception`` (a signal)."""
+
+
+def test_a_transaction_cut_short_closes_its_connection(pg_url: str, conn: Any) -> None:
+    """Statements queued, then an operation's ``BaseException``: their results
+    would answer the next transaction's statements, so the connection is
+    closed (its owner reconnects) and nothing was committed."""
+
+    def cut(tx: Any) -> None:
+        tx.conn.execute("CREATE TABLE cut (k int)")
+        raise CutShort
+
+    with pytest.raises(CutShort):
+        alone(conn, cut)
+    assert conn.closed
+    with psycopg.connect(pg_url, autocommit=True, row_factory=dict_row) as other:
+        ok, row = alone(other, _selecting("SELECT to_regclass('cut') AS t", {}))
+    assert ok and row == {"t": None}

@@ -53,7 +53,7 @@ IDLE = pq.TransactionStatus.IDLE
 PIPELINE_OFF = pq.PipelineStatus.OFF
 BAD = pq.ConnStatus.BAD
 MISSING_STATEMENT = "26000"  # invalid_sql_statement_name: "prepared statement ... does not exist"
-MAX_PREPARED = 512  # per connection; past it the oldest is closed (list expansions vary in length)
+MAX_PREPARED = 256  # per connection (a worker's writer uses ~50); past it the oldest is closed
 WAIT_INTERVAL = 0.1  # seconds between checks for signals while waiting, as psycopg's own
 _PLACEHOLDER = re.compile(rb"%\((\w+)\)s|%%")
 

@@ -233,3 +233,18 @@ def test_a_transaction_cut_short_closes_its_connection(pg_url: str, conn: Any) -
     with psycopg.connect(pg_url, autocommit=True, row_factory=dict_row) as other:
         ok, row = alone(other, _selecting("SELECT to_regclass('cut') AS t", {}))
     assert ok and row == {"t": None}
+
+
+def test_placeholders_become_numbered_parameters_once_per_text() -> None:
+    text = "SELECT %(a)s, %(b)s, %(a)s, '50%%' WHERE x LIKE 'y%%'"
+    compiled = pgwire.statement(text)
+    assert compiled.query == b"SELECT $1, $2, $1, '50%' WHERE x LIKE 'y%'"
+    assert compiled.names == ("a", "b")
+    assert pgwire.statement(text) is compiled
+    verbatim = pgwire.statement("SELECT '%%'", pyformat=False)  # run without parameters: as it is
+    assert verbatim.query == b"SELECT '%%'" and verbatim.names == ()
+
+
+def test_a_repeated_placeholder_is_one_parameter_on_the_server(conn: Any) -> None:
+    ok, row = alone(conn, _selecting("SELECT %(v)s::int + %(v)s::int AS twice, '5%%' AS pct", {"v": 4}))
+    assert ok and row == {"twice": 8, "pct": "5%"}

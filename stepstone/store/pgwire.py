@@ -38,6 +38,7 @@ statement's) closes the connection: its owner reconnects.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -191,13 +192,16 @@ _CLOSE = _Close()
 
 class Wire:
     """A connection's statement path: its prepared statements and the commands
-    sent since the last sync point. One thread at a time (the connection's
-    owner)."""
+    sent since the last sync point. Statements are sent and synced by one
+    thread at a time (the connection's owner); a result already in may be
+    read on any thread."""
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         self.pgconn = conn.pgconn
-        self.transformer = Transformer(conn)
+        self.dumper = Transformer(conn)  # the owner's thread only (``execute``)
+        self.loader = Transformer(conn)  # any thread: a result may be read after its commit,
+        self.loading = threading.Lock()  # on its caller's thread, while the owner goes on
         self.encoding = conn.info.encoding
         self.prepared: dict[tuple[Statement, tuple[int, ...]], bytes] = {}
         self.columns: dict[bytes, list[str]] = {}  # a prepared statement's result columns
@@ -258,7 +262,7 @@ class Wire:
         )
         if stmt.names:
             assert params is not None
-            tx = self.transformer
+            tx = self.dumper
             values = tx.dump_sequence([params[name] for name in stmt.names], stmt.formats)
             types: tuple[int, ...] = tx.types or ()
             formats: Any = tx.formats
@@ -327,10 +331,10 @@ class Wire:
         names = self.columns.get(statement)
         if names is None:
             names = self.columns[statement] = [res.fname(i).decode(self.encoding) for i in range(res.nfields)]
-        self.transformer.set_pgresult(res)
-        return [
-            dict(zip(names, row, strict=True)) for row in self.transformer.load_rows(0, res.ntuples, tuple)
-        ]
+        with self.loading:
+            self.loader.set_pgresult(res)
+            rows = self.loader.load_rows(0, res.ntuples, tuple)
+        return [dict(zip(names, row, strict=True)) for row in rows]
 
     # -- failures -------------------------------------------------------------------
     def _guarded(self, call: Any, *args: Any) -> Any:

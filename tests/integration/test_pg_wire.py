@@ -9,6 +9,8 @@ transaction."""
 
 from __future__ import annotations
 
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -248,3 +250,35 @@ def test_placeholders_become_numbered_parameters_once_per_text() -> None:
 def test_a_repeated_placeholder_is_one_parameter_on_the_server(conn: Any) -> None:
     ok, row = alone(conn, _selecting("SELECT %(v)s::int + %(v)s::int AS twice, '5%%' AS pct", {"v": 4}))
     assert ok and row == {"twice": 8, "pct": "5%"}
+
+
+def test_results_read_on_other_threads_get_their_own_rows(conn: Any) -> None:
+    """A checkpoint's cancel flag is read after its commit, on the caller's
+    thread, while the writer's thread reads (and sends) the next
+    transaction's: each result decodes its own rows. (Thread switches forced
+    every microsecond, so that decoding interleaves.)"""
+    ok, results = alone(
+        conn, lambda tx: [tx.conn.execute(f"SELECT {n} AS n, 'r{n}' AS s", {}) for n in range(2)]
+    )
+    assert ok
+    wrong: list[Any] = []
+
+    def read(n: int) -> None:
+        for _ in range(3000):
+            result = results[n]
+            result._rows, result._pos = None, 0  # decode again each time
+            row = result.fetchone()
+            if row != {"n": n, "s": f"r{n}"}:
+                wrong.append(row)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=read, args=(n,)) for n in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert wrong == []

@@ -52,7 +52,6 @@ FATAL_ERROR = pq.ExecStatus.FATAL_ERROR
 TEXT = pq.Format.TEXT
 IDLE = pq.TransactionStatus.IDLE
 PIPELINE_OFF = pq.PipelineStatus.OFF
-BAD = pq.ConnStatus.BAD
 MISSING_STATEMENT = "26000"  # invalid_sql_statement_name: "prepared statement ... does not exist"
 MAX_PREPARED = 256  # per connection (a worker's writer uses ~50); past it the oldest is closed
 WAIT_INTERVAL = 0.1  # seconds between checks for signals while waiting, as psycopg's own
@@ -226,6 +225,8 @@ class Wire:
         the wrong statements."""
         self.error = None
         pgconn = self.pgconn
+        if self.conn.closed:
+            raise psycopg.OperationalError("the connection is closed")
         if self.sent or pgconn.pipeline_status != PIPELINE_OFF or pgconn.transaction_status != IDLE:
             self.abandon()
             raise psycopg.OperationalError("postgresql: a connection was left mid-transaction")

@@ -65,7 +65,7 @@ class Statement:
 
     __slots__ = ("formats", "names", "query")
 
-    def __init__(self, text: str, pyformat: bool) -> None:
+    def __init__(self, text: str | bytes, pyformat: bool) -> None:
         names: list[str] = []
 
         def number(match: re.Match[bytes]) -> bytes:
@@ -76,17 +76,17 @@ class Statement:
                 names.append(name)
             return b"$%d" % (names.index(name) + 1)
 
-        raw = text.encode()
+        raw = text.encode() if isinstance(text, str) else text
         self.query = _PLACEHOLDER.sub(number, raw) if pyformat else raw
         self.names = tuple(names)
         self.formats = [PyFormat.AUTO] * len(names)
 
 
-_compiled: dict[str, Statement] = {}  # text (with psycopg's %(name)s placeholders) -> statement
-_verbatim: dict[str, Statement] = {}  # text run without parameters: sent as it is
+_compiled: dict[str | bytes, Statement] = {}  # text (with psycopg's %(name)s placeholders) -> statement
+_verbatim: dict[str | bytes, Statement] = {}  # text run without parameters: sent as it is
 
 
-def statement(text: str, pyformat: bool = True) -> Statement:
+def statement(text: str | bytes, pyformat: bool = True) -> Statement:
     """The compiled statement for ``text`` (cached: the texts are a fixed set)."""
     cache = _compiled if pyformat else _verbatim
     compiled = cache.get(text)
@@ -256,8 +256,9 @@ class Wire:
                 raise
 
     # -- statements ---------------------------------------------------------------
-    def execute(self, query: str, params: Mapping[str, Any] | None = None) -> Result:
-        """Queue ``query`` (psycopg's ``%(name)s`` placeholders) with ``params``."""
+    def execute(self, query: str | bytes, params: Mapping[str, Any] | None = None) -> Result:
+        """Queue ``query`` (one statement, psycopg's ``%(name)s`` placeholders)
+        with ``params``, as psycopg's ``Connection.execute`` would run it."""
         stmt = (_compiled if params is not None else _verbatim).get(query) or statement(
             query, params is not None
         )

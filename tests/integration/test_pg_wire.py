@@ -245,6 +245,7 @@ def test_placeholders_become_numbered_parameters_once_per_text() -> None:
     assert pgwire.statement(text) is compiled
     verbatim = pgwire.statement("SELECT '%%'", pyformat=False)  # run without parameters: as it is
     assert verbatim.query == b"SELECT '%%'" and verbatim.names == ()
+    assert pgwire.statement(b"SELECT %(a)s").query == b"SELECT $1"  # bytes, as psycopg takes them
 
 
 def test_a_repeated_placeholder_is_one_parameter_on_the_server(conn: Any) -> None:

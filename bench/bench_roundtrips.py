@@ -5,7 +5,7 @@ target 4). Counted, not timed, so the figures hold on a loaded host.
     .venv/bin/python bench/bench_roundtrips.py --runs 100 --database-url postgresql://...
 
 A round trip is a statement executed outside a pipeline, or a wait for the
-results of a pipeline (``Pipelined.sync`` and leaving the pipeline). "Waited
+results of a pipeline (``pgwire.Wire.sync`` with statements outstanding). "Waited
 for" leaves out the round trip of each event loop's read's ``COMMIT``: its
 caller has the value before. Every
 write (``PostgresStore._write``) and read (``_read``) is attributed to the
@@ -28,7 +28,7 @@ from bench_postgres import server
 from workloads import three_step_latencies
 
 import stepstone as ss
-from stepstone.store import pgpipeline
+from stepstone.store import pgwire
 from stepstone.store.postgres import PostgresStore
 
 
@@ -42,10 +42,10 @@ class Counter:
         self.early = 0  # round trips a read's caller did not wait for (its COMMIT's)
 
     def begin(self) -> None:
-        self.local.trips, self.local.statements, self.local.piped = 0, 0, False
+        self.local.trips, self.local.statements = 0, 0
 
     def end(self, name: str) -> None:
-        self.trips[name].append(self.local.trips + (1 if self.local.piped else 0))
+        self.trips[name].append(self.local.trips)
         self.statements[name].append(self.local.statements)
 
     def counting(self) -> bool:
@@ -55,7 +55,7 @@ class Counter:
         """Wrap the store's and psycopg's entry points (this process only)."""
         counter = self
         write, read = PostgresStore._write, PostgresStore._read
-        sync, send = pgpipeline.Pipelined.sync, pgpipeline.Pipelined.execute
+        sync, send = pgwire.Wire.sync, pgwire.Wire.execute
         execute = psycopg.Connection.execute
 
         def counted_write(store: PostgresStore, conn: Any, ops: list[Callable[[Any], Any]]) -> Any:
@@ -77,27 +77,26 @@ class Counter:
             finally:
                 counter.end("read " + _name(op))
 
-        def counted_sync(piped: pgpipeline.Pipelined) -> None:
-            if piped.unsynced and counter.counting():
+        def counted_sync(wire: pgwire.Wire) -> None:
+            if wire.sent and counter.counting():
                 counter.local.trips += 1
-            sync(piped)
+            sync(wire)
 
-        def counted_send(piped: pgpipeline.Pipelined, query: Any, params: Any = None) -> Any:
+        def counted_send(wire: pgwire.Wire, query: str, params: Any = None) -> Any:
             if counter.counting():
                 counter.local.statements += 1
-                counter.local.piped = True
-            return send(piped, query, params)
+            return send(wire, query, params)
 
         def counted_execute(conn: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
-            if conn._pipeline is None and counter.counting():
+            if counter.counting():
                 counter.local.trips += 1
                 counter.local.statements += 1
             return execute(conn, query, params, **kwargs)
 
         PostgresStore._write = counted_write  # type: ignore[method-assign,assignment]
         PostgresStore._read = counted_read  # type: ignore[method-assign,assignment]
-        pgpipeline.Pipelined.sync = counted_sync  # type: ignore[method-assign,assignment]
-        pgpipeline.Pipelined.execute = counted_send  # type: ignore[method-assign,assignment]
+        pgwire.Wire.sync = counted_sync  # type: ignore[method-assign,assignment]
+        pgwire.Wire.execute = counted_send  # type: ignore[method-assign,assignment]
         psycopg.Connection.execute = counted_execute  # type: ignore[method-assign,assignment]
 
 

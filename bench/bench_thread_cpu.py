@@ -9,9 +9,10 @@
 CPU per run of the event loop, the PostgreSQL writer and reader threads and
 the listener, beside the wall time per run: on two cores a run whose threads
 burn as much CPU as it takes wall time is CPU-bound, not waiting on the server.
-With ``--store postgres`` it also prints psycopg's own CPU for one query
-(``SELECT pg_sleep(0.01)``) inside a pipeline and outside one: the price of
-entering and leaving pipeline mode, which every transaction of the store pays.
+With ``--store postgres`` it also prints the CPU for one query
+(``SELECT pg_sleep(0.01)``) through psycopg inside a pipeline and outside one
+(the price of psycopg's pipeline mode), and through the store's own statement
+path (``store/pgwire.py``), which every transaction of the store now takes.
 """
 
 from __future__ import annotations
@@ -77,21 +78,31 @@ async def measure(url: str, runs: int, warm_up: int = 20) -> None:
 
 
 def pipeline_price(url: str, queries: int = 50) -> None:
-    """CPU per query, psycopg alone: plain, then each in its own pipeline."""
+    """CPU per query: psycopg plain, psycopg with each in its own pipeline,
+    then the store's statement path (``pgwire``: its own pipeline, a prepared
+    statement), as every transaction of the store now sends it."""
     import psycopg
 
+    from stepstone.store.pgwire import Wire
+
     with psycopg.connect(url, autocommit=True) as conn:
-        for mode in ("plain", "pipeline"):
+        for mode in ("plain", "pipeline", "pgwire"):
             cpu = time.thread_time()
             for _ in range(queries):
                 if mode == "plain":
                     conn.execute("SELECT pg_sleep(0.01)").fetchone()
-                else:
+                elif mode == "pipeline":
                     with conn.pipeline() as pipeline:
                         cursor = conn.execute("SELECT pg_sleep(0.01)")
                         pipeline.sync()
                         cursor.fetchone()
-            print(f"psycopg, one query {mode:8s}: {(time.thread_time() - cpu) / queries * 1000:.2f} ms CPU")
+                else:
+                    wire = Wire.of(conn)
+                    wire.begin()
+                    wire.execute("SELECT pg_sleep(0.01)", {}).fetchone()
+                    wire.end()
+            label = {"plain": "psycopg plain", "pipeline": "psycopg pipeline", "pgwire": "pgwire"}[mode]
+            print(f"one query, {label:16s}: {(time.thread_time() - cpu) / queries * 1000:.2f} ms CPU")
 
 
 @contextlib.contextmanager

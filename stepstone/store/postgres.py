@@ -38,7 +38,7 @@ from stepstone.store.batching import OpResult, run_batch
 from stepstone.store.migrate import migration_files
 from stepstone.store.pgerrors import is_conflict, translate
 from stepstone.store.pglisten import Listener
-from stepstone.store.pgpipeline import Result, run_alone, run_together
+from stepstone.store.pgpipeline import run_alone, run_together
 from stepstone.store.pgwriter import Backoff, Writers, async_resolver, sync_resolver
 from stepstone.store.sqlbase import Dialect
 from stepstone.store.sqltx import SqlTx
@@ -111,7 +111,7 @@ class PgTx(SqlTx):
         super().__init__(conn, dialect)
         self.wake = False
         self.wake_here = True  # whether the wake-up is also for this process's workers
-        self.results: list[Any] = []  # driver cursors
+        self.results: list[Any] = []  # results (``pgwire.Result`` or driver cursors)
         self.cte_writes: list[Any] = []  # those of CTE_WRITES
 
     def _exec(
@@ -121,7 +121,7 @@ class PgTx(SqlTx):
         lists: Mapping[str, Sequence[Any]] | None = None,
     ) -> Any:
         result = super()._exec(name, params, lists)
-        self.results.append(result.cursor if isinstance(result, Result) else result)
+        self.results.append(result)
         if name in CTE_WRITES:
             self.cte_writes.append(self.results[-1])
         if name in WAKE_QUERIES:

@@ -14,11 +14,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import pq
 
 from stepstone.bulk import bulk_action
 from stepstone.errors import LeaseLostError
-from stepstone.store import pgpipeline
+from stepstone.store import pgwire
 from stepstone.store.base import Tx
 from stepstone.store.postgres import PostgresStore
 from stepstone.store.rows import ACTIVE_STATUSES, Fence, RunStatus
@@ -40,19 +39,16 @@ class Transaction:
 
 class Wire:
     """Counts, per write transaction of ``store``, the statements sent and the
-    round trips waited for: a statement run outside a pipeline, a wait for a
-    pipeline's results mid-way (``Pipelined.sync``) and a pipeline's last
-    wait when it is left. Also counts the writers' connections opened."""
+    round trips waited for: a statement run on psycopg's ordinary path (the
+    savepoint fallback), and a sync point of the statement path
+    (``pgwire.Wire.sync`` with statements outstanding). Also counts the
+    writers' connections opened."""
 
     def __init__(self, store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:
         self.transactions: list[Transaction] = []
         self.connections = 0
         local = threading.local()
-        execute, sync, piped = (
-            psycopg.Connection.execute,
-            pgpipeline.Pipelined.sync,
-            pgpipeline.Pipelined.__init__,
-        )
+        execute, send, sync = psycopg.Connection.execute, pgwire.Wire.execute, pgwire.Wire.sync
         write, connect = store._write, store._writers.connect
 
         def counted_write(conn: Any, ops: list[Callable[[Any], Any]]) -> Any:
@@ -67,21 +63,20 @@ class Wire:
             now = getattr(local, "now", None)
             if now is not None:
                 now.statements.append(query.decode() if isinstance(query, bytes) else str(query))
-                if conn.pgconn.pipeline_status == pq.PipelineStatus.OFF:
-                    now.trips += 1
+                now.trips += 1
             return execute(conn, query, params, **kwargs)
 
-        def counted_sync(pipelined: pgpipeline.Pipelined) -> None:
-            now = getattr(local, "now", None)
-            if now is not None and pipelined.unsynced:
-                now.trips += 1
-            sync(pipelined)
-
-        def counted_pipeline(pipelined: pgpipeline.Pipelined, conn: Any, pipeline: Any) -> None:
+        def counted_send(wire: pgwire.Wire, query: str, params: Any = None) -> Any:
             now = getattr(local, "now", None)
             if now is not None:
-                now.trips += 1  # leaving it waits for the results once
-            piped(pipelined, conn, pipeline)
+                now.statements.append(query)
+            return send(wire, query, params)
+
+        def counted_sync(wire: pgwire.Wire) -> None:
+            now = getattr(local, "now", None)
+            if now is not None and wire.sent:
+                now.trips += 1
+            sync(wire)
 
         def counted_connect() -> Any:
             self.connections += 1
@@ -90,8 +85,8 @@ class Wire:
         monkeypatch.setattr(store, "_write", counted_write)
         monkeypatch.setattr(store._writers, "connect", counted_connect)
         monkeypatch.setattr(psycopg.Connection, "execute", counted_execute)
-        monkeypatch.setattr(pgpipeline.Pipelined, "sync", counted_sync)
-        monkeypatch.setattr(pgpipeline.Pipelined, "__init__", counted_pipeline)
+        monkeypatch.setattr(pgwire.Wire, "execute", counted_send)
+        monkeypatch.setattr(pgwire.Wire, "sync", counted_sync)
 
 
 @pytest.fixture
@@ -136,7 +131,7 @@ def test_a_group_commit_is_one_round_trip_without_savepoints(
 ) -> None:
     fences = leased(store, 8)
     wire = Wire(store, monkeypatch)
-    for round_ in range(7):  # past psycopg's prepare threshold (5): prepared statements too
+    for round_ in range(7):
         results = group_commit(store, [checkpoint(f, f"s{round_}") for f in fences])
         assert not [r for r in results if isinstance(r, BaseException)]
         batch = wire.transactions[-1]
@@ -152,8 +147,8 @@ def test_a_failing_operation_in_a_group_fails_alone_on_the_same_connection(
     """A stale worker's checkpoint (its fence raises on the server) in the
     middle of a batch: the pipelined transaction is rolled back whole, then
     run again with a savepoint per operation; the others commit, on the
-    writer's connection (psycopg's record of prepared statements stays
-    right: rounds past its prepare threshold keep committing)."""
+    writer's connection (its record of prepared statements stays right:
+    every round commits on it)."""
     fences = leased(store, 3)
     stale = Fence(run_id=fences[1].run_id, owner="w", epoch=fences[1].epoch - 1)
     wire = Wire(store, monkeypatch)
@@ -197,16 +192,16 @@ def test_a_loops_read_has_its_value_before_the_commits_round_trip(
     meets)."""
     add_runs(store, ["r"])
     holding, gate, released = threading.Event(), threading.Event(), threading.Event()
-    execute = pgpipeline.Pipelined.execute
+    execute = pgwire.Wire.execute
 
-    def held(pipelined: pgpipeline.Pipelined, query: Any, params: Any = None) -> Any:
+    def held(wire: pgwire.Wire, query: str, params: Any = None) -> Any:
         if query == "COMMIT" and threading.current_thread().name.startswith("stepstone-pg-read"):
             holding.set()
             gate.wait(DEADLINE)
             released.set()
-        return execute(pipelined, query, params)
+        return execute(wire, query, params)
 
-    monkeypatch.setattr(pgpipeline.Pipelined, "execute", held)
+    monkeypatch.setattr(pgwire.Wire, "execute", held)
 
     async def read() -> Any:
         return await asyncio.wait_for(store.read(lambda tx: tx.get_run("r")), DEADLINE)

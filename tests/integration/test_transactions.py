@@ -467,22 +467,26 @@ def _after(tx: Tx) -> Any:
 
 async def _one_batch(store: Store, ops: list[Callable[[Tx], Any]]) -> list[Any]:
     """``ops`` committed in one group-commit transaction. SQLite batches what is
-    submitted in one loop turn; on PostgreSQL the single writer is held busy
-    until all of them are queued, then takes them together."""
+    submitted in one loop turn; on PostgreSQL the single writer's connection
+    is held by a blocking caller on another thread until all of them are
+    queued, then the writer takes them together."""
     started, release = threading.Event(), threading.Event()
 
     def hold(tx: Tx) -> None:
         started.set()
         release.wait(10)
 
-    held = store.submit(hold) if store.dialect == "postgres" else None
-    if held is not None:
+    holder = threading.Thread(target=store.transact_sync, args=(hold,))
+    if store.dialect == "postgres":
+        holder.start()
         await asyncio.to_thread(started.wait, 10)
     futures = [store.submit(op) for op in ops]
+    await asyncio.sleep(0)  # one turn of the loop: the writes are handed over (queued behind the holder)
     release.set()
-    if held is not None:
-        await held
-    return list(await asyncio.gather(*futures, return_exceptions=True))
+    results = list(await asyncio.gather(*futures, return_exceptions=True))
+    if holder.is_alive():
+        holder.join(10)
+    return results
 
 
 @pytest.fixture

@@ -523,9 +523,16 @@ class Worker:
                 self._held.pop(item.run.id, None)
             if self.on_run_end is not None:
                 self.on_run_end(item.run.id)
-            if self._more:
-                self._want_lease = True
+            if self._more or not self._starts_freely(item.run.function_id):
+                self._want_lease = True  # its slot, or what its flow rules held, may start a queued run
             self._poke()
+
+    def _starts_freely(self, function_id: str) -> bool:
+        """Whether no queued run can wait for what a run of this function holds
+        but its slot (``FlowConfig.starts_directly``: no concurrency key,
+        throttle, priority...): stores wake no local worker at a run's end."""
+        fn = self.registry.get(function_id)
+        return fn is not None and fn.flow.starts_directly
 
     # -- heartbeats ----------------------------------------------------------------------
     async def _register(self) -> None:

@@ -61,6 +61,7 @@ DIALECT = Dialect(
 CHANNEL = "stepstone_work"
 READ_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 READ_WAIT = 2.0  # seconds a read waits for a pooled connection
+LOOP_READ_WAIT = 0.005  # the same on an event loop's thread (then the read goes to a reader thread)
 MIGRATION_LOCK = 0x5354_4550_5354  # pg_advisory_xact_lock key shared by every migrator
 LEDGER = (
     "CREATE TABLE IF NOT EXISTS schema_migrations "
@@ -291,7 +292,7 @@ class PostgresStore:
         waiting for a connection."""
         return self._read(op, None)
 
-    def _read(self, op: Callable[[Tx], T], ready: Callable[[Any], Any] | None) -> T:
+    def _read(self, op: Callable[[Tx], T], ready: Callable[[Any], Any] | None, wait: float = READ_WAIT) -> T:
         """``read_sync``; ``ready(value)`` is called before the ``COMMIT``'s
         round trip (``pgpipeline.run_alone``); once it was, the read is over
         for its caller whatever the ``COMMIT`` meets."""
@@ -306,7 +307,7 @@ class PostgresStore:
             if self._backoff.waiting():
                 raise self._backoff.failure()
             try:
-                with self._pool_ready().connection() as conn:
+                with self._pool_ready().connection(wait) as conn:
                     # pipelined: BEGIN goes with the first statement, so a read of
                     # n statements costs n + 1 round trips, not n + 2
                     ok, value = run_alone(conn, op, _read_tx, _no_hook, translate, READ_BEGIN, tell)
@@ -334,8 +335,13 @@ class PostgresStore:
         turns = self._lane().turns
         if turns.may_commit() and self._pool_free():
             turns.took()
-            self.reads_here += 1
-            return self._read(op, None)
+            try:
+                value = self._read(op, None, LOOP_READ_WAIT)
+            except StoreUnavailableError:
+                pass  # no connection after all (another thread took it), or a broken one: on a thread
+            else:
+                self.reads_here += 1
+                return value
         with self._lock:
             if self._closed:
                 raise StoreError("postgresql: the store is closed")

@@ -26,6 +26,7 @@ from stepstone.store.rows import Fence, StepKind, StepRow, StepStatus
 from stepstone.testing import VirtualClock
 from stepstone.txstep import TransactionCommit
 
+from ..batches import submitted_together
 from ..conftest import FAST, query, run_of, send_and_wait
 from ..polling import wait_for
 from ..usertables import create_table, inserter, rows
@@ -466,27 +467,9 @@ def _after(tx: Tx) -> Any:
 
 
 async def _one_batch(store: Store, ops: list[Callable[[Tx], Any]]) -> list[Any]:
-    """``ops`` committed in one group-commit transaction. SQLite batches what is
-    submitted in one loop turn; on PostgreSQL the single writer's connection
-    is held by a blocking caller on another thread until all of them are
-    queued, then the writer takes them together."""
-    started, release = threading.Event(), threading.Event()
-
-    def hold(tx: Tx) -> None:
-        started.set()
-        release.wait(10)
-
-    holder = threading.Thread(target=store.transact_sync, args=(hold,))
-    if store.dialect == "postgres":
-        holder.start()
-        await asyncio.to_thread(started.wait, 10)
-    futures = [store.submit(op) for op in ops]
-    await asyncio.sleep(0)  # one turn of the loop: the writes are handed over (queued behind the holder)
-    release.set()
-    results = list(await asyncio.gather(*futures, return_exceptions=True))
-    if holder.is_alive():
-        holder.join(10)
-    return results
+    """``ops`` committed in one group-commit transaction (``tests/batches.py``)."""
+    futures = await submitted_together(store, ops)
+    return list(await asyncio.gather(*futures, return_exceptions=True))
 
 
 @pytest.fixture

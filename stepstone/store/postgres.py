@@ -327,13 +327,13 @@ class PostgresStore:
 
     async def read(self, op: Callable[[Tx], T]) -> T:
         """``read_sync`` on the loop's own thread when nothing else is ready
-        there and a pooled connection is free (no hand-off to a thread and
+        there, no commit is in flight and a pooled connection is free (no hand-off to a thread and
         back; early reads and commits in a row are capped as the lane's are);
         otherwise on a reader thread, and the loop has the value as soon as
         every result is in, one round trip before the ``COMMIT`` is done (a
         read-only snapshot's results stand whatever its ``COMMIT`` meets)."""
         turns = self._lane().turns
-        if turns.may_commit() and self._pool_free():
+        if turns.may_commit() and self._writers.idle_all() and self._pool_free():
             turns.took()
             try:
                 value = self._read(op, None, LOOP_READ_WAIT)

@@ -26,8 +26,8 @@ back). Whatever is queued meanwhile goes to the other writers, or waits for
 the borrower to give the connection back. A blocking caller always tries.
 An event loop's writes go through its ``LoopLane``: they gather until the
 loop's next turn and are then handed over together, unless their submitter
-awaits them while nothing else is ready on the loop (``store/eager.py``),
-when they run on the loop's thread. Borrowing for *every* commit of a loop
+awaits them while nothing else is ready on the loop (``store/eager.py``) and
+no commit is in flight, when they run on the loop's thread. Borrowing for *every* commit of a loop
 was measured to end group commit (each commit held the loop for a round
 trip, so the next one found the queue empty again: 3.5 transactions per
 queued run instead of 1.3, half the throughput); the idle-loop condition is

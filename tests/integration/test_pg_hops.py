@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import stepstone as ss
+from stepstone.scheduler.leasing import RECHECK
 from stepstone.store.base import Tx
 from stepstone.store.eager import EagerTurns
 from stepstone.store.postgres import PostgresStore
@@ -252,3 +253,30 @@ def test_a_run_sent_to_a_full_worker_starts_when_its_slot_frees(make_app: Callab
     gate.set()
     for run in runs:
         assert here.runs.wait(run.id, timeout="10s").output == "one"
+
+
+def test_a_workers_own_run_end_leases_again_only_when_something_may_wait(
+    make_app: Callable[..., ss.App],
+) -> None:
+    """No store wakes a worker at its own run's end: it passes again itself
+    when its last pass filled its slots, left due work it could not take (a
+    partition another worker's pass held: next pass due within ``RECHECK``),
+    or the function has rules that hold queued runs; otherwise not."""
+    app = make_app()
+
+    @app.function(id="free", trigger=ss.on_event("free"))
+    def free(ctx: ss.Context) -> None:
+        return None
+
+    @app.function(id="keyed", trigger=ss.on_event("keyed"), concurrency=ss.Concurrency(limit=1))
+    def keyed(ctx: ss.Context) -> None:
+        return None
+
+    worker = Worker(store=app.store, registry=app.registry, clock=app.clock, app_name=app.name)
+    now = app.clock.now()
+    assert not worker._lease_after("free")  # idle queue: an empty pass saved
+    assert worker._lease_after("keyed")
+    worker._due = now + RECHECK / 2  # a held partition's recheck
+    assert worker._lease_after("free")
+    worker._due, worker._more = now + 60, True  # its pass filled every slot
+    assert worker._lease_after("free")

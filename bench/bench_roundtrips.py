@@ -65,7 +65,7 @@ class Counter:
             finally:
                 counter.end("write " + "+".join(_name(op) for op in ops))
 
-        def counted_read(store: PostgresStore, op: Callable[[Any], Any], ready: Any) -> Any:
+        def counted_read(store: PostgresStore, op: Callable[[Any], Any], ready: Any, *wait: float) -> Any:
             counter.begin()
 
             def told(value: Any) -> None:
@@ -73,7 +73,7 @@ class Counter:
                 ready(value)
 
             try:
-                return read(store, op, None if ready is None else told)
+                return read(store, op, None if ready is None else told, *wait)
             finally:
                 counter.end("read " + _name(op))
 

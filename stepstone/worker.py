@@ -15,11 +15,10 @@ Lease expiries are written and compared on ``clock``, which for a real-time
 app follows the database server's clock (``stepstone.clocksync``); the
 heartbeat measures it again each time.
 
-Wake-ups: sends in this process notify the worker directly; commits by other
-processes are pushed by the store when it can (PostgreSQL LISTEN/NOTIFY,
-``Store.subscribe``) and otherwise noticed through its change token (SQLite's
-``data_version``), checked while idle; timers (sleeps, back-offs, lease
-expiries) wake it at the next due time.
+Wake-ups: sends in this process notify the worker directly, its own runs'
+ends as ``_lease_after`` says; other processes' commits are pushed when the
+store can (PostgreSQL LISTEN/NOTIFY) or noticed through its change token
+(SQLite's ``data_version``); timers wake it at the next due time.
 """
 
 from __future__ import annotations
@@ -45,7 +44,7 @@ from stepstone.executor import ExecEnv, Outcome, execute
 from stepstone.function import FunctionDef
 from stepstone.middleware import Middleware
 from stepstone.registry import Registry
-from stepstone.scheduler.leasing import lease, next_pass_at
+from stepstone.scheduler.leasing import RECHECK, lease, next_pass_at
 from stepstone.scheduler.maintenance import (
     cron_op,
     next_duty_op,
@@ -288,11 +287,8 @@ class Worker:
             log.exception("worker %s: could not release leases; they will expire", self.id)
         self.threads.shutdown(wait=False, cancel_futures=True)
 
-    # -- leasing -------------------------------------------------------------------------
-    # The loop leases only when there may be work: a local send notified it, the
-    # next due time came, another process committed, or a slot freed after a
-    # lease that filled every slot. It never leases on a fixed timer except the
-    # ``max_idle_sleep`` safety net.
+    # -- leasing: only when there may be work (a wake-up, a due time, a run's end:
+    # ``_lease_after``); never on a fixed timer but the ``max_idle_sleep`` net.
     async def _lease_once(self) -> None:
         """One turn of the lease loop: duties if due, else a lease pass if
         warranted, else wait until one is."""
@@ -524,9 +520,18 @@ class Worker:
                 self._held.pop(item.run.id, None)
             if self.on_run_end is not None:
                 self.on_run_end(item.run.id)
-            if self._more:
+            if self._lease_after(item.run.function_id):
                 self._want_lease = True
             self._poke()
+
+    def _lease_after(self, function_id: str) -> bool:
+        """Whether a run's end warrants a pass (no store wakes us then): the last
+        pass filled its slots or left due work (another pass held it), or the
+        function has rules (a concurrency key...) that hold queued runs."""
+        fn, due = self.registry.get(function_id), self._due
+        if self._more or (due is not None and due <= self.clock.now() + RECHECK):
+            return True
+        return fn is None or not fn.flow.starts_directly
 
     # -- heartbeats ----------------------------------------------------------------------
     async def _register(self) -> None:

@@ -18,15 +18,20 @@ An operation chosen as a deadlock victim (or failing serialisation) was rolled
 back alone, leaving nothing behind: it is queued again, up to
 ``MAX_ATTEMPTS`` times, before its caller hears of it.
 
-A blocking caller whose operation meets idle writers and an empty queue
-need not hand it over (``run_here``): it borrows the connection of the writer
-that went idle last, while that writer stays parked, and runs the operation
-on its own thread, saving the two thread hand-offs (queue and wake-up, then
-the result back). Whatever is queued meanwhile goes to the other writers, or
-waits for the borrower to give the connection back. Event loops never borrow:
-a commit run on the loop holds it for a round trip, so the next commit finds
-the queue empty again and every commit goes alone (measured: 3.5 transactions
-per queued run instead of 1.3, half the throughput).
+A caller whose operations meet idle writers and an empty queue need not
+hand them over (``run_here``): it borrows the connection of the writer that
+went idle last, while that writer stays parked, and runs them on its own
+thread, saving the two thread hand-offs (queue and wake-up, then the result
+back). Whatever is queued meanwhile goes to the other writers, or waits for
+the borrower to give the connection back. A blocking caller always tries.
+An event loop's writes go through its ``LoopLane``: they gather until the
+loop's next turn and are then handed over together, unless their submitter
+awaits them while nothing else is ready on the loop (``store/eager.py``) and
+no commit is in flight, when they run on the loop's thread. Borrowing for *every* commit of a loop
+was measured to end group commit (each commit held the loop for a round
+trip, so the next one found the queue empty again: 3.5 transactions per
+queued run instead of 1.3, half the throughput); the idle-loop condition is
+what keeps it under load.
 """
 
 from __future__ import annotations
@@ -38,12 +43,13 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from stepstone.errors import StoreError, StoreUnavailableError
 from stepstone.store.batching import OpResult
+from stepstone.store.eager import Eager, EagerTurns
 
 log = logging.getLogger("stepstone.store.postgres")
 
@@ -81,6 +87,9 @@ def _settle_async(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
 
 def async_resolver(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]) -> Resolve:
     def resolve(ok: bool, value: Any) -> None:
+        if asyncio.events._get_running_loop() is loop:  # on the loop's own thread (run there)
+            _settle_async(future, ok, value)
+            return
         with contextlib.suppress(RuntimeError):  # the loop was closed meanwhile
             loop.call_soon_threadsafe(_settle_async, future, ok, value)
 
@@ -119,6 +128,7 @@ class Writers:
         self.idle: list[_Slot] = []  # a stack: the last writer to go idle is woken first
         self.lock = threading.Lock()
         self.closed = False
+        self.borrowed = 0  # batches run on a caller's thread (``run_here``), for tests and benchmarks
         self._threads = [
             threading.Thread(target=self._loop, name=f"{name}-{i}", daemon=True) for i in range(count)
         ]
@@ -127,16 +137,23 @@ class Writers:
             thread.start()
 
     def put(self, op: Callable[[Any], Any], resolve: Resolve) -> None:
-        self._put(_Item(op, resolve))
+        self._put([_Item(op, resolve)])
 
-    def _put(self, item: _Item) -> None:
+    def put_many(self, ops: Sequence[tuple[Callable[[Any], Any], Resolve]]) -> None:
+        """Queue several operations at once: one idle writer woken per
+        ``max_batch`` of them, not one per operation."""
+        self._put([_Item(op, resolve) for op, resolve in ops])
+
+    def _put(self, items: list[_Item]) -> None:
         with self.lock:
             if not self.closed:
-                self.items.append(item)
-                if self.idle:
-                    self.idle.pop().wake.set()
+                self.items.extend(items)
+                for _ in range(0, len(items), self.max_batch):
+                    if self.idle:
+                        self.idle.pop().wake.set()
                 return
-        item.resolve(False, StoreError("postgresql: the store is closed"))
+        for item in items:
+            item.resolve(False, StoreError("postgresql: the store is closed"))
 
     def close(self, timeout: float = 10.0) -> None:
         """Finish what is queued, then stop the writers."""
@@ -151,32 +168,53 @@ class Writers:
         for item in left:  # only if a writer could not finish in time
             item.resolve(False, StoreError("postgresql: the store is closed"))
 
-    def run_here(self, op: Callable[[Any], Any]) -> OpResult | None:
-        """Run ``op`` alone on the calling thread, on the connection of the
-        writer that went idle last; ``None`` (nothing done) unless every
-        queued operation is taken and a writer is idle. Retries a deadlock
-        victim as the writers do."""
+    def run_here(
+        self, ops: Sequence[Callable[[Any], Any]], resolves: Sequence[Resolve], *, alone: bool = False
+    ) -> bool:
+        """Run ``ops`` together on the calling thread, on the connection of the
+        writer that went idle last, and hand each outcome to its ``resolve``;
+        ``False`` (nothing done) unless every queued operation is taken and a
+        writer is idle (``alone``: every writer, no commit in flight). A
+        deadlock victim is queued again for the writers."""
         with self.lock:
-            if self.items or not self.idle or self.closed:
-                return None
+            if self.items or not self.idle or self.closed or (alone and not self._all_idle()):
+                return False
             slot = self.idle.pop()  # parked until given back: no other user of its connection
+            self.borrowed += 1
         try:
-            attempt = 1
-            while True:
-                slot.conn = self._usable(slot.conn)
-                if slot.conn is None:
-                    return False, self._backoff.failure()
-                [(ok, value)] = self.run(slot.conn, [op])
-                if ok or attempt == MAX_ATTEMPTS or not self.retryable(value):
-                    return ok, value
-                log.info("postgresql: retrying an operation (%s)", value)
-                attempt += 1
+            slot.conn = self._usable(slot.conn)
+            if slot.conn is None:
+                outcomes: list[OpResult] = [(False, self._backoff.failure()) for _ in ops]
+            else:
+                outcomes = self.run(slot.conn, list(ops))
+        except Exception as exc:  # noqa: BLE001 - a bug below: every caller hears of it, none hangs
+            outcomes = [(False, exc) for _ in ops]
         finally:
             with self.lock:
                 if self.items or self.closed:
                     slot.wake.set()  # its thread takes what was queued meanwhile (or stops)
                 else:
                     self.idle.append(slot)
+        self._settle([_Item(op, resolve) for op, resolve in zip(ops, resolves, strict=True)], outcomes)
+        return True
+
+    def idle_all(self) -> bool:
+        """Whether no commit is in flight: every writer idle, nothing queued."""
+        with self.lock:
+            return not self.items and self._all_idle()
+
+    def _all_idle(self) -> bool:
+        return len(self.idle) == len(self._threads)
+
+    def _settle(self, items: list[_Item], outcomes: list[OpResult]) -> None:
+        """Hand each outcome to its caller; a deadlock victim (or a
+        serialisation failure) is queued again, up to ``MAX_ATTEMPTS``."""
+        for item, (ok, value) in zip(items, outcomes, strict=True):
+            if not ok and item.attempt < MAX_ATTEMPTS and self.retryable(value):
+                log.info("postgresql: retrying an operation (%s)", value)
+                self._put([_Item(item.op, item.resolve, item.attempt + 1)])
+            else:
+                item.resolve(ok, value)
 
     # -- writer thread ----------------------------------------------------------------
     def _take(self, slot: _Slot) -> list[_Item] | None:
@@ -203,12 +241,7 @@ class Writers:
                 outcomes: list[OpResult] = [(False, self._backoff.failure()) for _ in batch]
             else:
                 outcomes = self.run(slot.conn, [item.op for item in batch])
-            for item, (ok, value) in zip(batch, outcomes, strict=True):
-                if not ok and item.attempt < MAX_ATTEMPTS and self.retryable(value):
-                    log.info("postgresql: retrying an operation (%s)", value)
-                    self._put(_Item(item.op, item.resolve, item.attempt + 1))
-                else:
-                    item.resolve(ok, value)
+            self._settle(batch, outcomes)
         if slot.conn is not None:
             with contextlib.suppress(Exception):
                 slot.conn.close()
@@ -221,6 +254,60 @@ class Writers:
             with contextlib.suppress(Exception):
                 conn.close()
         return self._backoff.attempt(self.connect)
+
+
+class LoopLane:
+    """An event loop's writes: gathered until the loop's next turn, then handed
+    to the writers together; or run on the loop's own thread, on an idle
+    writer's connection, when their submitter awaits them while nothing else
+    is ready on the loop (``store/eager.py``) and no commit is in flight (every
+    writer idle): the loop, held for the round trip, then delays no other
+    commit's outcome (measured with two worker processes: running beside a
+    busy writer cost throughput although it saved CPU)."""
+
+    def __init__(self, writers: Writers, loop: asyncio.AbstractEventLoop) -> None:
+        self.writers = writers
+        self.loop = loop
+        self.turns = EagerTurns(loop)
+        self.pending: list[tuple[Callable[[Any], Any], Eager]] = []
+        self._flush: asyncio.Handle | None = None  # the scheduled hand-over of ``pending``
+
+    def submit(self, op: Callable[[Any], Any]) -> asyncio.Future[Any]:
+        future = Eager(self, self.loop)
+        if not self.pending:
+            self._flush = self.loop.call_soon(self.flush)
+        self.pending.append((op, future))
+        return future
+
+    def flush(self) -> None:
+        """The scheduled hand-over: run here if the loop has still nothing
+        else to do (the loop turned: no cap), else hand over to the writers."""
+        flush, self._flush = self._flush, None
+        if not self.pending or (self.turns.alone(flush) and self._run_here()):
+            return
+        batch, self.pending = self.pending, []
+        self.writers.put_many([(op, async_resolver(self.loop, future)) for op, future in batch])
+
+    def commit_now(self) -> None:
+        """Run what is pending here and now if the loop has nothing else ready."""
+        if self._flush is not None and self.turns.may_commit(self._flush) and self._run_here():
+            self.turns.took()
+            if not self.pending and self._flush is not None:
+                self._flush.cancel()
+                self._flush = None
+
+    def _run_here(self) -> bool:
+        """Run what is pending on this thread if a writer is idle and nothing is
+        queued. A user's SQL (``step.transaction``) never runs on the loop: it
+        may take as long as its bound, and the heartbeat must not wait."""
+        batch = self.pending
+        if any(getattr(op, "user_sql", False) for op, _ in batch):
+            return False
+        resolves = [async_resolver(self.loop, future) for _, future in batch]
+        if not self.writers.run_here([op for op, _ in batch], resolves, alone=True):
+            return False  # a commit is in flight: its outcome must not wait for this one
+        self.pending = self.pending[len(batch) :]
+        return True
 
 
 class Backoff:

@@ -21,6 +21,7 @@ import asyncio
 import concurrent.futures
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -39,7 +40,7 @@ from stepstone.store.migrate import migration_files
 from stepstone.store.pgerrors import is_conflict, translate
 from stepstone.store.pglisten import Listener
 from stepstone.store.pgpipeline import run_alone, run_together
-from stepstone.store.pgwriter import Backoff, Writers, async_resolver, sync_resolver
+from stepstone.store.pgwriter import Backoff, LoopLane, Writers, async_resolver, sync_resolver
 from stepstone.store.sqlbase import Dialect
 from stepstone.store.sqltx import SqlTx
 
@@ -60,6 +61,7 @@ DIALECT = Dialect(
 CHANNEL = "stepstone_work"
 READ_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 READ_WAIT = 2.0  # seconds a read waits for a pooled connection
+LOOP_READ_WAIT = 0.005  # the same on an event loop's thread (then the read goes to a reader thread)
 MIGRATION_LOCK = 0x5354_4550_5354  # pg_advisory_xact_lock key shared by every migrator
 LEDGER = (
     "CREATE TABLE IF NOT EXISTS schema_migrations "
@@ -95,6 +97,12 @@ WAKE_QUERIES = frozenset(
         "wake_owner_partitions",
     }
 )
+# Of those, the ends of a held run: the slot they free is their own worker's,
+# which leases again itself when its last pass filled its slots
+# (``Worker._invoke``), and a concurrency key they free wakes through
+# ``wake_ckey``. So they notify other processes but wake no local worker: that
+# wake-up was an empty lease pass after every run (four round trips).
+REMOTE_WAKE_QUERIES = frozenset({"fence_delete", "end_held_run"})
 _WRITE_VERBS = ("INSERT", "UPDATE", "DELETE")
 # Statements that write through a data-modifying CTE under a SELECT (its status
 # names no write): one that returned a row counts as a change.
@@ -109,8 +117,9 @@ class PgTx(SqlTx):
 
     def __init__(self, conn: Any, dialect: Dialect) -> None:
         super().__init__(conn, dialect)
-        self.wake = False
-        self.wake_here = True  # whether the wake-up is also for this process's workers
+        self.wake = False  # NOTIFY at commit
+        self.wake_local = False  # and wake this process's workers (``WAKE_QUERIES`` but ends)
+        self.wake_here = True  # False: the work made available was taken here (``taken_here``)
         self.results: list[Any] = []  # results (``pgwire.Result`` or driver cursors)
         self.cte_writes: list[Any] = []  # those of CTE_WRITES
 
@@ -126,6 +135,7 @@ class PgTx(SqlTx):
             self.cte_writes.append(self.results[-1])
         if name in WAKE_QUERIES:
             self.wake = True  # if no row changed after all, an idle worker leases in vain once
+            self.wake_local = self.wake_local or name not in REMOTE_WAKE_QUERIES
         return result
 
     def taken_here(self) -> None:
@@ -172,6 +182,7 @@ class PostgresStore:
         self.conninfo = conninfo
         self.readers = readers
         self.commits = 0  # write transactions that changed data (for tests and benchmarks)
+        self.reads_here = 0  # event loops' reads run on the loop's thread (for tests and benchmarks)
         self._lock = threading.Lock()
         self._closed = False
         self._pool: ConnectionPool[Any] | None = None
@@ -181,6 +192,8 @@ class PostgresStore:
         self._writers = Writers(
             self._connect_writer, self._write_batch, self._backoff, is_conflict, count=writers
         )
+        self._lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopLane]
+        self._lanes = weakref.WeakKeyDictionary()  # an event loop's writes (``submit``)
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -242,15 +255,22 @@ class PostgresStore:
         if txs and any(ok for ok, _ in outcomes) and txs[-1].changed():  # the last attempt's
             with self._lock:
                 self.commits += 1
-        if any(tx.wake and tx.wake_here for tx in txs):  # committed or not: wake rather than miss
+        if any(tx.wake_local and tx.wake_here for tx in txs):  # committed or not: wake rather than miss
             self._listener.wake_local()
         return outcomes
 
     def submit(self, op: Callable[[Tx], T]) -> asyncio.Future[T]:
+        """An event loop's write, through the loop's lane (``pgwriter.LoopLane``):
+        group-committed by the writers, or run on the loop's thread when it is
+        awaited while nothing else is ready there and a writer is idle."""
+        return self._lane().submit(op)
+
+    def _lane(self) -> LoopLane:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        self._writers.put(op, async_resolver(loop, future))
-        return future
+        lane = self._lanes.get(loop)
+        if lane is None:
+            lane = self._lanes[loop] = LoopLane(self._writers, loop)
+        return lane
 
     async def transact(self, op: Callable[[Tx], T]) -> T:
         return await self.submit(op)
@@ -258,19 +278,12 @@ class PostgresStore:
     def transact_sync(self, op: Callable[[Tx], T]) -> T:
         """A blocking caller waits for its commit either way: with a writer idle
         it runs the operation itself, on that writer's connection (no thread
-        hand-off); otherwise the writers group-commit it. An event loop's
-        writes (``submit``) are always handed over: run on the loop, each
-        commit would hold it for a round trip and end group commit."""
-        outcome = self._writers.run_here(op)
-        if outcome is None:
-            future: concurrent.futures.Future[T] = concurrent.futures.Future()
-            self._writers.put(op, sync_resolver(future))
-            return future.result()
-        ok, value = outcome
-        if not ok:
-            raise value
-        result: T = value
-        return result
+        hand-off); otherwise the writers group-commit it."""
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        resolve = sync_resolver(future)
+        if not self._writers.run_here([op], [resolve]):
+            self._writers.put(op, resolve)
+        return future.result()
 
     # -- reads -------------------------------------------------------------------------
     def read_sync(self, op: Callable[[Tx], T]) -> T:
@@ -279,7 +292,7 @@ class PostgresStore:
         waiting for a connection."""
         return self._read(op, None)
 
-    def _read(self, op: Callable[[Tx], T], ready: Callable[[Any], Any] | None) -> T:
+    def _read(self, op: Callable[[Tx], T], ready: Callable[[Any], Any] | None, wait: float = READ_WAIT) -> T:
         """``read_sync``; ``ready(value)`` is called before the ``COMMIT``'s
         round trip (``pgpipeline.run_alone``); once it was, the read is over
         for its caller whatever the ``COMMIT`` meets."""
@@ -294,7 +307,7 @@ class PostgresStore:
             if self._backoff.waiting():
                 raise self._backoff.failure()
             try:
-                with self._pool_ready().connection() as conn:
+                with self._pool_ready().connection(wait) as conn:
                     # pipelined: BEGIN goes with the first statement, so a read of
                     # n statements costs n + 1 round trips, not n + 2
                     ok, value = run_alone(conn, op, _read_tx, _no_hook, translate, READ_BEGIN, tell)
@@ -313,9 +326,22 @@ class PostgresStore:
         raise value
 
     async def read(self, op: Callable[[Tx], T]) -> T:
-        """``read_sync`` on a reader thread; the loop has the value as soon as
+        """``read_sync`` on the loop's own thread when nothing else is ready
+        there, no commit is in flight and a pooled connection is free (no hand-off to a thread and
+        back; early reads and commits in a row are capped as the lane's are);
+        otherwise on a reader thread, and the loop has the value as soon as
         every result is in, one round trip before the ``COMMIT`` is done (a
         read-only snapshot's results stand whatever its ``COMMIT`` meets)."""
+        turns = self._lane().turns
+        if turns.may_commit() and self._writers.idle_all() and self._pool_free():
+            turns.took()
+            try:
+                value = self._read(op, None, LOOP_READ_WAIT)
+            except StoreUnavailableError:
+                pass  # no connection after all (another thread took it), or a broken one: on a thread
+            else:
+                self.reads_here += 1
+                return value
         with self._lock:
             if self._closed:
                 raise StoreError("postgresql: the store is closed")
@@ -326,6 +352,11 @@ class PostgresStore:
         future: asyncio.Future[T] = loop.create_future()
         threads.submit(self._read_for_loop, op, async_resolver(loop, future))
         return await future
+
+    def _pool_free(self) -> bool:
+        """Whether the read pool exists and has a connection ready now."""
+        pool = self._pool
+        return pool is not None and pool.get_stats().get("pool_available", 0) > 0
 
     def _read_for_loop(self, op: Callable[[Tx], Any], resolve: Callable[[bool, Any], None]) -> None:
         try:

@@ -20,7 +20,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
@@ -28,6 +28,7 @@ from stepstone.errors import ConfigError, StoreError, StoreUnavailableError
 from stepstone.store import faults
 from stepstone.store.base import Tx
 from stepstone.store.batching import OpResult, run_batch
+from stepstone.store.eager import Eager, EagerTurns
 from stepstone.store.migrate import CREATE_LEDGER, migration_files
 from stepstone.store.rows import RunStatus, StepKind, StepStatus, WaitKind
 from stepstone.store.sqlbase import Dialect
@@ -58,22 +59,6 @@ def translate(exc: BaseException) -> BaseException:
     return err
 
 
-class _Commit(asyncio.Future[Any]):
-    """A write's outcome. Awaiting it first lets its lane commit at once if
-    nothing else would run before the scheduled flush (``_Lane.commit_now``)."""
-
-    def __init__(self, lane: _Lane) -> None:
-        super().__init__(loop=lane.loop)
-        self._lane = lane
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        if not self.done():
-            self._lane.commit_now()
-        return (yield from super().__await__())
-
-    __iter__ = __await__
-
-
 class _Lane:
     """Group commit on one event loop.
 
@@ -85,27 +70,23 @@ class _Lane:
     so this only saves the turns of the loop that running the flush and then
     waking the submitter cost (each commit of a sequential run). Writes
     awaited otherwise (``asyncio.gather``) keep the scheduled flush. Early
-    commits in a row with no turn of the loop between them (a handler whose
-    steps never await) stop after ``EAGER_RUN``: the next write waits for its
-    flush, so timers (the heartbeat) and I/O still get their turn. A loop
-    without a visible ready queue (not asyncio's own) always waits.
+    commits in a row stop after ``EAGER_RUN``; the rule is ``store/eager.py``'s,
+    shared with PostgreSQL's event-loop lane.
     """
 
-    EAGER_RUN = 8
+    EAGER_RUN = EagerTurns.EAGER_RUN
 
     def __init__(self, store: SqliteStore, loop: asyncio.AbstractEventLoop) -> None:
         self.store = store
         self.conn = store.connect()
         self.loop = loop
         self.pending: list[tuple[Callable[[Tx], Any], asyncio.Future[Any]]] = []
-        self._ready: Any = getattr(loop, "_ready", None)  # asyncio's deque of ready callbacks
+        self.turns = EagerTurns(loop)
         self._flush: asyncio.Handle | None = None  # the scheduled flush of ``pending``
-        self._tick: asyncio.Handle | None = None  # scheduled by an early commit: the loop turned
-        self._early = 0  # early commits since the loop last turned
         self._flushing = False
 
     def submit(self, op: Callable[[Tx], Any]) -> asyncio.Future[Any]:
-        future = _Commit(self)
+        future = Eager(self, self.loop)
         if not self.pending:
             self._flush = self.loop.call_soon(self.flush)
         self.pending.append((op, future))
@@ -113,20 +94,12 @@ class _Lane:
 
     def commit_now(self) -> None:
         """Flush now if the scheduled flush is the only callback ready (see the class)."""
-        flush, ready = self._flush, self._ready
-        if flush is None or ready is None or self._flushing or self._early >= self.EAGER_RUN:
+        flush = self._flush
+        if flush is None or self._flushing or not self.turns.may_commit(flush):
             return
-        for handle in ready:  # stops at the first callback of another
-            if handle is not flush and handle is not self._tick and not handle.cancelled():
-                return
         flush.cancel()
-        if self._tick is None:
-            self._tick = self.loop.call_soon(self._turned)
-        self._early += 1
+        self.turns.took()
         self.flush()
-
-    def _turned(self) -> None:
-        self._tick, self._early = None, 0
 
     def flush(self) -> None:
         batch, self.pending, self._flush = self.pending, [], None

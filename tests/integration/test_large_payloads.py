@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,6 +32,7 @@ from stepstone.errors import ErrorInfo, LeaseLostError
 from stepstone.store import make_store
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import Fence, RunStatus, SpanRow, StepKind, StepRow, StepStatus
+from tests.batches import submitted_together
 from tests.integration.test_store_contract import NOW, add_runs, lease
 
 DEADLINE = 30.0  # seconds for one commit (or one batch) of the largest payloads
@@ -223,19 +223,7 @@ async def commit_alone(store: Store, ops: list[Callable[[Tx], Any]]) -> list[Any
 async def commit_together(store: Store, ops: list[Callable[[Tx], Any]]) -> list[Any]:
     """``ops`` in one group commit; asserts they shared one transaction."""
     seen: list[Tx] = []
-    gate, inside = threading.Event(), threading.Event()
-    if store.dialect == "postgres":  # hold the single writer until every op is queued
-
-        def hold(tx: Tx) -> None:
-            inside.set()
-            gate.wait(DEADLINE)
-
-        held = store.submit(hold)
-        await asyncio.get_running_loop().run_in_executor(None, inside.wait, DEADLINE)
-    futures = [store.submit(tracked(op, seen)) for op in ops]  # SQLite: one tick, one batch
-    gate.set()
-    if store.dialect == "postgres":
-        await within(held)
+    futures = await submitted_together(store, [tracked(op, seen) for op in ops], DEADLINE)
     results: list[Any] = await within(asyncio.gather(*futures, return_exceptions=True))
     # The last attempt's: on PostgreSQL a batch in which an operation fails is
     # rolled back whole and runs again with a savepoint per operation.

@@ -22,6 +22,7 @@ from stepstone.store.base import Tx
 from stepstone.store.postgres import PostgresStore
 from stepstone.store.rows import ACTIVE_STATUSES, Fence, RunStatus
 
+from ..batches import submitted_together
 from .test_large_payloads import leased
 from .test_store_contract import NOW, add_runs, registry, step
 
@@ -102,21 +103,11 @@ def checkpoint(fence: Fence, step_id: str) -> Callable[[Tx], Any]:
 
 
 def group_commit(store: PostgresStore, ops: list[Callable[[Tx], Any]]) -> list[Any]:
-    """``ops`` queued while the only writer is held, so that it takes them in
-    one batch; their results (or exceptions)."""
+    """``ops`` in one batch of the only writer (``tests/batches.py``); their
+    results (or exceptions)."""
 
     async def commit() -> list[Any]:
-        gate, inside = threading.Event(), threading.Event()
-
-        def hold(tx: Tx) -> None:
-            inside.set()
-            gate.wait(DEADLINE)
-
-        held = store.submit(hold)
-        await asyncio.get_running_loop().run_in_executor(None, inside.wait, DEADLINE)
-        futures = [store.submit(op) for op in ops]
-        gate.set()
-        await asyncio.wait_for(held, DEADLINE)
+        futures = await submitted_together(store, ops, DEADLINE)
         return await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), DEADLINE)
 
     return asyncio.run(commit())

@@ -26,6 +26,7 @@ from stepstone.store.rows import Fence, StepKind, StepRow, StepStatus
 from stepstone.testing import VirtualClock
 from stepstone.txstep import TransactionCommit
 
+from ..batches import submitted_together
 from ..conftest import FAST, query, run_of, send_and_wait
 from ..polling import wait_for
 from ..usertables import create_table, inserter, rows
@@ -466,22 +467,8 @@ def _after(tx: Tx) -> Any:
 
 
 async def _one_batch(store: Store, ops: list[Callable[[Tx], Any]]) -> list[Any]:
-    """``ops`` committed in one group-commit transaction. SQLite batches what is
-    submitted in one loop turn; on PostgreSQL the single writer is held busy
-    until all of them are queued, then takes them together."""
-    started, release = threading.Event(), threading.Event()
-
-    def hold(tx: Tx) -> None:
-        started.set()
-        release.wait(10)
-
-    held = store.submit(hold) if store.dialect == "postgres" else None
-    if held is not None:
-        await asyncio.to_thread(started.wait, 10)
-    futures = [store.submit(op) for op in ops]
-    release.set()
-    if held is not None:
-        await held
+    """``ops`` committed in one group-commit transaction (``tests/batches.py``)."""
+    futures = await submitted_together(store, ops)
     return list(await asyncio.gather(*futures, return_exceptions=True))
 
 

@@ -130,7 +130,8 @@ class Worker:
         self._stopping = False
         self._want_lease = True
         self._more = False
-        self._due: float | None = None
+        self._due: float | None = None  # the next lease pass comes no later than this
+        self._due_in_pass: float | None = None  # due times learned while a pass is in flight
         self._duty_due: float | None = clock.now()  # run duties (cron, timeouts) at start
         self._tasks: list[asyncio.Task[Any]] = []
         self._token: Any = None  # the store's change token as the lease loop last saw it
@@ -300,7 +301,9 @@ class Worker:
         if claim > 0:
             self._want_lease = False
             try:
-                leased, self._due, self._duty_due = await self._lease(claim, self.slots.seal_pass)
+                self._due_in_pass = None
+                leased, due, self._duty_due = await self._lease(claim, self.slots.seal_pass)
+                self._due = _earliest(due, self._due_in_pass)  # the pass's snapshot may predate them
                 self._more = bool(leased) and len(leased) == self.slots.pass_room  # it filled its slots
                 for item in leased:
                     self._spawn(item)
@@ -360,9 +363,16 @@ class Worker:
             self._release(reserved)
 
     def _given_back(self, reserved: int, until: float) -> None:
-        self._due = until if self._due is None else min(self._due, until)
+        self._learn_due(until)
         self._release(reserved)
         self._poke()
+
+    def _learn_due(self, at: float) -> None:
+        """A time by which the next lease pass must come (a parked run's wake-up,
+        a lease lapsing after a send failed). A pass in flight may have read
+        the store before the write behind it, so its answer must not erase it."""
+        self._due = _earliest(self._due, at)
+        self._due_in_pass = _earliest(self._due_in_pass, at)
 
     async def _lease(
         self, claim: int, room: Callable[[], int] | None = None
@@ -507,7 +517,7 @@ class Worker:
             if outcome is not None and outcome.status in ENDED_STATUSES:
                 metrics.run_finished(item.run.function_id, outcome.status)
             if outcome is not None and outcome.wake_at is not None:
-                self._due = outcome.wake_at if self._due is None else min(self._due, outcome.wake_at)
+                self._learn_due(outcome.wake_at)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -599,3 +609,9 @@ class Worker:
             if run_id in self.inflight:
                 log.warning("worker %s: lease on run %s lost", self.id, run_id)
         self._suspects = missing
+
+
+def _earliest(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else min(a, b)

@@ -324,3 +324,34 @@ def test_of_several_local_workers_the_one_with_most_free_slots_takes_the_run(
     for run_id in runs:
         assert app.runs.wait(run_id, timeout="10s").status == "completed"
     assert not any(_leased_by_a_pass(pass_took, run_id) for run_id in runs)
+
+
+def test_a_due_time_given_back_during_a_lease_pass_outlives_the_pass(
+    make_app: Callable[..., ss.App], pass_took: list[list[str]]
+) -> None:
+    """A send that failed with an unknown outcome gives its slot back with the
+    time its lease lapses; a lease pass in flight meanwhile may have read the
+    store before that run was there, so its own next due time knows nothing of
+    it. The pass must not erase the given-back time: the run would stay leased
+    to this worker, which would not pass again until something else changed
+    (found by test_a_fault_at_the_sends_commit_neither_loses_nor_doubles_a_run
+    timing out under load)."""
+    app, client = make_app("held"), make_app("client")
+    three_steps(app)
+
+    @client.function(id="elsewhere", trigger=ss.on_event("elsewhere"))
+    async def elsewhere(ctx: ss.Context) -> None:  # hosted by no worker of this test
+        return None
+
+    app.start(lease_ttl=60)
+    [worker] = app._local_workers
+    wait_for(lambda: len(pass_took) > 0, 10, "the worker's first pass")
+
+    def give_back_inside_the_pass() -> None:
+        worker.give_back(0, app.clock.now() + 0.3)
+
+    with faults.inject("Worker._lease.op", "inside", during=give_back_inside_the_pass) as plan:
+        client.send(ss.Event("elsewhere"))  # wakes the worker: a pass that takes nothing
+        wait_for(lambda: plan.fired, 10, "the pass with the give-back inside")
+    passes = len(pass_took)
+    wait_for(lambda: len(pass_took) > passes, 10, "a lease pass at the given-back time")

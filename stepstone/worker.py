@@ -42,6 +42,7 @@ from stepstone.clocksync import resync
 from stepstone.errors import StoreError
 from stepstone.executor import ExecEnv, Outcome, execute
 from stepstone.function import FunctionDef
+from stepstone.loops import forever
 from stepstone.middleware import Middleware
 from stepstone.registry import Registry
 from stepstone.scheduler.leasing import RECHECK, lease, next_pass_at
@@ -62,7 +63,6 @@ log = logging.getLogger("stepstone.worker")
 Execute = Callable[[LeasedRun, ExecEnv], Awaitable[Outcome | None]]
 PRUNE_EVERY = 600.0  # seconds between retention passes (at most half the retention)
 DUTY_RETRY = 1.0  # seconds before failed duties are tried again
-BACKOFF_FIRST, BACKOFF_MAX = 0.5, 5.0  # seconds a loop pauses after unexpected failures
 STORE_RETRY = 0.5  # seconds the lease loop pauses while the database fails
 
 
@@ -199,28 +199,8 @@ class Worker:
         """Names of the background loops whose task has ended."""
         return [task.get_name() for task in list(self._tasks) if task.done()]
 
-    # -- keeping the background loops alive ----------------------------------------------------
     async def _forever(self, what: str, once: Callable[[], Awaitable[None]], store_pause: float) -> None:
-        """Run ``once`` until the worker stops. A ``StoreError`` (the database
-        is failing) is logged and retried after ``store_pause``; any other
-        exception is logged with its traceback and retried after a pause that
-        doubles while failures repeat."""
-        failures = 0
-        while not self._stopping:
-            try:
-                await once()
-            except asyncio.CancelledError:
-                raise
-            except StoreError as exc:
-                log.warning("worker %s: %s failed (%s); retrying", self.id, what, exc)
-                await asyncio.sleep(store_pause)
-            except Exception:
-                failures += 1
-                pause = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (failures - 1))
-                log.exception("worker %s: %s failed unexpectedly; retrying in %.1fs", self.id, what, pause)
-                await asyncio.sleep(pause)
-            else:
-                failures = 0
+        await forever(self.id, what, once, store_pause, lambda: self._stopping)
 
     def _loop_ended(self, task: asyncio.Task[Any]) -> None:
         if task.cancelled():

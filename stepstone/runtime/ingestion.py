@@ -54,9 +54,18 @@ def ingest(
     ids = []
     for event in events:
         ids.append(event.id)
-        if tx.claim_key(f"event:{event.id}", event.id, now + limits.DEDUPE_WINDOW_SECONDS, now) is not None:
+        seq = tx.record_event(
+            event.id,
+            event.name,
+            event.data_json,
+            event.ts,
+            now,
+            event.trace,
+            dedupe_key=f"event:{event.id}",
+            dedupe_until=now + limits.DEDUPE_WINDOW_SECONDS,
+        )
+        if seq is None:
             continue  # the same id was seen in the last 24 h
-        seq = tx.insert_event(event.id, event.name, event.data_json, event.ts, now, event.trace)
 
         def resolve(wait: WaitRow, event: PreparedEvent = event) -> None:
             if sent is not None:

@@ -64,11 +64,20 @@ INSERT INTO events (id, name, data, ts, received_at, trace)
 VALUES (:id, :name, :data, :ts, :now, :trace)
 RETURNING seq;
 
+-- name: record_event
+-- (PostgreSQL: claim_key and insert_event in one statement: the event is
+-- written only if its dedupe key was claimed now; no row for a duplicate)
+WITH claimed AS ({query:claim_key})
+INSERT INTO events (id, name, data, ts, received_at, trace)
+SELECT :id, :name, :data, CAST(:ts AS BIGINT), CAST(:now AS DOUBLE PRECISION), :trace
+WHERE EXISTS (SELECT 1 FROM claimed)
+RETURNING seq;
+
 -- name: insert_run
 INSERT INTO runs (id, function_id, status, event_ids, created_at, error, parent_run_id,
-                  parent_step_id, idempotency_key, meta, ended_at, singleton_key)
+                  parent_step_id, idempotency_key, meta, ended_at, singleton_key, queue_spec)
 VALUES (:id, :function_id, :status, :event_ids, :created_at, :error, :parent_run_id,
-        :parent_step_id, :idempotency_key, :meta, :ended_at, :singleton_key);
+        :parent_step_id, :idempotency_key, :meta, :ended_at, :singleton_key, :queue_spec);
 
 -- name: insert_run_event
 INSERT INTO run_events (run_id, position, event_seq) VALUES (:run_id, :position, :event_seq);
@@ -466,6 +475,10 @@ SELECT MIN(d) AS due FROM (
     SELECT MIN(start_deadline) AS d FROM queue
     UNION ALL SELECT MIN(finish_deadline) AS d FROM queue) AS deadlines;
 
+-- name: next_times
+-- (the end of a lease pass: next_due and next_deadline in one statement)
+SELECT ({query:next_due}) AS due, ({query:next_deadline}) AS deadline;
+
 -- name: start_clock
 UPDATE queue SET {query:clock_started} WHERE run_id IN ({run_ids});
 
@@ -642,9 +655,6 @@ UPDATE runs SET event_ids = :event_ids WHERE id = :id;
 
 -- name: replace_run_event
 UPDATE run_events SET event_seq = :event_seq WHERE run_id = :run_id AND position = :position;
-
--- name: set_queue_spec
-UPDATE runs SET queue_spec = :spec WHERE id = :id;
 
 -- name: run_backlog
 SELECT function_id, COUNT(*) AS due, MIN(available_at) AS oldest FROM queue

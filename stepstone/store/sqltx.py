@@ -11,7 +11,7 @@ class a DB-API connection already inside a transaction.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from stepstone.store.rows import (
@@ -29,6 +29,7 @@ from stepstone.store.rows import (
     StepRow,
     TimedOut,
 )
+from stepstone.store.sqlbase import Dialect
 from stepstone.store.sqljournal import SqlJournal
 from stepstone.store.sqlretention import SqlRetention
 from stepstone.store.sqlviews import SqlViews
@@ -40,6 +41,16 @@ T = TypeVar("T")
 
 class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
     """Implements ``stepstone.store.base.Tx`` on one open transaction."""
+
+    def __init__(self, conn: Any, dialect: Dialect) -> None:
+        super().__init__(conn, dialect)
+        # What this transaction wrote of events and of the runs they started, so
+        # that a send's direct start (``take_many(new=True)``) has its runs'
+        # events without reading them back: event rows by seq, as inserted
+        # (parameters, built into rows only when a take asks), and each new
+        # run's event seqs. A run id written again (a retried op) replaces its entry.
+        self._new_events: dict[int, tuple[str, str, str, int, float, str | None]] = {}
+        self._new_runs: dict[str, Sequence[int]] = {}
 
     # -- functions ----------------------------------------------------------------
     def register_functions(
@@ -71,13 +82,49 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
     def insert_event(
         self, event_id: str, name: str, data: str, ts: int, now: float, trace: str | None = None
     ) -> int:
-        row = self._one(
-            "insert_event", {"id": event_id, "name": name, "data": data, "ts": ts, "now": now, "trace": trace}
+        params = {"id": event_id, "name": name, "data": data, "ts": ts, "now": now, "trace": trace}
+        seq = self._inserted(self._one("insert_event", params), params)
+        assert seq is not None
+        return seq
+
+    def record_event(
+        self,
+        event_id: str,
+        name: str,
+        data: str,
+        ts: int,
+        now: float,
+        trace: str | None = None,
+        *,
+        dedupe_key: str,
+        dedupe_until: float,
+    ) -> int | None:
+        claim = {"key": dedupe_key, "ref": event_id, "expires_at": dedupe_until, "now": now}
+        params = {"id": event_id, "name": name, "data": data, "ts": ts, "now": now, "trace": trace}
+        if self.dialect.write_ctes:  # the claim as a CTE: the event inserted only if it won
+            return self._inserted(self._one("record_event", {**claim, **params}), params)
+        if self._one("claim_key", claim) is None:
+            return None
+        return self.insert_event(event_id, name, data, ts, now, trace)
+
+    def _inserted(self, row: Any, params: dict[str, Any]) -> int | None:
+        """An inserted event's seq (``None``: no row), remembered for a direct start."""
+        if row is None:
+            return None
+        seq = int(row["seq"])
+        self._new_events[seq] = (
+            params["id"],
+            params["name"],
+            params["data"],
+            params["ts"],
+            params["now"],
+            params["trace"],
         )
-        return int(row["seq"])
+        return seq
 
     def create_run(self, run: NewRun) -> None:
         ended = run.status not in ACTIVE_STATUSES
+        spec = run.queue_spec
         self._exec(
             "insert_run",
             {
@@ -93,12 +140,14 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
                 "meta": run.meta,
                 "ended_at": run.created_at if ended else None,
                 "singleton_key": run.singleton_key,
+                # its fields are plain values: vars(), not dataclasses.asdict's deep copy of each
+                "queue_spec": None if ended or run.spec is None else json.dumps(vars(spec)),
             },
         )
         for position, seq in enumerate(run.event_seqs):
             self._exec("insert_run_event", {"run_id": run.id, "position": position, "event_seq": seq})
         if not ended:
-            spec = run.queue_spec
+            self._new_runs[run.id] = run.event_seqs
             self._enqueue(
                 run.id,
                 run.function_id,
@@ -108,9 +157,6 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
                 run.start_deadline,
                 run.finish_timeout,
             )
-            if run.spec is not None:
-                # its fields are plain values: vars(), not dataclasses.asdict's deep copy of each
-                self._exec("set_queue_spec", {"id": run.id, "spec": json.dumps(vars(spec))})
 
     def _enqueue(
         self,
@@ -214,11 +260,8 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
         ]
         if not runs:
             return []
-        ids = {"run_ids": [run.id for run in runs]}
-        steps = self.steps_of_runs(ids["run_ids"])
-        events: dict[str, list[EventRow]] = {run.id: [] for run in runs}
-        for row in self._all("events_of_runs", None, ids):
-            events[row["run_id"]].append(EventRow.from_row(row))
+        run_ids = [run.id for run in runs]
+        steps, events = self.steps_of_runs(run_ids), self._events_of(run_ids)
         return [RunHistory(run=run, events=events[run.id], steps=steps[run.id]) for run in runs]
 
     # -- queue and leases ---------------------------------------------------------------
@@ -273,9 +316,7 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
         if accumulators:
             self._exec("drop_debounce_of", None, ids)
             self._exec("drop_batch_of", None, ids)
-        events: dict[str, list[EventRow]] = {run_id: [] for run_id in items}
-        for row in self._all("events_of_runs", None, ids):
-            events[row["run_id"]].append(EventRow.from_row(row))
+        events = (self._written_events(items) if new else None) or self._events_of(ids["run_ids"])
         steps: dict[str, list[StepRow]] = {run_id: [] for run_id in items}
         sizes: dict[str, dict[str, int]] = {run_id: {} for run_id in items}
         for row in [] if new else self._all("step_index", None, ids):  # memos without outputs, sizes
@@ -295,6 +336,23 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
             for run_id in run_ids
             if run_id in items
         ]
+
+    def _events_of(self, run_ids: Sequence[str]) -> dict[str, list[EventRow]]:
+        events: dict[str, list[EventRow]] = {run_id: [] for run_id in run_ids}
+        for row in self._all("events_of_runs", None, {"run_ids": run_ids}):
+            events[row["run_id"]].append(EventRow.from_row(row))
+        return events
+
+    def _written_events(self, run_ids: Iterable[str]) -> dict[str, list[EventRow]] | None:
+        """The events of runs created in this transaction, as written (``None``
+        unless every one of the runs and their events was)."""
+        events: dict[str, list[EventRow]] = {}
+        for run_id in run_ids:
+            seqs = self._new_runs.get(run_id)
+            if seqs is None or any(seq not in self._new_events for seq in seqs):
+                return None
+            events[run_id] = [_event_row(seq, *self._new_events[seq]) for seq in seqs]
+        return events
 
     def _take(
         self, owner: str, run_ids: Sequence[str], now: float, until: float, app_version: str | None
@@ -512,9 +570,25 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
         row = self._one("next_deadline")
         return None if row is None or row["due"] is None else float(row["due"])
 
+    def next_times(self, function_ids: Sequence[str]) -> tuple[float | None, float | None]:
+        if not function_ids:
+            return None, self.next_deadline()
+        row = self._exec("next_times", {}, {"function_ids": function_ids}).fetchone()
+        return _time(row["due"]), _time(row["deadline"])
+
     def clear_deadlines(self, run_id: str) -> None:
         self._exec("clear_deadlines", {"run_id": run_id})
 
     # -- transactional steps ---------------------------------------------------------------------
     def user_sql(self, fn: Callable[[Any], T], seconds: float) -> T:
         return run_in_savepoint(self, fn, seconds)
+
+
+def _event_row(
+    seq: int, event_id: str, name: str, data: str, ts: int, now: float, trace: str | None
+) -> EventRow:
+    return EventRow(seq=seq, id=event_id, name=name, data=data, ts=ts, received_at=now, trace=trace)
+
+
+def _time(value: Any) -> float | None:
+    return None if value is None else float(value)

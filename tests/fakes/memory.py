@@ -72,6 +72,22 @@ class MemoryTx:
         )
         return seq
 
+    def record_event(
+        self,
+        event_id: str,
+        name: str,
+        data: str,
+        ts: int,
+        now: float,
+        trace: str | None = None,
+        *,
+        dedupe_key: str,
+        dedupe_until: float,
+    ) -> int | None:
+        if self.claim_key(dedupe_key, event_id, dedupe_until, now) is not None:
+            return None
+        return self.insert_event(event_id, name, data, ts, now, trace)
+
     def create_run(self, run: NewRun) -> None:
         if run.id in self.s.runs:
             raise ValueError(f"run {run.id} exists")  # the primary key

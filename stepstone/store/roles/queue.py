@@ -98,7 +98,8 @@ class QueueTx(GcraTx, Protocol):
         the order of ``run_ids``, less any that vanished. ``accumulators=False``
         skips dropping the runs' open debounce and batch rows (for functions
         that have neither; a stale row only makes a later join start a new run).
-        ``new``: runs queued in this transaction, which have no memos to read."""
+        ``new``: runs queued in this transaction, which have no memos to read
+        and whose events it wrote (not read back)."""
         ...
 
     def settle_partition(self, key: str, now: float, next_at: float | None, recheck: float) -> None:

@@ -18,6 +18,24 @@ class RunsTx(Protocol):
         returns its sequence number."""
         ...
 
+    def record_event(
+        self,
+        event_id: str,
+        name: str,
+        data: str,
+        ts: int,
+        now: float,
+        trace: str | None = None,
+        *,
+        dedupe_key: str,
+        dedupe_until: float,
+    ) -> int | None:
+        """``insert_event`` if ``dedupe_key`` can be claimed for the event until
+        ``dedupe_until`` (``FlowTx.claim_key``); ``None``, writing nothing, if a
+        live claim holds it (the same event id seen before). PostgreSQL: one
+        statement."""
+        ...
+
     def create_run(self, run: NewRun) -> None:
         """Insert a run, its links to events and (unless it ended) its queue item."""
         ...

@@ -127,14 +127,30 @@ ORDER BY r.id DESC
 LIMIT :limit;
 
 -- name: list_runs_of_event
--- (runs.list(event_id=...): the event's runs found through its id first; in
--- list_runs the event would be a condition tested on every run, newest first)
-SELECT r.* FROM runs r
-WHERE r.id IN (SELECT re.run_id FROM run_events re JOIN events e ON e.seq = re.event_seq
-               WHERE e.id = :event_id)
+SELECT r.* {query:listed_of_event};
+
+-- name: listed_of_event
+-- (a fragment, list_runs_of_event's page, included there and in
+-- steps_of_event_runs. runs.list(event_id=...): the event's runs found through
+-- its id first; in list_runs the event would be a condition tested on every
+-- run, newest first)
+FROM runs r
+WHERE r.id IN ({query:event_run_ids})
   AND {query:run_filter}
 ORDER BY r.id DESC
-LIMIT :limit;
+LIMIT :limit
+
+-- name: event_run_ids
+SELECT re.run_id FROM run_events re JOIN events e ON e.seq = re.event_seq WHERE e.id = :event_id
+
+-- name: steps_of_event_runs
+-- (the steps of list_runs_of_event's page, sent with it and read in the same
+-- snapshot. Found through the event's run_events rows: on PostgreSQL runs.id
+-- is COLLATE "C" and steps.run_id is not, so steps_pkey cannot seek runs'
+-- ids; the page's condition only filters.)
+SELECT * FROM steps
+WHERE run_id IN ({query:event_run_ids}) AND run_id IN (SELECT r.id {query:listed_of_event})
+ORDER BY run_id, position;
 
 -- name: run_filter
 -- (the conditions of list_runs, included in it and in list_runs_of_event; the
@@ -153,6 +169,13 @@ WHERE r.function_id IN ({function_ids}) AND r.status IN ({statuses})
   AND (CAST(:after_id AS TEXT) IS NULL OR r.id > :after_id)
 ORDER BY r.id
 LIMIT :limit;
+
+-- name: steps_if_ended
+-- (runs.wait's poll: a run's steps only once it has ended; sent with get_run,
+-- without waiting for it, and read in the same snapshot)
+SELECT s.* FROM steps s
+WHERE s.run_id = :run_id AND EXISTS (SELECT 1 FROM runs r WHERE r.id = :run_id AND r.status IN ({statuses}))
+ORDER BY s.position;
 
 -- name: steps_of_runs
 SELECT * FROM steps WHERE run_id IN ({run_ids}) ORDER BY run_id, position;

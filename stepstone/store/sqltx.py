@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from stepstone.store.rows import (
     ACTIVE_STATUSES,
+    ENDED_STATUSES,
     EventRow,
     LeasedRun,
     NewRun,
@@ -213,6 +214,17 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
     def get_steps(self, run_id: str) -> list[StepRow]:
         return [StepRow.from_row(r) for r in self._all("get_steps", {"run_id": run_id})]
 
+    def ended_run(self, run_id: str) -> tuple[RunRow | None, list[StepRow] | None]:
+        run = self._exec("get_run", {"id": run_id})  # sent, not waited for:
+        steps = self._exec("steps_if_ended", {"run_id": run_id}, {"statuses": ENDED_STATUSES})
+        row = run.fetchone()
+        if row is None:
+            return None, None
+        found = RunRow.from_row(row)
+        return found, [
+            StepRow.from_row(r) for r in steps.fetchall()
+        ] if found.status in ENDED_STATUSES else None
+
     def steps_of_runs(self, run_ids: Sequence[str]) -> dict[str, list[StepRow]]:
         steps: dict[str, list[StepRow]] = {run_id: [] for run_id in run_ids}
         if run_ids:
@@ -231,6 +243,26 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
         return [SpanRow.from_row(r) for r in self._all("get_spans", {"run_id": run_id})]
 
     def list_runs(self, where: RunFilter) -> list[RunRow]:
+        name, params = self._listing(where)
+        return [RunRow.from_row(r) for r in self._all(name, params, {"statuses": where.statuses})]
+
+    def runs_page(self, where: RunFilter) -> tuple[list[RunRow], dict[str, list[StepRow]]]:
+        name, params = self._listing(where)
+        lists = {"statuses": where.statuses}
+        if where.event_id is None:
+            runs = [RunRow.from_row(r) for r in self._all(name, params, lists)]
+            return runs, self.steps_of_runs([run.id for run in runs])
+        page = self._exec(name, params, lists)  # sent, not waited for:
+        listed = self._exec("steps_of_event_runs", params, lists)
+        runs = [RunRow.from_row(r) for r in page.fetchall()]
+        steps: dict[str, list[StepRow]] = {run.id: [] for run in runs}
+        for row in listed.fetchall():
+            if row["run_id"] in steps:  # (the same snapshot: always, in a read)
+                steps[row["run_id"]].append(StepRow.from_row(row))
+        return runs, steps
+
+    def _listing(self, where: RunFilter) -> tuple[str, dict[str, Any]]:
+        """``list_runs``' statement (by event, or not) and its parameters."""
         params = {
             "function_id": where.function_id,
             "any_status": 0 if where.statuses else 1,
@@ -240,10 +272,10 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
             "app_version": where.app_version,
             "limit": where.limit,
         }
-        name = "list_runs"
-        if where.event_id is not None:
-            name, params["event_id"] = "list_runs_of_event", where.event_id
-        return [RunRow.from_row(r) for r in self._all(name, params, {"statuses": where.statuses})]
+        if where.event_id is None:
+            return "list_runs", params
+        params["event_id"] = where.event_id
+        return "list_runs_of_event", params
 
     def run_histories(
         self,

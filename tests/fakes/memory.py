@@ -151,6 +151,15 @@ class MemoryTx:
         steps = [s for (r, _), s in self.s.steps.items() if r == run_id]
         return sorted(steps, key=lambda s: s.position)
 
+    def runs_page(self, where: RunFilter) -> tuple[list[RunRow], dict[str, list[StepRow]]]:
+        runs = self.list_runs(where)
+        return runs, self.steps_of_runs([run.id for run in runs])
+
+    def ended_run(self, run_id: str) -> tuple[RunRow | None, list[StepRow] | None]:
+        run = self.get_run(run_id)
+        ended = run is not None and run.status in ENDED_STATUSES
+        return run, self.get_steps(run_id) if ended else None
+
     def steps_of_runs(self, run_ids: Sequence[str]) -> dict[str, list[StepRow]]:
         return {run_id: self.get_steps(run_id) for run_id in run_ids}
 

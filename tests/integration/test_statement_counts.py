@@ -27,7 +27,17 @@ from stepstone.registry import FINISHED_EVENT, Registry
 from stepstone.runtime import Sent, ingest, prepare
 from stepstone.scheduler.leasing import take_direct
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import EventRow, Fence, LeasedRun, NewRun, QueueSpec, RunClosed, RunStatus, WaitKind
+from stepstone.store.rows import (
+    EventRow,
+    Fence,
+    LeasedRun,
+    NewRun,
+    QueueSpec,
+    RunClosed,
+    RunFilter,
+    RunStatus,
+    WaitKind,
+)
 from stepstone.store.sqlbase import SqlPlumbing
 from tests.conftest import BACKENDS, MEMORY, backend_url, send_and_wait
 from tests.polling import wait_for
@@ -367,3 +377,69 @@ def test_an_event_recorded_twice_is_written_once(store: Store) -> None:
     again = record(NOW + 11)
     assert again is not None and again > first
     assert store.transact_sync(lambda tx: tx.claim_key("event:e1", "x", NOW + 30, NOW + 12)) == "e1"
+
+
+@pytest.fixture
+def waits_for_results(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times a pipelined PostgreSQL transaction waited for results
+    mid-way (each a round trip), appended per call of ``Pipelined.sync``."""
+    from stepstone.store import pgpipeline
+
+    waited: list[int] = []
+    original = pgpipeline.Pipelined.sync
+
+    def counted(self: pgpipeline.Pipelined) -> None:
+        if self.unsynced:
+            waited.append(1)
+        original(self)
+
+    monkeypatch.setattr(pgpipeline.Pipelined, "sync", counted)
+    return waited
+
+
+@SQL_ONLY
+def test_a_wait_reads_a_runs_steps_with_it_only_once_it_has_ended(
+    db_url: str, store: Store, statements: list[str], waits_for_results: list[int]
+) -> None:
+    """``runs.wait``'s poll (``ended_run``): the run and, once it has ended,
+    its steps, sent together (PostgreSQL: one round trip, not two)."""
+    fence = _held(store)
+    store.transact_sync(lambda tx: tx.checkpoint(fence, [step("r", "s")], []))
+    assert store.read_sync(lambda tx: tx.ended_run("r"))[1] is None  # running: steps not given
+    assert store.read_sync(lambda tx: tx.ended_run("nope")) == (None, None)
+    _close(store, fence)
+    statements.clear()
+    waits_for_results.clear()
+    run, steps = store.read_sync(lambda tx: tx.ended_run("r"))
+    assert statements == ["get_run", "steps_if_ended"]
+    assert len(waits_for_results) == (1 if store.dialect == "postgres" else 0)
+    assert run is not None and run.status == RunStatus.COMPLETED
+    assert steps == store.read_sync(lambda tx: tx.get_steps("r")) and [s.step_id for s in steps] == ["s"]
+
+
+@SQL_ONLY
+def test_a_list_by_event_reads_its_runs_steps_with_them(
+    db_url: str, store: Store, statements: list[str], waits_for_results: list[int]
+) -> None:
+    """``runs.list(event_id=...)`` (``runs_page``): the page's runs and their
+    steps sent together (PostgreSQL: one round trip), the same rows as
+    ``list_runs`` and ``steps_of_runs``, only the page's runs' steps."""
+    [first] = _send_taking(store, [ss.Event("plain", id="e1")])
+    [other] = _send_taking(store, [ss.Event("plain", id="e2")])
+    for taken in (first, other):
+        fence = Fence(run_id=taken.run.id, owner="w", epoch=taken.epoch)
+        store.transact_sync(lambda tx, f=fence: tx.checkpoint(f, [step(f.run_id, "s")], []))
+    where = RunFilter(event_id="e1", limit=10)
+    statements.clear()
+    waits_for_results.clear()
+    runs, steps = store.read_sync(lambda tx: tx.runs_page(where))
+    assert statements == ["list_runs_of_event", "steps_of_event_runs"]
+    assert len(waits_for_results) == (1 if store.dialect == "postgres" else 0)
+    assert [run.id for run in runs] == [first.run.id]
+    assert steps == {first.run.id: store.read_sync(lambda tx: tx.get_steps(first.run.id))}
+    assert store.read_sync(
+        lambda tx: tx.runs_page(RunFilter(event_id="e1", statuses=[RunStatus.QUEUED]))
+    ) == (
+        [],
+        {},
+    )

@@ -54,6 +54,18 @@ class RunsTx(Protocol):
         """The run's step memos, in the order they were first recorded."""
         ...
 
+    def runs_page(self, where: RunFilter) -> tuple[list[RunRow], dict[str, list[StepRow]]]:
+        """``list_runs`` and ``steps_of_runs`` of its runs, read in one snapshot;
+        on PostgreSQL, for a list by event, the two reads go out together: one
+        round trip."""
+        ...
+
+    def ended_run(self, run_id: str) -> tuple[RunRow | None, list[StepRow] | None]:
+        """The run and, once it has ended (``ENDED_STATUSES``), its steps; while
+        it has not, ``None`` for them (not read). On PostgreSQL the two reads
+        go out together: one round trip (what ``runs.wait`` polls)."""
+        ...
+
     def steps_of_runs(self, run_ids: Sequence[str]) -> dict[str, list[StepRow]]:
         """``get_steps`` of several runs at once (every id is a key)."""
         ...

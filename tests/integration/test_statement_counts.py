@@ -417,6 +417,10 @@ def test_a_wait_reads_a_runs_steps_with_it_only_once_it_has_ended(
     assert steps == store.read_sync(lambda tx: tx.get_steps("r")) and [s.step_id for s in steps] == ["s"]
 
 
+def _checkpoint(store: Store, fence: Fence) -> None:
+    store.transact_sync(lambda tx: tx.checkpoint(fence, [step(fence.run_id, "s")], []))
+
+
 @SQL_ONLY
 def test_a_list_by_event_reads_its_runs_steps_with_them(
     db_url: str, store: Store, statements: list[str], waits_for_results: list[int]
@@ -427,8 +431,7 @@ def test_a_list_by_event_reads_its_runs_steps_with_them(
     [first] = _send_taking(store, [ss.Event("plain", id="e1")])
     [other] = _send_taking(store, [ss.Event("plain", id="e2")])
     for taken in (first, other):
-        fence = Fence(run_id=taken.run.id, owner="w", epoch=taken.epoch)
-        store.transact_sync(lambda tx, f=fence: tx.checkpoint(f, [step(f.run_id, "s")], []))
+        _checkpoint(store, Fence(run_id=taken.run.id, owner="w", epoch=taken.epoch))
     where = RunFilter(event_id="e1", limit=10)
     statements.clear()
     waits_for_results.clear()
@@ -437,9 +440,5 @@ def test_a_list_by_event_reads_its_runs_steps_with_them(
     assert len(waits_for_results) == (1 if store.dialect == "postgres" else 0)
     assert [run.id for run in runs] == [first.run.id]
     assert steps == {first.run.id: store.read_sync(lambda tx: tx.get_steps(first.run.id))}
-    assert store.read_sync(
-        lambda tx: tx.runs_page(RunFilter(event_id="e1", statuses=[RunStatus.QUEUED]))
-    ) == (
-        [],
-        {},
-    )
+    queued = RunFilter(event_id="e1", statuses=(RunStatus.QUEUED,))
+    assert store.read_sync(lambda tx: tx.runs_page(queued)) == ([], {})

@@ -171,9 +171,10 @@ def take_direct(
         room = wanted - len(leased)
         if room <= 0:
             break
-        if tx.due_ahead(key, now, ids):
+        taken = tx.take_in_order(owner, key, ids, ids[:room], now, until, app_version)
+        if taken is None:
             continue
-        leased += tx.take_many(owner, ids[:room], now, until, app_version, accumulators=False, new=True)
+        leased += taken
         if room >= len(ids):  # else its hint stays due now, for the runs left
             tx.settle_taken(key, now)
     return leased

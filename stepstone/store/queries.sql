@@ -519,14 +519,26 @@ start_deadline = NULL,
 -- the join says so, so that the runs' key is used.)
 WITH before AS (
     SELECT run_id, start_deadline FROM queue WHERE run_id IN ({run_ids})
-), taken AS (
+), {query:take_before}
+
+-- name: take_runs_in_order
+-- (PostgreSQL: a send's direct start, take_runs unless a due item of the
+-- partition other than the runs the send queued waits: due_ahead folded in)
+WITH before AS (
+    SELECT run_id, start_deadline FROM queue WHERE run_id IN ({run_ids})
+      AND NOT EXISTS ({query:due_ahead})
+), {query:take_before}
+
+-- name: take_before
+-- (a fragment: what take_runs and take_runs_in_order do with the items `before` names)
+taken AS (
     UPDATE queue SET {query:item_taken}, {query:clock_started}
     FROM before WHERE queue.run_id = before.run_id
     RETURNING queue.run_id, queue.epoch, queue.cancel_requested, before.start_deadline
 )
 UPDATE runs SET {query:run_started}, epoch = taken.epoch
 FROM taken WHERE runs.id = taken.run_id COLLATE "C"
-RETURNING runs.*, taken.run_id, taken.cancel_requested, taken.start_deadline;
+RETURNING runs.*, taken.run_id, taken.cancel_requested, taken.start_deadline
 
 -- name: clear_deadlines
 UPDATE queue SET start_deadline = NULL, finish_deadline = NULL WHERE run_id = :run_id;
@@ -591,7 +603,7 @@ LIMIT :limit;
 -- than the runs the send queued waiting? A plain read through queue_by_partition,
 -- stopping at the first.)
 SELECT run_id FROM queue
-WHERE partition_key = :key AND available_at <= :now AND run_id NOT IN ({run_ids}) LIMIT 1;
+WHERE partition_key = :key AND available_at <= :now AND run_id NOT IN ({queued_ids}) LIMIT 1;
 
 -- name: settle_taken
 -- (a direct start took every due item of the partition: it is next due at its

@@ -2,25 +2,24 @@
 
 Queries live in ``queries.sql`` and run through ``sqlbase`` (a ``Dialect``
 adapts parameter style, lists and row locking); the worker registry, operator
-views and jobs are in ``sqlviews``, a held run's fenced writes (checkpoint,
-park, end) in ``sqljournal``, wait rows and signals in ``sqlwaits``,
-database size and retention deletes in ``sqlretention``. Both stores hand this
+views and jobs are in ``sqlviews``, lease passes, takes and leases in
+``sqlqueue``, a held run's fenced writes (checkpoint, park, end) in
+``sqljournal``, wait rows and signals in ``sqlwaits``, database size and
+retention deletes in ``sqlretention``. Both stores hand this
 class a DB-API connection already inside a transaction.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from stepstone.store.rows import (
     ACTIVE_STATUSES,
     ENDED_STATUSES,
     EventRow,
-    LeasedRun,
     NewRun,
-    QueueItem,
     QueueSpec,
     RunFilter,
     RunHistory,
@@ -30,8 +29,8 @@ from stepstone.store.rows import (
     StepRow,
     TimedOut,
 )
-from stepstone.store.sqlbase import Dialect
 from stepstone.store.sqljournal import SqlJournal
+from stepstone.store.sqlqueue import SqlQueue
 from stepstone.store.sqlretention import SqlRetention
 from stepstone.store.sqlviews import SqlViews
 from stepstone.store.sqlwaits import SqlWaits
@@ -40,18 +39,8 @@ from stepstone.store.usertx import run_in_savepoint
 T = TypeVar("T")
 
 
-class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
+class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
     """Implements ``stepstone.store.base.Tx`` on one open transaction."""
-
-    def __init__(self, conn: Any, dialect: Dialect) -> None:
-        super().__init__(conn, dialect)
-        # What this transaction wrote of events and of the runs they started, so
-        # that a send's direct start (``take_many(new=True)``) has its runs'
-        # events without reading them back: event rows by seq, as inserted
-        # (parameters, built into rows only when a take asks), and each new
-        # run's event seqs. A run id written again (a retried op) replaces its entry.
-        self._new_events: dict[int, tuple[str, str, str, int, float, str | None]] = {}
-        self._new_runs: dict[str, Sequence[int]] = {}
 
     # -- functions ----------------------------------------------------------------
     def register_functions(
@@ -296,133 +285,6 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
         steps, events = self.steps_of_runs(run_ids), self._events_of(run_ids)
         return [RunHistory(run=run, events=events[run.id], steps=steps[run.id]) for run in runs]
 
-    # -- queue and leases ---------------------------------------------------------------
-    def due_partitions(self, function_ids: Sequence[str], now: float, limit: int) -> list[str]:
-        if not function_ids:
-            return []
-        rows = self._all("due_partitions", {"now": now, "limit": limit}, {"function_ids": function_ids})
-        return [r["key"] for r in rows]
-
-    def partition_items(self, key: str, now: float, limit: int) -> list[QueueItem]:
-        return [
-            QueueItem.from_row(r)
-            for r in self._all("partition_items", {"key": key, "now": now, "limit": limit})
-        ]
-
-    def due_ahead(self, key: str, now: float, run_ids: Sequence[str]) -> bool:
-        return bool(self._all("due_ahead", {"key": key, "now": now}, {"run_ids": run_ids}))
-
-    def settle_taken(self, key: str, now: float) -> None:
-        self._exec("settle_taken", {"key": key, "now": now})
-
-    def taken_here(self) -> None:
-        """Nothing to do: SQLite wakes no one at commit (``App`` pokes its workers)."""
-
-    def live_leases(self, slot: int, ckey: str, now: float) -> int:
-        row = self._one("live_ckey1" if slot == 1 else "live_ckey2", {"ckey": ckey, "now": now})
-        return int(row["n"])
-
-    def take(
-        self, owner: str, run_id: str, now: float, until: float, app_version: str | None = None
-    ) -> LeasedRun | None:
-        taken = self.take_many(owner, [run_id], now, until, app_version)
-        return taken[0] if taken else None
-
-    def take_many(
-        self,
-        owner: str,
-        run_ids: Sequence[str],
-        now: float,
-        until: float,
-        app_version: str | None = None,
-        *,
-        accumulators: bool = True,
-        new: bool = False,
-    ) -> list[LeasedRun]:
-        if not run_ids:
-            return []
-        items, runs = self._take(owner, run_ids, now, until, app_version)
-        if not items:
-            return []
-        ids = {"run_ids": sorted(items)}
-        if accumulators:
-            self._exec("drop_debounce_of", None, ids)
-            self._exec("drop_batch_of", None, ids)
-        events = (self._written_events(items) if new else None) or self._events_of(ids["run_ids"])
-        steps: dict[str, list[StepRow]] = {run_id: [] for run_id in items}
-        sizes: dict[str, dict[str, int]] = {run_id: {} for run_id in items}
-        for row in [] if new else self._all("step_index", None, ids):  # memos without outputs, sizes
-            steps[row["run_id"]].append(StepRow.from_row(row))
-            if row["output_bytes"] is not None:
-                sizes[row["run_id"]][row["step_id"]] = row["output_bytes"]
-        return [
-            LeasedRun(
-                run=RunRow.from_row(runs[run_id]),
-                epoch=items[run_id]["epoch"],
-                events=events[run_id],
-                steps=steps[run_id],
-                output_bytes=sizes[run_id],
-                cancel_requested=bool(items[run_id]["cancel_requested"]),
-                start_deadline=items[run_id]["start_deadline"],
-            )
-            for run_id in run_ids
-            if run_id in items
-        ]
-
-    def _events_of(self, run_ids: Sequence[str]) -> dict[str, list[EventRow]]:
-        events: dict[str, list[EventRow]] = {run_id: [] for run_id in run_ids}
-        for row in self._all("events_of_runs", None, {"run_ids": run_ids}):
-            events[row["run_id"]].append(EventRow.from_row(row))
-        return events
-
-    def _written_events(self, run_ids: Iterable[str]) -> dict[str, list[EventRow]] | None:
-        """The events of runs created in this transaction, as written (``None``
-        unless every one of the runs and their events was)."""
-        events: dict[str, list[EventRow]] = {}
-        for run_id in run_ids:
-            seqs = self._new_runs.get(run_id)
-            if seqs is None or any(seq not in self._new_events for seq in seqs):
-                return None
-            events[run_id] = [_event_row(seq, *self._new_events[seq]) for seq in seqs]
-        return events
-
-    def _take(
-        self, owner: str, run_ids: Sequence[str], now: float, until: float, app_version: str | None
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Take the items and mark their runs running: their queue rows and their
-        run rows by run id. One statement with data-modifying CTEs (``take_runs``),
-        else one for the items, one per distinct epoch for the runs, one for the clocks."""
-        params = {"owner": owner, "until": until, "now": now, "app_version": app_version}
-        if self.dialect.write_ctes:
-            rows = self._all("take_runs", params, {"run_ids": run_ids})
-            return {r["run_id"]: r for r in rows}, {r["id"]: r for r in rows}
-        items = {r["run_id"]: r for r in self._all("take_items", params, {"run_ids": run_ids})}
-        by_epoch: dict[int, list[str]] = {}
-        for run_id, item in items.items():
-            by_epoch.setdefault(int(item["epoch"]), []).append(run_id)
-        runs: dict[str, Any] = {}
-        for epoch, taken in by_epoch.items():
-            marked = self._all("mark_running", {**params, "epoch": epoch}, {"run_ids": sorted(taken)})
-            runs.update((r["id"], r) for r in marked)
-        if items:
-            self._exec("start_clock", params, {"run_ids": sorted(items)})
-        return items, runs
-
-    def settle_partition(self, key: str, now: float, next_at: float | None, recheck: float) -> None:
-        """Record a lease pass over a partition: it is next due when its earliest
-        future item is, or at ``next_at`` if sooner; drop it when empty."""
-        if next_at is None or next_at > now:
-            row = self._one("partition_times", {"key": key, "now": now})
-            if row["first_at"] is None:
-                self._exec("delete_partition", {"key": key})
-                return
-            if next_at is None and float(row["first_at"]) <= now:
-                next_at = recheck  # a due item was locked by another transaction: skipped
-            if row["next_at"] is not None:
-                future = float(row["next_at"])
-                next_at = future if next_at is None else min(next_at, future)
-        self._exec("settle_partition", {"key": key, "now": now, "next_at": next_at})
-
     def lock(self, key: str) -> None:
         """Serialise transactions that read-then-write the state of ``key``."""
         if self.dialect.key_lock is not None:
@@ -489,22 +351,6 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
             self._exec("insert_run_event", {"run_id": run_id, "position": position, "event_seq": seq})
             ids = [*run.event_ids, event_id]
         self._exec("set_run_events", {"id": run_id, "event_ids": json.dumps(ids)})
-
-    def next_due(self, function_ids: Sequence[str]) -> float | None:
-        if not function_ids:
-            return None
-        row = self._exec("next_due", {}, {"function_ids": function_ids}).fetchone()
-        return None if row is None or row["due"] is None else float(row["due"])
-
-    def extend_leases(self, owner: str, run_ids: Sequence[str], until: float, now: float) -> list[str]:
-        if not run_ids:
-            return []
-        rows = self._all("extend_leases", {"owner": owner, "until": until, "now": now}, {"run_ids": run_ids})
-        return [r["run_id"] for r in rows]
-
-    def release_leases(self, owner: str, now: float) -> int:
-        self._exec("wake_owner_partitions", {"owner": owner, "now": now})
-        return int(self._exec("release_leases", {"owner": owner, "now": now}).rowcount)
 
     # -- operator actions --------------------------------------------------------------------
     def requeue_run(self, run_id: str, now: float, reset_steps: Sequence[str] | None) -> None:
@@ -614,12 +460,6 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
     # -- transactional steps ---------------------------------------------------------------------
     def user_sql(self, fn: Callable[[Any], T], seconds: float) -> T:
         return run_in_savepoint(self, fn, seconds)
-
-
-def _event_row(
-    seq: int, event_id: str, name: str, data: str, ts: int, now: float, trace: str | None
-) -> EventRow:
-    return EventRow(seq=seq, id=event_id, name=name, data=data, ts=ts, received_at=now, trace=trace)
 
 
 def _time(value: Any) -> float | None:

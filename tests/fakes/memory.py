@@ -321,6 +321,20 @@ class MemoryTx:
         taken = [self.take(owner, run_id, now, until, app_version) for run_id in run_ids]
         return [leased for leased in taken if leased is not None]
 
+    def take_in_order(
+        self,
+        owner: str,
+        key: str,
+        queued: Sequence[str],
+        run_ids: Sequence[str],
+        now: float,
+        until: float,
+        app_version: str | None = None,
+    ) -> list[LeasedRun] | None:
+        if self.due_ahead(key, now, queued):
+            return None
+        return self.take_many(owner, run_ids, now, until, app_version, accumulators=False, new=True)
+
     def settle_partition(self, key: str, now: float, next_at: float | None, recheck: float) -> None:
         part = self.s.partitions.get(key)
         if next_at is None or next_at > now:

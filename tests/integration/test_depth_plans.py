@@ -49,6 +49,17 @@ LEASE_READS: dict[str, dict[str, Any]] = {
         "run_ids_1": "r3",
         "run_ids_2": "r5",
     },
+    "due_ahead": {"key": "f", "now": 1e10, "queued_ids_0": "r1"},
+    # a send's direct start: take_runs unless a due item waits before its runs
+    "take_runs_in_order": {
+        "owner": "w",
+        "key": "f",
+        "until": 1e10,
+        "now": 1e10,
+        "app_version": None,
+        "run_ids_0": "r1",
+        "queued_ids_0": "r1",
+    },
 }
 LIST_PAGE = {
     "function_id": None,
@@ -210,6 +221,21 @@ def test_a_pass_takes_items_and_runs_in_one_statement_by_key_on_postgres(plans: 
     plan = plans("take_runs")
     assert lines_with(plan, ("Seq Scan on queue", "Seq Scan on runs")) == [], plan
     assert lines_with(plan, ("runs_pkey",)), plan
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_a_direct_starts_take_checks_its_partition_by_index_on_postgres(plans: Plans) -> None:
+    """``take_runs_in_order``: ``take_runs`` with the queue-order check
+    (``due_ahead``) folded in: the items and runs by key, the check planned as
+    it is alone (a read that stops at the partition's first due item)."""
+    plan, check = plans("take_runs_in_order"), plans("due_ahead")
+    assert lines_with(plan, ("Seq Scan on runs",)) == [], plan
+    assert lines_with(plan, ("queue_pkey",)) and lines_with(plan, ("runs_pkey",)), plan
+    assert len(lines_with(plan, ("Scan on queue ",))) == len(lines_with(check, ("Scan on queue ",))), plan
+    assert (
+        lines_with(plan, ("Filter:", "Index Cond: (partition_key"))[:1]
+        == lines_with(check, ("Filter:", "Index Cond: (partition_key"))[:1]
+    ), (plan, check)
 
 
 @pytest.mark.parametrize("name", sorted(STEP_READS))

@@ -73,8 +73,7 @@ SEND = {  # an event recorded, its run created and taken in the send's transacti
         "insert_run_event",
         "insert_queue_item",
         "lower_partition",
-        "due_ahead",
-        "take_runs",
+        "take_runs_in_order",
         "settle_taken",
     ],
 }

@@ -102,6 +102,23 @@ class QueueTx(GcraTx, Protocol):
         and whose events it wrote (not read back)."""
         ...
 
+    def take_in_order(
+        self,
+        owner: str,
+        key: str,
+        queued: Sequence[str],
+        run_ids: Sequence[str],
+        now: float,
+        until: float,
+        app_version: str | None = None,
+    ) -> list[LeasedRun] | None:
+        """A send's direct start: ``take_many(new=True, accumulators=False)`` of
+        ``run_ids`` (queued in this transaction, in partition ``key``) unless
+        a due item of the partition other than ``queued`` (the runs the send
+        queued there) waits: then ``None``, nothing taken (``due_ahead``: a
+        direct start never jumps a queue). PostgreSQL: one statement."""
+        ...
+
     def settle_partition(self, key: str, now: float, next_at: float | None, recheck: float) -> None:
         """After a lease pass: set the partition's next due time (``None``: its
         earliest future item) and mark it served; drop it if empty. With

@@ -41,6 +41,7 @@ from stepstone.store.rows import (
     QueueItem,
     QueueSpec,
     RunClosed,
+    RunEnd,
     RunFilter,
     RunRow,
     RunStatus,
@@ -441,40 +442,28 @@ class MemoryTx:
         run.written_by = fence.token
         return False
 
-    def finish_run(
-        self,
-        fence: Fence | None,
-        run_id: str,
-        status: RunStatus,
-        output: str | None,
-        error: str | None,
-        now: float,
-    ) -> bool:
+    def finish_run(self, end: RunEnd) -> bool:
+        fence, run_id = end.fence, end.run_id
         item = self._fenced(fence) if fence is not None else self.s.queue.get(run_id)
         if item is not None:
             del self.s.queue[run_id]
-            self._released(item, now, None)
+            self._released(item, end.now, None)
         run = self.s.runs.get(run_id)
         if run is None or run.row.status in ENDED_STATUSES:
             return False
-        run.row = dataclasses.replace(run.row, status=status, output=output, error=error, ended_at=now)
+        run.row = dataclasses.replace(
+            run.row, status=end.status, output=end.output, error=end.error, ended_at=end.now
+        )
         run.written_by = None if fence is None else fence.token
         return True
 
-    def close_run(
-        self,
-        fence: Fence | None,
-        run_id: str,
-        status: RunStatus,
-        output: str | None,
-        error: str | None,
-        now: float,
-        waited_event: str,
-    ) -> RunClosed | None:
-        if not self.finish_run(fence, run_id, status, output, error, now):
+    def close_run(self, end: RunEnd, waited_event: str) -> RunClosed | None:
+        if not self.finish_run(end):
             return None
-        self.delete_run_waits(run_id)
-        return RunClosed(invoked=bool(self.child_waits(run_id)), waited=bool(self.wait_keys(waited_event)))
+        self.delete_run_waits(end.run_id)
+        return RunClosed(
+            invoked=bool(self.child_waits(end.run_id)), waited=bool(self.wait_keys(waited_event))
+        )
 
     def written_by(self, run_id: str) -> str | None:
         run = self.s.runs.get(run_id)

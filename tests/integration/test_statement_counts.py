@@ -28,12 +28,14 @@ from stepstone.runtime import Sent, ingest, prepare
 from stepstone.scheduler.leasing import take_direct
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import (
+    ENDED_STATUSES,
     EventRow,
     Fence,
     LeasedRun,
     NewRun,
     QueueSpec,
     RunClosed,
+    RunEnd,
     RunFilter,
     RunStatus,
     WaitKind,
@@ -122,7 +124,10 @@ def _paid(store: Store) -> list[str]:
 
 def _close(store: Store, fence: Fence | None, run_id: str = "r") -> RunClosed | None:
     return store.transact_sync(
-        lambda tx: tx.close_run(fence, run_id, RunStatus.COMPLETED, "1", None, NOW + 1, FINISHED_EVENT)
+        lambda tx: tx.close_run(
+            RunEnd(fence=fence, run_id=run_id, status=RunStatus.COMPLETED, output="1", now=NOW + 1),
+            FINISHED_EVENT,
+        )
     )
 
 
@@ -379,26 +384,39 @@ def test_an_event_recorded_twice_is_written_once(store: Store) -> None:
 
 
 @pytest.fixture
-def waits_for_results(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many times a pipelined PostgreSQL transaction waited for results
-    mid-way (each a round trip), appended per call of ``Pipelined.sync``."""
+def round_trips(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], list[int]]:
+    """``round_trips(sql)``: for each pipelined PostgreSQL transaction that
+    sent ``sql``, in order, how many times it waited for results before its
+    ``COMMIT`` (each a round trip); other transactions are not counted."""
     from stepstone.store import pgpipeline
 
-    waited: list[int] = []
-    original = pgpipeline.Pipelined.sync
+    waited: dict[int, int] = {}
+    sent: dict[str, list[pgpipeline.Pipelined]] = {}
+    execute, sync = pgpipeline.Pipelined.execute, pgpipeline.Pipelined.sync
 
-    def counted(self: pgpipeline.Pipelined) -> None:
+    def sending(self: pgpipeline.Pipelined, query: Any, params: Any = None) -> pgpipeline.Result:
+        sent.setdefault(str(query), []).append(self)
+        return execute(self, query, params)
+
+    def syncing(self: pgpipeline.Pipelined) -> None:
         if self.unsynced:
-            waited.append(1)
-        original(self)
+            waited[id(self)] = waited.get(id(self), 0) + 1
+        sync(self)
 
-    monkeypatch.setattr(pgpipeline.Pipelined, "sync", counted)
-    return waited
+    monkeypatch.setattr(pgpipeline.Pipelined, "execute", sending)
+    monkeypatch.setattr(pgpipeline.Pipelined, "sync", syncing)
+    return lambda sql: [waited.get(id(piped), 0) for piped in sent.get(sql, [])]
+
+
+def _sql(name: str, **lists: int) -> str:
+    from stepstone.store.postgres import DIALECT
+
+    return DIALECT.sql(name, lists)
 
 
 @SQL_ONLY
 def test_a_wait_reads_a_runs_steps_with_it_only_once_it_has_ended(
-    db_url: str, store: Store, statements: list[str], waits_for_results: list[int]
+    db_url: str, store: Store, statements: list[str], round_trips: Callable[[str], list[int]]
 ) -> None:
     """``runs.wait``'s poll (``ended_run``): the run and, once it has ended,
     its steps, sent together (PostgreSQL: one round trip, not two)."""
@@ -408,10 +426,10 @@ def test_a_wait_reads_a_runs_steps_with_it_only_once_it_has_ended(
     assert store.read_sync(lambda tx: tx.ended_run("nope")) == (None, None)
     _close(store, fence)
     statements.clear()
-    waits_for_results.clear()
     run, steps = store.read_sync(lambda tx: tx.ended_run("r"))
     assert statements == ["get_run", "steps_if_ended"]
-    assert len(waits_for_results) == (1 if store.dialect == "postgres" else 0)
+    if store.dialect == "postgres":
+        assert round_trips(_sql("steps_if_ended", statuses=len(ENDED_STATUSES))) == [1, 1, 1]
     assert run is not None and run.status == RunStatus.COMPLETED
     assert steps == store.read_sync(lambda tx: tx.get_steps("r")) and [s.step_id for s in steps] == ["s"]
 
@@ -422,7 +440,7 @@ def _checkpoint(store: Store, fence: Fence) -> None:
 
 @SQL_ONLY
 def test_a_list_by_event_reads_its_runs_steps_with_them(
-    db_url: str, store: Store, statements: list[str], waits_for_results: list[int]
+    db_url: str, store: Store, statements: list[str], round_trips: Callable[[str], list[int]]
 ) -> None:
     """``runs.list(event_id=...)`` (``runs_page``): the page's runs and their
     steps sent together (PostgreSQL: one round trip), the same rows as
@@ -433,10 +451,10 @@ def test_a_list_by_event_reads_its_runs_steps_with_them(
         _checkpoint(store, Fence(run_id=taken.run.id, owner="w", epoch=taken.epoch))
     where = RunFilter(event_id="e1", limit=10)
     statements.clear()
-    waits_for_results.clear()
     runs, steps = store.read_sync(lambda tx: tx.runs_page(where))
     assert statements == ["list_runs_of_event", "steps_of_event_runs"]
-    assert len(waits_for_results) == (1 if store.dialect == "postgres" else 0)
+    if store.dialect == "postgres":
+        assert round_trips(_sql("steps_of_event_runs", statuses=0)) == [1]
     assert [run.id for run in runs] == [first.run.id]
     assert steps == {first.run.id: store.read_sync(lambda tx: tx.get_steps(first.run.id))}
     queued = RunFilter(event_id="e1", statuses=(RunStatus.QUEUED,))

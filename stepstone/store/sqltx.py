@@ -204,15 +204,21 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
         return [StepRow.from_row(r) for r in self._all("get_steps", {"run_id": run_id})]
 
     def ended_run(self, run_id: str) -> tuple[RunRow | None, list[StepRow] | None]:
-        run = self._exec("get_run", {"id": run_id})  # sent, not waited for:
-        steps = self._exec("steps_if_ended", {"run_id": run_id}, {"statuses": ENDED_STATUSES})
+        run = self._exec("get_run", {"id": run_id})  # pipelined: sent, not waited for
+        steps = self._steps_if_ended(run_id) if self.dialect.pipelined else None
         row = run.fetchone()
         if row is None:
             return None, None
         found = RunRow.from_row(row)
-        return found, [
-            StepRow.from_row(r) for r in steps.fetchall()
-        ] if found.status in ENDED_STATUSES else None
+        if found.status not in ENDED_STATUSES:
+            return found, None
+        rows = (
+            self._steps_if_ended(run_id) if steps is None else steps
+        ).fetchall()  # (in-process: once it has ended)
+        return found, [StepRow.from_row(r) for r in rows]
+
+    def _steps_if_ended(self, run_id: str) -> Any:
+        return self._exec("steps_if_ended", {"run_id": run_id}, {"statuses": ENDED_STATUSES})
 
     def steps_of_runs(self, run_ids: Sequence[str]) -> dict[str, list[StepRow]]:
         steps: dict[str, list[StepRow]] = {run_id: [] for run_id in run_ids}

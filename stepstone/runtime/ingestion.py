@@ -54,6 +54,7 @@ def ingest(
     ids = []
     for event in events:
         ids.append(event.id)
+        keys = tx.wait_keys_later(event.name)  # (PostgreSQL: with record_event, one round trip)
         seq = tx.record_event(
             event.id,
             event.name,
@@ -73,7 +74,7 @@ def ingest(
             _resolve(tx, wait, event, registry, now)
 
         surveyed = None if surveys is None else surveys.get(event.id)
-        match_event(tx, event.name, event.data, event.variables, now, resolve, surveyed, learn)
+        match_event(tx, event.name, event.data, event.variables, now, resolve, surveyed, learn, keys())
         queued = None if sent is None else sent.queued
         for fn in registry.match(event.name, event.variables):
             start_run(tx, fn, [(seq, event)], now, registry, publish=ingest, queued=queued)

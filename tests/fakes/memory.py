@@ -535,6 +535,9 @@ class MemoryTx:
     def wait_keys(self, event_name: str) -> list[str]:
         return [key for name, key in self.s.wait_keys if name == event_name]
 
+    def wait_keys_later(self, event_name: str) -> Callable[[], list[str]]:
+        return lambda: self.wait_keys(event_name)
+
     def match_waits(self, event_name: str, match_key: str, match_value: str, now: float) -> list[WaitRow]:
         return [
             w

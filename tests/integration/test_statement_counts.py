@@ -69,8 +69,8 @@ SEND = {  # an event recorded, its run created and taken in the send's transacti
         "settle_taken",
     ],
     "postgres": [
+        "wait_keys",  # sent first, read with record_event's result: one round trip
         "record_event",
-        "wait_keys",
         "insert_run",
         "insert_run_event",
         "insert_queue_item",
@@ -308,14 +308,18 @@ def _stored_events(store: Store, run_id: str) -> list[EventRow]:
 
 @SQL_ONLY
 def test_a_send_that_starts_its_run_writes_its_spec_with_the_run_and_reads_back_no_events(
-    db_url: str, store: Store, statements: list[str]
+    db_url: str, store: Store, statements: list[str], round_trips: Callable[[str], list[int]]
 ) -> None:
     """The run's queue spec is a column of its INSERT (no UPDATE after it), and
     the run taken in the send has the events the send wrote without reading
-    them back (no ``events_of_runs``): the same rows a read gives."""
+    them back (no ``events_of_runs``): the same rows a read gives. On
+    PostgreSQL the send waits for results twice before its ``COMMIT``: the
+    event recorded with the wait keys read, and the take."""
     statements.clear()
     [taken] = _send_taking(store, [ss.Event("plain", data={"n": 1.5, "s": "é", "l": [1, {"a": None}]})])
     assert statements == SEND[store.dialect]
+    if store.dialect == "postgres":
+        assert round_trips(_sql("record_event")) == [2]
     assert taken.events == _stored_events(store, taken.run.id)
     assert store.read_sync(lambda tx: tx.queue_spec(taken.run.id)) == QueueSpec(partition_key="plain")
 

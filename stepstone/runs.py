@@ -150,7 +150,10 @@ def _to_span(row: SpanRow) -> Span:
 
 
 def _run_row(tx: RunsTx, run_id: str) -> RunRow:
-    row = tx.get_run(run_id)
+    return _found(tx.get_run(run_id), run_id)
+
+
+def _found(row: RunRow | None, run_id: str) -> RunRow:
     if row is None:
         raise NotFoundError(f"no run {run_id!r}")
     return row
@@ -168,8 +171,9 @@ def _ended_op(run_id: str) -> Callable[[Tx], Run | str]:
     before, only its status (its steps are not read nor decoded)."""
 
     def op(tx: RunsTx) -> Run | str:
-        row = _run_row(tx, run_id)
-        return to_run(row, tx.get_steps(run_id)) if row.status in ENDED_STATUSES else row.status
+        row, steps = tx.ended_run(run_id)
+        run = _found(row, run_id)
+        return run.status if steps is None else to_run(run, steps)
 
     return op
 
@@ -185,8 +189,7 @@ def _export_op(run_id: str) -> Callable[[Tx], dict[str, Any]]:
 
 def _list_op(where: RunFilter) -> Callable[[Tx], list[Run]]:
     def op(tx: RunsTx) -> list[Run]:
-        rows = tx.list_runs(where)
-        steps = tx.steps_of_runs([row.id for row in rows])  # one read, however many runs
+        rows, steps = tx.runs_page(where)  # one round trip, however many runs
         return [to_run(row, steps[row.id]) for row in rows]
 
     return op

@@ -45,9 +45,10 @@ from stepstone.function import FunctionDef
 from stepstone.loops import forever
 from stepstone.middleware import Middleware
 from stepstone.registry import Registry
-from stepstone.scheduler.leasing import RECHECK, lease, next_pass_at
+from stepstone.scheduler.leasing import RECHECK, lease, pass_times
 from stepstone.scheduler.maintenance import (
     cron_op,
+    next_duty,
     next_duty_op,
     register_crons_op,
     schedules_of,
@@ -360,13 +361,12 @@ class Worker:
         """A lease pass for up to ``claim`` runs, ``room()`` once it finds work (``leasing.lease``)."""
         owner, ids, now = self.lease_owner, self._function_ids, self.clock.now()
         until, version = now + self.lease_ttl, self.app_version
-        duty = next_duty_op(self._schedules())
-
-        registry = self.registry
+        schedules, registry = self._schedules(), self.registry
 
         def op(tx: Tx) -> tuple[list[LeasedRun], float | None, float | None]:
             leased = lease(tx, owner, registry, claim, now, until, version, room)
-            return leased, next_pass_at(tx, ids, now, bool(leased)), duty(tx)
+            due, deadline = pass_times(tx, ids, now, bool(leased))
+            return leased, due, next_duty(tx, schedules, deadline)
 
         sent = time.monotonic()
         leased, due, duty_due = await self.store.transact(op)

@@ -54,9 +54,19 @@ def ingest(
     ids = []
     for event in events:
         ids.append(event.id)
-        if tx.claim_key(f"event:{event.id}", event.id, now + limits.DEDUPE_WINDOW_SECONDS, now) is not None:
+        keys = tx.wait_keys_later(event.name)  # (PostgreSQL: with record_event, one round trip)
+        seq = tx.record_event(
+            event.id,
+            event.name,
+            event.data_json,
+            event.ts,
+            now,
+            event.trace,
+            dedupe_key=f"event:{event.id}",
+            dedupe_until=now + limits.DEDUPE_WINDOW_SECONDS,
+        )
+        if seq is None:
             continue  # the same id was seen in the last 24 h
-        seq = tx.insert_event(event.id, event.name, event.data_json, event.ts, now, event.trace)
 
         def resolve(wait: WaitRow, event: PreparedEvent = event) -> None:
             if sent is not None:
@@ -64,7 +74,7 @@ def ingest(
             _resolve(tx, wait, event, registry, now)
 
         surveyed = None if surveys is None else surveys.get(event.id)
-        match_event(tx, event.name, event.data, event.variables, now, resolve, surveyed, learn)
+        match_event(tx, event.name, event.data, event.variables, now, resolve, surveyed, learn, keys())
         queued = None if sent is None else sent.queued
         for fn in registry.match(event.name, event.variables):
             start_run(tx, fn, [(seq, event)], now, registry, publish=ingest, queued=queued)

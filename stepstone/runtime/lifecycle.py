@@ -23,7 +23,7 @@ from stepstone.events import Event
 from stepstone.registry import CANCELLED_EVENT, FAILED_EVENT, FINISHED_EVENT, Registry
 from stepstone.runtime.incoming import PreparedEvent, prepare
 from stepstone.store.base import Tx, WaitsTx
-from stepstone.store.rows import ENDED_STATUSES, Fence, RunRow, RunStatus, StepStatus
+from stepstone.store.rows import ENDED_STATUSES, Fence, RunEnd, RunRow, RunStatus, StepStatus
 
 # Ingest prepared events in the transaction: ``ingest(tx, events, matcher, now)``.
 Publish = Callable[[Tx, Sequence[PreparedEvent], Registry, float], object]
@@ -48,7 +48,10 @@ def end_run(
         flagged = tx.cancel_reason(run.id)
         error = None if flagged is None else ErrorInfo.from_json(serde.loads(flagged))
     error_json = None if error is None else serde.dumps(error.to_json(), what="error")
-    closed = tx.close_run(fence, run.id, status, output, error_json, now, FINISHED_EVENT)
+    closed = tx.close_run(
+        RunEnd(fence=fence, run_id=run.id, status=status, output=output, error=error_json, now=now),
+        FINISHED_EVENT,
+    )
     if closed is None:
         return False
     if run.singleton_key:

@@ -208,10 +208,12 @@ def match_event(
     on_match: Callable[[WaitRow], None],
     surveyed: Survey | None = None,
     learn: Learn | None = None,
+    keys: Sequence[str] | None = None,
 ) -> None:
     """Resolve every wait the event satisfies (each exactly once); its
-    unindexed waits through ``surveyed`` when a survey was made."""
-    for key in tx.wait_keys(name):
+    unindexed waits through ``surveyed`` when a survey was made. ``keys``: the
+    match keys in use on ``name`` (``wait_keys``), if the caller read them."""
+    for key in tx.wait_keys(name) if keys is None else keys:
         if not key:
             _match_unindexed(tx, name, variables, now, on_match, surveyed, learn)
             continue

@@ -18,7 +18,7 @@ from stepstone.flow.batch import ResolvedBatch
 from stepstone.flow.debounce import ResolvedDebounce
 from stepstone.flow.throttle import ResolvedThrottle
 from stepstone.registry import Registry
-from stepstone.store.base import QueueTx
+from stepstone.store.base import QueueTx, Tx
 from stepstone.store.rows import LeasedRun, NewRun, QueueItem
 
 SCAN_SLACK = 16  # extra items read per partition, to step over ones a second key blocks
@@ -171,12 +171,22 @@ def take_direct(
         room = wanted - len(leased)
         if room <= 0:
             break
-        if tx.due_ahead(key, now, ids):
+        taken = tx.take_in_order(owner, key, ids, ids[:room], now, until, app_version)
+        if taken is None:
             continue
-        leased += tx.take_many(owner, ids[:room], now, until, app_version, accumulators=False, new=True)
+        leased += taken
         if room >= len(ids):  # else its hint stays due now, for the runs left
             tx.settle_taken(key, now)
     return leased
+
+
+def pass_times(
+    tx: Tx, function_ids: Sequence[str], now: float, took: bool
+) -> tuple[float | None, float | None]:
+    """The end of a lease pass in one read of its times: when the next pass is
+    due (``next_pass_at``) and the earliest run deadline (the duties')."""
+    due, deadline = tx.next_times(function_ids)
+    return _next_pass(tx, function_ids, now, took, due), deadline
 
 
 def next_pass_at(tx: QueueTx, function_ids: Sequence[str], now: float, took: bool) -> float | None:
@@ -187,7 +197,12 @@ def next_pass_at(tx: QueueTx, function_ids: Sequence[str], now: float, took: boo
     partition is left that this worker could lock now, the worker waits
     ``RECHECK`` (or less: a run ending anywhere notifies it) instead of passing
     again at once and spinning on the other pass's lock."""
-    due = tx.next_due(function_ids)
+    return _next_pass(tx, function_ids, now, took, tx.next_due(function_ids))
+
+
+def _next_pass(
+    tx: QueueTx, function_ids: Sequence[str], now: float, took: bool, due: float | None
+) -> float | None:
     if took or due is None or due > now:
         return due
     return due if tx.due_partitions(function_ids, now, 1) else now + RECHECK

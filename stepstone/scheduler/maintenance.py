@@ -80,9 +80,17 @@ def cron_op(functions: Sequence[FunctionDef], now: float, matcher: Registry) -> 
                 now,
                 system=True,
             )
-            if tx.claim_key(f"event:{event.id}", event.id, now + 86400, now) is not None:
+            seq = tx.record_event(
+                event.id,
+                event.name,
+                event.data_json,
+                event.ts,
+                now,
+                dedupe_key=f"event:{event.id}",
+                dedupe_until=now + 86400,
+            )
+            if seq is None:
                 continue
-            seq = tx.insert_event(event.id, event.name, event.data_json, event.ts, now)
             delay = random.uniform(0, trigger.jitter) if trigger.jitter else 0.0
             start_run(tx, fn, [(seq, event)], now, matcher, available_at=now + delay)
             started += 1
@@ -124,16 +132,23 @@ def next_duty_op(schedules: Sequence[tuple[str, str]]) -> Callable[[Tx], float |
     (``(function id, schedule)`` pairs) and the earliest run deadline."""
 
     def op(tx: CronTx) -> float | None:
-        times = [t for t in (tx.next_cron(schedules), tx.next_deadline()) if t is not None]
-        return min(times) if times else None
+        return next_duty(tx, schedules, tx.next_deadline())
 
     return op
+
+
+def next_duty(tx: CronTx, schedules: Sequence[tuple[str, str]], deadline: float | None) -> float | None:
+    """``next_duty_op``'s answer given the earliest run deadline, already read
+    (a lease pass reads it with its own next time: ``leasing.pass_times``)."""
+    times = [t for t in (tx.next_cron(schedules), deadline) if t is not None]
+    return min(times) if times else None
 
 
 __all__ = [
     "CRON_EVENT",
     "STALE_SCHEDULE",
     "cron_op",
+    "next_duty",
     "next_duty_op",
     "register_crons_op",
     "schedules_of",

@@ -52,6 +52,7 @@ DIALECT = Dialect(
     lock_wait="FOR UPDATE",
     fence_raises=True,
     write_ctes=True,
+    pipelined=True,
     statement_timeout=True,
     pyformat=True,
     key_lock="SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))",

@@ -64,6 +64,15 @@ INSERT INTO events (id, name, data, ts, received_at, trace)
 VALUES (:id, :name, :data, :ts, :now, :trace)
 RETURNING seq;
 
+-- name: record_event
+-- (PostgreSQL: claim_key and insert_event in one statement: the event is
+-- written only if its dedupe key was claimed now; no row for a duplicate)
+WITH claimed AS ({query:claim_key})
+INSERT INTO events (id, name, data, ts, received_at, trace)
+SELECT :id, :name, :data, CAST(:ts AS BIGINT), CAST(:now AS DOUBLE PRECISION), :trace
+WHERE EXISTS (SELECT 1 FROM claimed)
+RETURNING seq;
+
 -- name: insert_run
 INSERT INTO runs (id, function_id, status, event_ids, created_at, error, parent_run_id,
                   parent_step_id, idempotency_key, meta, ended_at, singleton_key)
@@ -118,14 +127,30 @@ ORDER BY r.id DESC
 LIMIT :limit;
 
 -- name: list_runs_of_event
--- (runs.list(event_id=...): the event's runs found through its id first; in
--- list_runs the event would be a condition tested on every run, newest first)
-SELECT r.* FROM runs r
-WHERE r.id IN (SELECT re.run_id FROM run_events re JOIN events e ON e.seq = re.event_seq
-               WHERE e.id = :event_id)
+SELECT r.* {query:listed_of_event};
+
+-- name: listed_of_event
+-- (a fragment, list_runs_of_event's page, included there and in
+-- steps_of_event_runs. runs.list(event_id=...): the event's runs found through
+-- its id first; in list_runs the event would be a condition tested on every
+-- run, newest first)
+FROM runs r
+WHERE r.id IN ({query:event_run_ids})
   AND {query:run_filter}
 ORDER BY r.id DESC
-LIMIT :limit;
+LIMIT :limit
+
+-- name: event_run_ids
+SELECT re.run_id FROM run_events re JOIN events e ON e.seq = re.event_seq WHERE e.id = :event_id
+
+-- name: steps_of_event_runs
+-- (the steps of list_runs_of_event's page, sent with it and read in the same
+-- snapshot. Found through the event's run_events rows: on PostgreSQL runs.id
+-- is COLLATE "C" and steps.run_id is not, so steps_pkey cannot seek runs'
+-- ids; the page's condition only filters.)
+SELECT * FROM steps
+WHERE run_id IN ({query:event_run_ids}) AND run_id IN (SELECT r.id {query:listed_of_event})
+ORDER BY run_id, position;
 
 -- name: run_filter
 -- (the conditions of list_runs, included in it and in list_runs_of_event; the
@@ -144,6 +169,13 @@ WHERE r.function_id IN ({function_ids}) AND r.status IN ({statuses})
   AND (CAST(:after_id AS TEXT) IS NULL OR r.id > :after_id)
 ORDER BY r.id
 LIMIT :limit;
+
+-- name: steps_if_ended
+-- (runs.wait's poll: a run's steps only once it has ended; sent with get_run,
+-- without waiting for it, and read in the same snapshot)
+SELECT s.* FROM steps s
+WHERE s.run_id = :run_id AND EXISTS (SELECT 1 FROM runs r WHERE r.id = :run_id AND r.status IN ({statuses}))
+ORDER BY s.position;
 
 -- name: steps_of_runs
 SELECT * FROM steps WHERE run_id IN ({run_ids}) ORDER BY run_id, position;
@@ -466,6 +498,10 @@ SELECT MIN(d) AS due FROM (
     SELECT MIN(start_deadline) AS d FROM queue
     UNION ALL SELECT MIN(finish_deadline) AS d FROM queue) AS deadlines;
 
+-- name: next_times
+-- (the end of a lease pass: next_due and next_deadline in one statement)
+SELECT ({query:next_due}) AS due, ({query:next_deadline}) AS deadline;
+
 -- name: start_clock
 UPDATE queue SET {query:clock_started} WHERE run_id IN ({run_ids});
 
@@ -483,14 +519,26 @@ start_deadline = NULL,
 -- the join says so, so that the runs' key is used.)
 WITH before AS (
     SELECT run_id, start_deadline FROM queue WHERE run_id IN ({run_ids})
-), taken AS (
+), {query:take_before}
+
+-- name: take_runs_in_order
+-- (PostgreSQL: a send's direct start, take_runs unless a due item of the
+-- partition other than the runs the send queued waits: due_ahead folded in)
+WITH before AS (
+    SELECT run_id, start_deadline FROM queue WHERE run_id IN ({run_ids})
+      AND NOT EXISTS ({query:due_ahead})
+), {query:take_before}
+
+-- name: take_before
+-- (a fragment: what take_runs and take_runs_in_order do with the items `before` names)
+taken AS (
     UPDATE queue SET {query:item_taken}, {query:clock_started}
     FROM before WHERE queue.run_id = before.run_id
     RETURNING queue.run_id, queue.epoch, queue.cancel_requested, before.start_deadline
 )
 UPDATE runs SET {query:run_started}, epoch = taken.epoch
 FROM taken WHERE runs.id = taken.run_id COLLATE "C"
-RETURNING runs.*, taken.run_id, taken.cancel_requested, taken.start_deadline;
+RETURNING runs.*, taken.run_id, taken.cancel_requested, taken.start_deadline
 
 -- name: clear_deadlines
 UPDATE queue SET start_deadline = NULL, finish_deadline = NULL WHERE run_id = :run_id;
@@ -555,7 +603,7 @@ LIMIT :limit;
 -- than the runs the send queued waiting? A plain read through queue_by_partition,
 -- stopping at the first.)
 SELECT run_id FROM queue
-WHERE partition_key = :key AND available_at <= :now AND run_id NOT IN ({run_ids}) LIMIT 1;
+WHERE partition_key = :key AND available_at <= :now AND run_id NOT IN ({queued_ids}) LIMIT 1;
 
 -- name: settle_taken
 -- (a direct start took every due item of the partition: it is next due at its

@@ -420,6 +420,20 @@ class Fence:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RunEnd:
+    """A run's end as ``JournalTx.finish_run`` and ``close_run`` write it: under
+    ``fence`` (``None``: an operator's or the runtime's end, unfenced), its
+    final status, output or error (JSON) and time."""
+
+    fence: Fence | None
+    run_id: str
+    status: RunStatus
+    output: str | None = None
+    error: str | None = None
+    now: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunClosed:
     """What a run's end (``JournalTx.close_run``) must still resolve."""
 

@@ -41,6 +41,7 @@ class Dialect:
     server_clock: str | None = None  # SQL reading the server's clock (epoch seconds, column "now")
     fence_raises: bool = False  # fence checks fail on the server (no need to read them back)
     write_ctes: bool = False  # data-modifying CTEs (WITH ... DELETE): a held run's end in one statement
+    pipelined: bool = False  # statements sent before an earlier one's result is read share its round trip
     statement_timeout: bool = False  # a transaction-local statement_timeout bounds user SQL (usertx.py)
     output_bytes: str = "octet_length(output)"  # {output_bytes}: a step output's stored size in bytes
     _cache: dict[str | tuple[str, tuple[tuple[str, int], ...]], str] = field(

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stepstone.errors import LeaseLostError
-from stepstone.store.rows import CancelFlag, Fence, RunClosed, RunStatus, SpanRow, StepRow
+from stepstone.store.rows import CancelFlag, Fence, RunClosed, RunEnd, SpanRow, StepRow
 from stepstone.store.sqlbase import SqlPlumbing
 
 
@@ -88,44 +88,31 @@ class SqlJournal(SqlPlumbing):
         self._exec("park_run", park)
         return False
 
-    def finish_run(
-        self, fence: Fence | None, run_id: str, status: str, output: str | None, error: str | None, now: float
-    ) -> bool:
+    def finish_run(self, end: RunEnd) -> bool:
+        fence = end.fence
         if fence is not None:
             row = self._fence("fence_delete", fence).fetchone()
             if row is None:
-                raise LeaseLostError(f"run {run_id}: lease lost by {fence.owner}")
+                raise LeaseLostError(f"run {end.run_id}: lease lost by {fence.owner}")
         else:
-            row = self._exec("delete_queue_item", {"run_id": run_id}).fetchone()
-        self._released(row and {**dict(row), "available_at": None}, now)
-        return (
-            int(self._exec("finish_run", _end_params(fence, run_id, status, output, error, now)).rowcount)
-            == 1
-        )
+            row = self._exec("delete_queue_item", {"run_id": end.run_id}).fetchone()
+        self._released(row and {**dict(row), "available_at": None}, end.now)
+        return int(self._exec("finish_run", _end_params(end)).rowcount) == 1
 
-    def close_run(
-        self,
-        fence: Fence | None,
-        run_id: str,
-        status: RunStatus,
-        output: str | None,
-        error: str | None,
-        now: float,
-        waited_event: str,
-    ) -> RunClosed | None:
+    def close_run(self, end: RunEnd, waited_event: str) -> RunClosed | None:
+        run_id, fence = end.run_id, end.fence
         probe = {"child_run_id": run_id, "event_name": waited_event}
         if fence is not None and self.dialect.write_ctes:
-            params = {**_end_params(fence, run_id, status, output, error, now), **probe}
-            row = self._fence("end_held_run", fence, **params).fetchone()
+            row = self._fence("end_held_run", fence, **_end_params(end), **probe).fetchone()
             if row is None:
                 raise LeaseLostError(f"run {run_id}: lease lost by {fence.owner}")
-            self._released({**dict(row), "available_at": None}, now)
+            self._released({**dict(row), "available_at": None}, end.now)
             return (
                 RunClosed(invoked=bool(row["invoked"]), waited=bool(row["waited"]))
                 if row["finished"]
                 else None
             )
-        if not self.finish_run(fence, run_id, status, output, error, now):
+        if not self.finish_run(end):
             return None
         self._exec("delete_run_waits", {"run_id": run_id})
         row = self._one("run_end_probe", probe)
@@ -153,14 +140,12 @@ def _step_params(step: StepRow) -> dict[str, Any]:
     }
 
 
-def _end_params(
-    fence: Fence | None, run_id: str, status: str, output: str | None, error: str | None, now: float
-) -> dict[str, Any]:
+def _end_params(end: RunEnd) -> dict[str, Any]:
     return {
-        "id": run_id,
-        "status": status,
-        "output": output,
-        "error": error,
-        "now": now,
-        "token": None if fence is None else fence.token,
+        "id": end.run_id,
+        "status": end.status,
+        "output": end.output,
+        "error": end.error,
+        "now": end.now,
+        "token": None if end.fence is None else end.fence.token,
     }

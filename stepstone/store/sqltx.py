@@ -2,9 +2,10 @@
 
 Queries live in ``queries.sql`` and run through ``sqlbase`` (a ``Dialect``
 adapts parameter style, lists and row locking); the worker registry, operator
-views and jobs are in ``sqlviews``, a held run's fenced writes (checkpoint,
-park, end) in ``sqljournal``, wait rows and signals in ``sqlwaits``,
-database size and retention deletes in ``sqlretention``. Both stores hand this
+views and jobs are in ``sqlviews``, lease passes, takes and leases in
+``sqlqueue``, a held run's fenced writes (checkpoint, park, end) in
+``sqljournal``, wait rows and signals in ``sqlwaits``, database size and
+retention deletes in ``sqlretention``. Both stores hand this
 class a DB-API connection already inside a transaction.
 """
 
@@ -16,10 +17,9 @@ from typing import Any, TypeVar
 
 from stepstone.store.rows import (
     ACTIVE_STATUSES,
+    ENDED_STATUSES,
     EventRow,
-    LeasedRun,
     NewRun,
-    QueueItem,
     QueueSpec,
     RunFilter,
     RunHistory,
@@ -30,6 +30,7 @@ from stepstone.store.rows import (
     TimedOut,
 )
 from stepstone.store.sqljournal import SqlJournal
+from stepstone.store.sqlqueue import SqlQueue
 from stepstone.store.sqlretention import SqlRetention
 from stepstone.store.sqlviews import SqlViews
 from stepstone.store.sqlwaits import SqlWaits
@@ -38,7 +39,7 @@ from stepstone.store.usertx import run_in_savepoint
 T = TypeVar("T")
 
 
-class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
+class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
     """Implements ``stepstone.store.base.Tx`` on one open transaction."""
 
     # -- functions ----------------------------------------------------------------
@@ -71,13 +72,49 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
     def insert_event(
         self, event_id: str, name: str, data: str, ts: int, now: float, trace: str | None = None
     ) -> int:
-        row = self._one(
-            "insert_event", {"id": event_id, "name": name, "data": data, "ts": ts, "now": now, "trace": trace}
+        params = {"id": event_id, "name": name, "data": data, "ts": ts, "now": now, "trace": trace}
+        seq = self._inserted(self._one("insert_event", params), params)
+        assert seq is not None
+        return seq
+
+    def record_event(
+        self,
+        event_id: str,
+        name: str,
+        data: str,
+        ts: int,
+        now: float,
+        trace: str | None = None,
+        *,
+        dedupe_key: str,
+        dedupe_until: float,
+    ) -> int | None:
+        claim = {"key": dedupe_key, "ref": event_id, "expires_at": dedupe_until, "now": now}
+        params = {"id": event_id, "name": name, "data": data, "ts": ts, "now": now, "trace": trace}
+        if self.dialect.write_ctes:  # the claim as a CTE: the event inserted only if it won
+            return self._inserted(self._one("record_event", {**claim, **params}), params)
+        if self._one("claim_key", claim) is None:
+            return None
+        return self.insert_event(event_id, name, data, ts, now, trace)
+
+    def _inserted(self, row: Any, params: dict[str, Any]) -> int | None:
+        """An inserted event's seq (``None``: no row), remembered for a direct start."""
+        if row is None:
+            return None
+        seq = int(row["seq"])
+        self._new_events[seq] = (
+            params["id"],
+            params["name"],
+            params["data"],
+            params["ts"],
+            params["now"],
+            params["trace"],
         )
-        return int(row["seq"])
+        return seq
 
     def create_run(self, run: NewRun) -> None:
         ended = run.status not in ACTIVE_STATUSES
+        spec = run.queue_spec
         self._exec(
             "insert_run",
             {
@@ -98,7 +135,7 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
         for position, seq in enumerate(run.event_seqs):
             self._exec("insert_run_event", {"run_id": run.id, "position": position, "event_seq": seq})
         if not ended:
-            spec = run.queue_spec
+            self._new_runs[run.id] = run.event_seqs
             self._enqueue(
                 run.id,
                 run.function_id,
@@ -109,7 +146,11 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
                 run.finish_timeout,
             )
             if run.spec is not None:
-                # its fields are plain values: vars(), not dataclasses.asdict's deep copy of each
+                # Its own UPDATE after the queue insert, not a column of insert_run:
+                # written with the run, the noisy-neighbour benchmark's quiet tenant
+                # waited 42-54 ms instead of 27-30 (bench_flow.py; docs/benchmarks.md,
+                # issue 18 after session 7). Its fields are plain values: vars(), not
+                # dataclasses.asdict's deep copy of each.
                 self._exec("set_queue_spec", {"id": run.id, "spec": json.dumps(vars(spec))})
 
     def _enqueue(
@@ -167,6 +208,23 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
     def get_steps(self, run_id: str) -> list[StepRow]:
         return [StepRow.from_row(r) for r in self._all("get_steps", {"run_id": run_id})]
 
+    def ended_run(self, run_id: str) -> tuple[RunRow | None, list[StepRow] | None]:
+        run = self._exec("get_run", {"id": run_id})  # pipelined: sent, not waited for
+        steps = self._steps_if_ended(run_id) if self.dialect.pipelined else None
+        row = run.fetchone()
+        if row is None:
+            return None, None
+        found = RunRow.from_row(row)
+        if found.status not in ENDED_STATUSES:
+            return found, None
+        rows = (
+            self._steps_if_ended(run_id) if steps is None else steps
+        ).fetchall()  # (in-process: once it has ended)
+        return found, [StepRow.from_row(r) for r in rows]
+
+    def _steps_if_ended(self, run_id: str) -> Any:
+        return self._exec("steps_if_ended", {"run_id": run_id}, {"statuses": ENDED_STATUSES})
+
     def steps_of_runs(self, run_ids: Sequence[str]) -> dict[str, list[StepRow]]:
         steps: dict[str, list[StepRow]] = {run_id: [] for run_id in run_ids}
         if run_ids:
@@ -185,6 +243,26 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
         return [SpanRow.from_row(r) for r in self._all("get_spans", {"run_id": run_id})]
 
     def list_runs(self, where: RunFilter) -> list[RunRow]:
+        name, params = self._listing(where)
+        return [RunRow.from_row(r) for r in self._all(name, params, {"statuses": where.statuses})]
+
+    def runs_page(self, where: RunFilter) -> tuple[list[RunRow], dict[str, list[StepRow]]]:
+        name, params = self._listing(where)
+        lists = {"statuses": where.statuses}
+        if where.event_id is None:
+            runs = [RunRow.from_row(r) for r in self._all(name, params, lists)]
+            return runs, self.steps_of_runs([run.id for run in runs])
+        page = self._exec(name, params, lists)  # sent, not waited for:
+        listed = self._exec("steps_of_event_runs", params, lists)
+        runs = [RunRow.from_row(r) for r in page.fetchall()]
+        steps: dict[str, list[StepRow]] = {run.id: [] for run in runs}
+        for row in listed.fetchall():
+            if row["run_id"] in steps:  # (the same snapshot: always, in a read)
+                steps[row["run_id"]].append(StepRow.from_row(row))
+        return runs, steps
+
+    def _listing(self, where: RunFilter) -> tuple[str, dict[str, Any]]:
+        """``list_runs``' statement (by event, or not) and its parameters."""
         params = {
             "function_id": where.function_id,
             "any_status": 0 if where.statuses else 1,
@@ -194,10 +272,10 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
             "app_version": where.app_version,
             "limit": where.limit,
         }
-        name = "list_runs"
-        if where.event_id is not None:
-            name, params["event_id"] = "list_runs_of_event", where.event_id
-        return [RunRow.from_row(r) for r in self._all(name, params, {"statuses": where.statuses})]
+        if where.event_id is None:
+            return "list_runs", params
+        params["event_id"] = where.event_id
+        return "list_runs_of_event", params
 
     def run_histories(
         self,
@@ -214,124 +292,9 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
         ]
         if not runs:
             return []
-        ids = {"run_ids": [run.id for run in runs]}
-        steps = self.steps_of_runs(ids["run_ids"])
-        events: dict[str, list[EventRow]] = {run.id: [] for run in runs}
-        for row in self._all("events_of_runs", None, ids):
-            events[row["run_id"]].append(EventRow.from_row(row))
+        run_ids = [run.id for run in runs]
+        steps, events = self.steps_of_runs(run_ids), self._events_of(run_ids)
         return [RunHistory(run=run, events=events[run.id], steps=steps[run.id]) for run in runs]
-
-    # -- queue and leases ---------------------------------------------------------------
-    def due_partitions(self, function_ids: Sequence[str], now: float, limit: int) -> list[str]:
-        if not function_ids:
-            return []
-        rows = self._all("due_partitions", {"now": now, "limit": limit}, {"function_ids": function_ids})
-        return [r["key"] for r in rows]
-
-    def partition_items(self, key: str, now: float, limit: int) -> list[QueueItem]:
-        return [
-            QueueItem.from_row(r)
-            for r in self._all("partition_items", {"key": key, "now": now, "limit": limit})
-        ]
-
-    def due_ahead(self, key: str, now: float, run_ids: Sequence[str]) -> bool:
-        return bool(self._all("due_ahead", {"key": key, "now": now}, {"run_ids": run_ids}))
-
-    def settle_taken(self, key: str, now: float) -> None:
-        self._exec("settle_taken", {"key": key, "now": now})
-
-    def taken_here(self) -> None:
-        """Nothing to do: SQLite wakes no one at commit (``App`` pokes its workers)."""
-
-    def live_leases(self, slot: int, ckey: str, now: float) -> int:
-        row = self._one("live_ckey1" if slot == 1 else "live_ckey2", {"ckey": ckey, "now": now})
-        return int(row["n"])
-
-    def take(
-        self, owner: str, run_id: str, now: float, until: float, app_version: str | None = None
-    ) -> LeasedRun | None:
-        taken = self.take_many(owner, [run_id], now, until, app_version)
-        return taken[0] if taken else None
-
-    def take_many(
-        self,
-        owner: str,
-        run_ids: Sequence[str],
-        now: float,
-        until: float,
-        app_version: str | None = None,
-        *,
-        accumulators: bool = True,
-        new: bool = False,
-    ) -> list[LeasedRun]:
-        if not run_ids:
-            return []
-        items, runs = self._take(owner, run_ids, now, until, app_version)
-        if not items:
-            return []
-        ids = {"run_ids": sorted(items)}
-        if accumulators:
-            self._exec("drop_debounce_of", None, ids)
-            self._exec("drop_batch_of", None, ids)
-        events: dict[str, list[EventRow]] = {run_id: [] for run_id in items}
-        for row in self._all("events_of_runs", None, ids):
-            events[row["run_id"]].append(EventRow.from_row(row))
-        steps: dict[str, list[StepRow]] = {run_id: [] for run_id in items}
-        sizes: dict[str, dict[str, int]] = {run_id: {} for run_id in items}
-        for row in [] if new else self._all("step_index", None, ids):  # memos without outputs, sizes
-            steps[row["run_id"]].append(StepRow.from_row(row))
-            if row["output_bytes"] is not None:
-                sizes[row["run_id"]][row["step_id"]] = row["output_bytes"]
-        return [
-            LeasedRun(
-                run=RunRow.from_row(runs[run_id]),
-                epoch=items[run_id]["epoch"],
-                events=events[run_id],
-                steps=steps[run_id],
-                output_bytes=sizes[run_id],
-                cancel_requested=bool(items[run_id]["cancel_requested"]),
-                start_deadline=items[run_id]["start_deadline"],
-            )
-            for run_id in run_ids
-            if run_id in items
-        ]
-
-    def _take(
-        self, owner: str, run_ids: Sequence[str], now: float, until: float, app_version: str | None
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Take the items and mark their runs running: their queue rows and their
-        run rows by run id. One statement with data-modifying CTEs (``take_runs``),
-        else one for the items, one per distinct epoch for the runs, one for the clocks."""
-        params = {"owner": owner, "until": until, "now": now, "app_version": app_version}
-        if self.dialect.write_ctes:
-            rows = self._all("take_runs", params, {"run_ids": run_ids})
-            return {r["run_id"]: r for r in rows}, {r["id"]: r for r in rows}
-        items = {r["run_id"]: r for r in self._all("take_items", params, {"run_ids": run_ids})}
-        by_epoch: dict[int, list[str]] = {}
-        for run_id, item in items.items():
-            by_epoch.setdefault(int(item["epoch"]), []).append(run_id)
-        runs: dict[str, Any] = {}
-        for epoch, taken in by_epoch.items():
-            marked = self._all("mark_running", {**params, "epoch": epoch}, {"run_ids": sorted(taken)})
-            runs.update((r["id"], r) for r in marked)
-        if items:
-            self._exec("start_clock", params, {"run_ids": sorted(items)})
-        return items, runs
-
-    def settle_partition(self, key: str, now: float, next_at: float | None, recheck: float) -> None:
-        """Record a lease pass over a partition: it is next due when its earliest
-        future item is, or at ``next_at`` if sooner; drop it when empty."""
-        if next_at is None or next_at > now:
-            row = self._one("partition_times", {"key": key, "now": now})
-            if row["first_at"] is None:
-                self._exec("delete_partition", {"key": key})
-                return
-            if next_at is None and float(row["first_at"]) <= now:
-                next_at = recheck  # a due item was locked by another transaction: skipped
-            if row["next_at"] is not None:
-                future = float(row["next_at"])
-                next_at = future if next_at is None else min(next_at, future)
-        self._exec("settle_partition", {"key": key, "now": now, "next_at": next_at})
 
     def lock(self, key: str) -> None:
         """Serialise transactions that read-then-write the state of ``key``."""
@@ -399,22 +362,6 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
             self._exec("insert_run_event", {"run_id": run_id, "position": position, "event_seq": seq})
             ids = [*run.event_ids, event_id]
         self._exec("set_run_events", {"id": run_id, "event_ids": json.dumps(ids)})
-
-    def next_due(self, function_ids: Sequence[str]) -> float | None:
-        if not function_ids:
-            return None
-        row = self._exec("next_due", {}, {"function_ids": function_ids}).fetchone()
-        return None if row is None or row["due"] is None else float(row["due"])
-
-    def extend_leases(self, owner: str, run_ids: Sequence[str], until: float, now: float) -> list[str]:
-        if not run_ids:
-            return []
-        rows = self._all("extend_leases", {"owner": owner, "until": until, "now": now}, {"run_ids": run_ids})
-        return [r["run_id"] for r in rows]
-
-    def release_leases(self, owner: str, now: float) -> int:
-        self._exec("wake_owner_partitions", {"owner": owner, "now": now})
-        return int(self._exec("release_leases", {"owner": owner, "now": now}).rowcount)
 
     # -- operator actions --------------------------------------------------------------------
     def requeue_run(self, run_id: str, now: float, reset_steps: Sequence[str] | None) -> None:
@@ -512,9 +459,19 @@ class SqlTx(SqlJournal, SqlViews, SqlWaits, SqlRetention):
         row = self._one("next_deadline")
         return None if row is None or row["due"] is None else float(row["due"])
 
+    def next_times(self, function_ids: Sequence[str]) -> tuple[float | None, float | None]:
+        if not function_ids:
+            return None, self.next_deadline()
+        row = self._exec("next_times", {}, {"function_ids": function_ids}).fetchone()
+        return _time(row["due"]), _time(row["deadline"])
+
     def clear_deadlines(self, run_id: str) -> None:
         self._exec("clear_deadlines", {"run_id": run_id})
 
     # -- transactional steps ---------------------------------------------------------------------
     def user_sql(self, fn: Callable[[Any], T], seconds: float) -> T:
         return run_in_savepoint(self, fn, seconds)
+
+
+def _time(value: Any) -> float | None:
+    return None if value is None else float(value)

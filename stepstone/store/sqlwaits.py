@@ -56,6 +56,12 @@ class SqlWaits(SqlPlumbing):
     def wait_keys(self, event_name: str) -> list[str]:
         return [r["match_key"] for r in self._all("wait_keys", {"event_name": event_name})]
 
+    def wait_keys_later(self, event_name: str) -> Callable[[], list[str]]:
+        if not self.dialect.pipelined:
+            return lambda: self.wait_keys(event_name)
+        sent = self._exec("wait_keys", {"event_name": event_name})  # read with the next result read
+        return lambda: [r["match_key"] for r in sent.fetchall()]
+
     def match_waits(self, event_name: str, match_key: str, match_value: str, now: float) -> list[WaitRow]:
         rows = self._all(
             "match_waits",

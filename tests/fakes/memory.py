@@ -41,6 +41,7 @@ from stepstone.store.rows import (
     QueueItem,
     QueueSpec,
     RunClosed,
+    RunEnd,
     RunFilter,
     RunRow,
     RunStatus,
@@ -71,6 +72,22 @@ class MemoryTx:
             seq=seq, id=event_id, name=name, data=data, ts=ts, received_at=now, trace=trace
         )
         return seq
+
+    def record_event(
+        self,
+        event_id: str,
+        name: str,
+        data: str,
+        ts: int,
+        now: float,
+        trace: str | None = None,
+        *,
+        dedupe_key: str,
+        dedupe_until: float,
+    ) -> int | None:
+        if self.claim_key(dedupe_key, event_id, dedupe_until, now) is not None:
+            return None
+        return self.insert_event(event_id, name, data, ts, now, trace)
 
     def create_run(self, run: NewRun) -> None:
         if run.id in self.s.runs:
@@ -134,6 +151,15 @@ class MemoryTx:
     def get_steps(self, run_id: str) -> list[StepRow]:
         steps = [s for (r, _), s in self.s.steps.items() if r == run_id]
         return sorted(steps, key=lambda s: s.position)
+
+    def runs_page(self, where: RunFilter) -> tuple[list[RunRow], dict[str, list[StepRow]]]:
+        runs = self.list_runs(where)
+        return runs, self.steps_of_runs([run.id for run in runs])
+
+    def ended_run(self, run_id: str) -> tuple[RunRow | None, list[StepRow] | None]:
+        run = self.get_run(run_id)
+        ended = run is not None and run.status in ENDED_STATUSES
+        return run, self.get_steps(run_id) if ended else None
 
     def steps_of_runs(self, run_ids: Sequence[str]) -> dict[str, list[StepRow]]:
         return {run_id: self.get_steps(run_id) for run_id in run_ids}
@@ -296,6 +322,20 @@ class MemoryTx:
         taken = [self.take(owner, run_id, now, until, app_version) for run_id in run_ids]
         return [leased for leased in taken if leased is not None]
 
+    def take_in_order(
+        self,
+        owner: str,
+        key: str,
+        queued: Sequence[str],
+        run_ids: Sequence[str],
+        now: float,
+        until: float,
+        app_version: str | None = None,
+    ) -> list[LeasedRun] | None:
+        if self.due_ahead(key, now, queued):
+            return None
+        return self.take_many(owner, run_ids, now, until, app_version, accumulators=False, new=True)
+
     def settle_partition(self, key: str, now: float, next_at: float | None, recheck: float) -> None:
         part = self.s.partitions.get(key)
         if next_at is None or next_at > now:
@@ -402,40 +442,28 @@ class MemoryTx:
         run.written_by = fence.token
         return False
 
-    def finish_run(
-        self,
-        fence: Fence | None,
-        run_id: str,
-        status: RunStatus,
-        output: str | None,
-        error: str | None,
-        now: float,
-    ) -> bool:
+    def finish_run(self, end: RunEnd) -> bool:
+        fence, run_id = end.fence, end.run_id
         item = self._fenced(fence) if fence is not None else self.s.queue.get(run_id)
         if item is not None:
             del self.s.queue[run_id]
-            self._released(item, now, None)
+            self._released(item, end.now, None)
         run = self.s.runs.get(run_id)
         if run is None or run.row.status in ENDED_STATUSES:
             return False
-        run.row = dataclasses.replace(run.row, status=status, output=output, error=error, ended_at=now)
+        run.row = dataclasses.replace(
+            run.row, status=end.status, output=end.output, error=end.error, ended_at=end.now
+        )
         run.written_by = None if fence is None else fence.token
         return True
 
-    def close_run(
-        self,
-        fence: Fence | None,
-        run_id: str,
-        status: RunStatus,
-        output: str | None,
-        error: str | None,
-        now: float,
-        waited_event: str,
-    ) -> RunClosed | None:
-        if not self.finish_run(fence, run_id, status, output, error, now):
+    def close_run(self, end: RunEnd, waited_event: str) -> RunClosed | None:
+        if not self.finish_run(end):
             return None
-        self.delete_run_waits(run_id)
-        return RunClosed(invoked=bool(self.child_waits(run_id)), waited=bool(self.wait_keys(waited_event)))
+        self.delete_run_waits(end.run_id)
+        return RunClosed(
+            invoked=bool(self.child_waits(end.run_id)), waited=bool(self.wait_keys(waited_event))
+        )
 
     def written_by(self, run_id: str) -> str | None:
         run = self.s.runs.get(run_id)
@@ -506,6 +534,9 @@ class MemoryTx:
 
     def wait_keys(self, event_name: str) -> list[str]:
         return [key for name, key in self.s.wait_keys if name == event_name]
+
+    def wait_keys_later(self, event_name: str) -> Callable[[], list[str]]:
+        return lambda: self.wait_keys(event_name)
 
     def match_waits(self, event_name: str, match_key: str, match_value: str, now: float) -> list[WaitRow]:
         return [

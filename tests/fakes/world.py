@@ -14,7 +14,7 @@ from stepstone.executor import ExecEnv, Outcome, execute
 from stepstone.registry import Registry
 from stepstone.runtime import ingest, prepare
 from stepstone.scheduler.leasing import lease
-from stepstone.store.rows import Fence, LeasedRun, RunRow, RunStatus
+from stepstone.store.rows import Fence, LeasedRun, RunEnd, RunRow, RunStatus
 from tests.fakes.memory import MemoryStore
 
 T0 = 1_000_000.0
@@ -75,7 +75,15 @@ class World:
     def finish(self, leased: LeasedRun, owner: str = "w") -> bool:
         fence = Fence(run_id=leased.run.id, owner=owner, epoch=leased.epoch)
         ended: bool = self.store.transact_sync(
-            lambda tx: tx.finish_run(fence, leased.run.id, RunStatus.COMPLETED, "null", None, self.now)
+            lambda tx: tx.finish_run(
+                RunEnd(
+                    fence=fence,
+                    run_id=leased.run.id,
+                    status=RunStatus.COMPLETED,
+                    output="null",
+                    now=self.now,
+                )
+            )
         )
         return ended
 

@@ -16,7 +16,7 @@ import pytest
 import stepstone as ss
 from stepstone.store import faults
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import Fence, RunStatus, StepKind, StepRow, StepStatus, WaitKind, WaitRow
+from stepstone.store.rows import Fence, RunEnd, RunStatus, StepKind, StepRow, StepStatus, WaitKind, WaitRow
 from tests.conftest import FAST, query
 from tests.faultrun import Driver, virtual_app
 from tests.integration.test_store_contract import NOW, add_runs, lease
@@ -359,6 +359,10 @@ def test_a_park_and_an_end_record_the_invocation_that_wrote_them(store: Store) -
     assert store.read_sync(lambda tx: tx.written_by("r")) == "first"
     [second] = store.transact_sync(lambda tx: lease(tx, "w2", 1, NOW + 10, NOW + 20))
     ended = Fence(run_id="r", owner="w2", epoch=second.epoch, token="second")
-    assert store.transact_sync(lambda tx: tx.finish_run(ended, "r", RunStatus.COMPLETED, "1", None, NOW + 11))
+    assert store.transact_sync(
+        lambda tx: tx.finish_run(
+            RunEnd(fence=ended, run_id="r", status=RunStatus.COMPLETED, output="1", now=NOW + 11)
+        )
+    )
     assert store.read_sync(lambda tx: tx.written_by("r")) == "second"
     assert store.read_sync(lambda tx: tx.written_by("missing")) is None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -48,8 +49,33 @@ LEASE_READS: dict[str, dict[str, Any]] = {
         "run_ids_1": "r3",
         "run_ids_2": "r5",
     },
+    "due_ahead": {"key": "f", "now": 1e10, "queued_ids_0": "r1"},
+    # a send's direct start: take_runs unless a due item waits before its runs
+    "take_runs_in_order": {
+        "owner": "w",
+        "key": "f",
+        "until": 1e10,
+        "now": 1e10,
+        "app_version": None,
+        "run_ids_0": "r1",
+        "queued_ids_0": "r1",
+    },
 }
-LISTS = {"run_ids": 3}  # the size of the lists in LEASE_READS's parameters
+LIST_PAGE = {
+    "function_id": None,
+    "any_status": 0,
+    "statuses_0": "queued",
+    "since": None,
+    "until": None,
+    "before_id": None,
+    "app_version": None,
+    "limit": 100,
+}
+STEP_READS: dict[str, dict[str, Any]] = {  # a read's steps, sent with the read of its runs
+    "steps_of_event_runs": {**LIST_PAGE, "event_id": "e7"},
+    "steps_if_ended": {"run_id": "r7", "statuses_0": "completed", "statuses_1": "failed"},
+}
+READS = {**LEASE_READS, **STEP_READS}
 Plans = Callable[[str], list[str]]
 
 
@@ -62,11 +88,22 @@ def sqlite_plans(path: str) -> Plans:
         "VALUES (?, 'f', 'f', ?, ?, ?)",
         ((f"r{i}", 1.0 if i % 2 else 1e12, float(i), i % 2) for i in range(2 * DEPTH)),
     )
+    conn.executemany(  # a step of every run, the runs' rows and an event of one
+        "INSERT INTO steps (run_id, step_id, position, kind, status) VALUES (?, 's', 0, 'run', 'completed')",
+        ((f"r{i}",) for i in range(2 * DEPTH)),
+    )
+    conn.executemany(
+        "INSERT INTO runs (id, function_id, status, event_ids, created_at) VALUES (?, 'f', 'queued', '[]', 1)",
+        ((f"r{i}",) for i in range(2 * DEPTH)),
+    )
+    conn.execute(
+        "INSERT INTO events (seq, id, name, data, ts, received_at) VALUES (7, 'e7', 'n', '{}', 1, 1)"
+    )
+    conn.execute("INSERT INTO run_events (run_id, position, event_seq) VALUES ('r7', 0, 7)")
     conn.commit()
 
     def plan(name: str) -> list[str]:
-        sql = DIALECT.sql(name, LISTS if "run_ids_0" in LEASE_READS[name] else {})
-        rows = conn.execute("EXPLAIN QUERY PLAN " + sql, LEASE_READS[name]).fetchall()
+        rows = conn.execute("EXPLAIN QUERY PLAN " + DIALECT.sql(name, _lists(name)), READS[name]).fetchall()
         return [str(row[3]) for row in rows]
 
     return plan
@@ -90,16 +127,31 @@ def postgres_plans(url: str) -> Plans:
             "SELECT 'r' || g, 'f', 'queued', '[]', 1 FROM generate_series(1, 2 * %(depth)s::int) g",
             {"depth": DEPTH},
         )
-        conn.execute("ANALYZE queue")  # as autovacuum does after a bulk insert
-        conn.execute("ANALYZE runs")
+        conn.execute(  # a step of every run and an event of one
+            "INSERT INTO steps (run_id, step_id, position, kind, status) "
+            "SELECT 'r' || g, 's', 0, 'run', 'completed' FROM generate_series(1, 2 * %(depth)s::int) g",
+            {"depth": DEPTH},
+        )
+        conn.execute(
+            "INSERT INTO events (seq, id, name, data, ts, received_at) VALUES (7, 'e7', 'n', '{}', 1, 1)"
+        )
+        conn.execute("INSERT INTO run_events (run_id, position, event_seq) VALUES ('r7', 0, 7)")
+        for table in ("queue", "runs", "steps", "events", "run_events"):
+            conn.execute(f"ANALYZE {table}".encode())  # as autovacuum does after a bulk insert
 
     def plan(name: str) -> list[str]:
         with psycopg.connect(url) as conn:
-            sql = dialect.sql(name, LISTS if "run_ids_0" in LEASE_READS[name] else {})
-            rows = conn.execute(("EXPLAIN " + sql).encode(), LEASE_READS[name]).fetchall()
+            rows = conn.execute(
+                ("EXPLAIN " + dialect.sql(name, _lists(name))).encode(), READS[name]
+            ).fetchall()
         return [str(row[0]).strip() for row in rows]
 
     return plan
+
+
+def _lists(name: str) -> dict[str, int]:
+    """The sizes of the lists in a read's parameters (``run_ids_0``, ``run_ids_1``...)."""
+    return dict(Counter(m[1] for key in READS[name] if (m := re.fullmatch(r"(\w+)_\d+", key))))
 
 
 @pytest.fixture
@@ -169,3 +221,28 @@ def test_a_pass_takes_items_and_runs_in_one_statement_by_key_on_postgres(plans: 
     plan = plans("take_runs")
     assert lines_with(plan, ("Seq Scan on queue", "Seq Scan on runs")) == [], plan
     assert lines_with(plan, ("runs_pkey",)), plan
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_a_direct_starts_take_checks_its_partition_by_index_on_postgres(plans: Plans) -> None:
+    """``take_runs_in_order``: ``take_runs`` with the queue-order check
+    (``due_ahead``) folded in: the items and runs by key, the check planned as
+    it is alone (a read that stops at the partition's first due item)."""
+    plan, check = plans("take_runs_in_order"), plans("due_ahead")
+    assert lines_with(plan, ("Seq Scan on runs",)) == [], plan
+    assert lines_with(plan, ("queue_pkey",)) and lines_with(plan, ("runs_pkey",)), plan
+    assert len(lines_with(plan, ("Scan on queue ",))) == len(lines_with(check, ("Scan on queue ",))), plan
+    assert (
+        lines_with(plan, ("Filter:", "Index Cond: (partition_key"))[:1]
+        == lines_with(check, ("Filter:", "Index Cond: (partition_key"))[:1]
+    ), (plan, check)
+
+
+@pytest.mark.parametrize("name", sorted(STEP_READS))
+def test_a_reads_steps_sent_with_its_runs_are_found_by_key(plans: Plans, name: str) -> None:
+    """The steps of a page of an event's runs (``runs.list(event_id=...)``)
+    and of an ended run (``runs.wait``), read with their runs: an index seek
+    per run, never a pass over every step."""
+    plan = plans(name)
+    assert lines_with(plan, ("SCAN steps", "SCAN s ", "Seq Scan on steps")) == [], plan
+    assert lines_with(plan, ("steps_pkey", "sqlite_autoindex_steps_1")), plan

@@ -31,7 +31,7 @@ from stepstone import limits, serde
 from stepstone.errors import ErrorInfo, LeaseLostError
 from stepstone.store import make_store
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import Fence, RunStatus, SpanRow, StepKind, StepRow, StepStatus
+from stepstone.store.rows import Fence, RunEnd, RunStatus, SpanRow, StepKind, StepRow, StepStatus
 from tests.batches import submitted_together
 from tests.integration.test_store_contract import NOW, add_runs, lease
 
@@ -72,7 +72,15 @@ def outputs(fence: Fence) -> Callable[[Tx], Any]:
             ended_at=NOW,
         )
         cancel = tx.checkpoint(fence, [step], [])
-        assert tx.finish_run(fence, fence.run_id, RunStatus.COMPLETED, payload, None, NOW + 1)
+        assert tx.finish_run(
+            RunEnd(
+                fence=fence,
+                run_id=fence.run_id,
+                status=RunStatus.COMPLETED,
+                output=payload,
+                now=NOW + 1,
+            )
+        )
         return cancel
 
     return op
@@ -88,7 +96,15 @@ def event(fence: Fence) -> Callable[[Tx], Any]:
     def op(tx: Tx) -> Any:
         cancel = tx.checkpoint(fence, [], [])
         tx.insert_event(f"big-{fence.run_id}", "big", data, 1, NOW)
-        assert tx.finish_run(fence, fence.run_id, RunStatus.COMPLETED, "null", None, NOW + 1)
+        assert tx.finish_run(
+            RunEnd(
+                fence=fence,
+                run_id=fence.run_id,
+                status=RunStatus.COMPLETED,
+                output="null",
+                now=NOW + 1,
+            )
+        )
         return cancel
 
     return op
@@ -123,7 +139,9 @@ def error(fence: Fence) -> Callable[[Tx], Any]:
             error=err,
         )
         cancel = tx.checkpoint(fence, [step], [span])
-        assert tx.finish_run(fence, fence.run_id, RunStatus.FAILED, None, err, NOW + 1)
+        assert tx.finish_run(
+            RunEnd(fence=fence, run_id=fence.run_id, status=RunStatus.FAILED, error=err, now=NOW + 1)
+        )
         return cancel
 
     return op

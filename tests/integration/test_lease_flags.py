@@ -28,6 +28,7 @@ from stepstone.store.rows import (
     Fence,
     LeasedRun,
     NewRun,
+    RunEnd,
     RunStatus,
     StepKind,
     StepRow,
@@ -153,7 +154,15 @@ def test_an_epoch_never_repeats_across_cancel_and_replay(store: Store) -> None:
         store.transact_sync(lambda tx: tx.checkpoint(fence_of(old, "w"), [memo("r", "b", '"stale"')], []))
     with pytest.raises(LeaseLostError):
         store.transact_sync(
-            lambda tx: tx.finish_run(fence_of(old, "w"), "r", RunStatus.COMPLETED, "1", None, t + 2)
+            lambda tx: tx.finish_run(
+                RunEnd(
+                    fence=fence_of(old, "w"),
+                    run_id="r",
+                    status=RunStatus.COMPLETED,
+                    output="1",
+                    now=t + 2,
+                )
+            )
         )
     assert store.read_sync(lambda tx: tx.get_steps("r")) == []
     store.transact_sync(lambda tx: tx.checkpoint(fence_of(new, "w"), [memo("r", "b", '"new"')], []))

@@ -20,7 +20,7 @@ import stepstone as ss
 from stepstone.errors import StoreError, StoreUnavailableError
 from stepstone.store.base import Tx
 from stepstone.store.postgres import CHANNEL, PostgresStore, parse_url
-from stepstone.store.rows import NewRun, QueueSpec, RunStatus
+from stepstone.store.rows import NewRun, QueueSpec, RunEnd, RunStatus
 from stepstone.store.viewrows import WorkerRow
 from stepstone.worker import Worker
 
@@ -447,7 +447,12 @@ def test_a_release_racing_a_lease_pass_is_not_lost(pg_url: str, pg_store: Postgr
     assert [lr.run.id for lr in first] == ["a"]  # b waits for a's slot
     pg_store.transact_sync(lambda tx: tx.lower_partition("f:k", "f", "k", NOW))  # due again (any wake)
 
-    with uncommitted(pg_url, lambda tx: tx.finish_run(None, "a", RunStatus.COMPLETED, "null", None, NOW + 1)):
+    with uncommitted(
+        pg_url,
+        lambda tx: tx.finish_run(
+            RunEnd(fence=None, run_id="a", status=RunStatus.COMPLETED, output="null", now=NOW + 1)
+        ),
+    ):
         racing = pg_store.transact_sync(lambda tx: lease(tx, "w2", F_ONLY, 2, NOW + 1, NOW + 61))
         assert racing == []  # a's slot is not free until the release commits
     after = pg_store.transact_sync(lambda tx: lease(tx, "w2", F_ONLY, 2, NOW + 1, NOW + 61))

@@ -20,7 +20,7 @@ from stepstone.runtime import ingest, prepare
 from stepstone.scheduler.leasing import RECHECK, lease, next_pass_at
 from stepstone.signals import LeaseLostSignal
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import Fence, LeasedRun, RunStatus
+from stepstone.store.rows import Fence, LeasedRun, RunEnd, RunStatus
 
 from ..conftest import query
 from .test_postgres import uncommitted
@@ -69,7 +69,14 @@ def test_one_pass_takes_exactly_each_keys_limit_however_many_are_due(store: Stor
 
     def finish(tx: Tx) -> None:
         fence = Fence(run_id=done.run.id, owner="w", epoch=done.epoch)
-        assert tx.finish_run(fence, done.run.id, RunStatus.COMPLETED, None, None, NOW + 2)
+        assert tx.finish_run(
+            RunEnd(
+                fence=fence,
+                run_id=done.run.id,
+                status=RunStatus.COMPLETED,
+                now=NOW + 2,
+            )
+        )
 
     store.transact_sync(finish)
     assert _tenants(_pass(store, registry, 100, NOW + 3)) == {"t1": 1}  # exactly the slot freed
@@ -131,8 +138,10 @@ def test_a_last_commit_without_its_own_fence_check_writes_nothing_once_the_lease
     journal = RunJournal(store, fence, SystemClock())
     journal.stage(step(run_id, "last"), None)
 
-    def end(tx: Tx) -> bool:
-        return tx.finish_run(fence, run_id, RunStatus.COMPLETED, "1", None, NOW + TTL + 2)
+    def end(tx: Tx, fence: Fence = fence, at: float = NOW + TTL + 2) -> bool:
+        return tx.finish_run(
+            RunEnd(fence=fence, run_id=run_id, status=RunStatus.COMPLETED, output="1", now=at)
+        )
 
     with pytest.raises(LeaseLostSignal):
         asyncio.run(journal.finish(end))
@@ -142,9 +151,7 @@ def test_a_last_commit_without_its_own_fence_check_writes_nothing_once_the_lease
     assert new.epoch > old.epoch
     # the new owner's lease is intact: its own end commits
     new_fence = Fence(run_id=run_id, owner="w", epoch=new.epoch)
-    assert store.transact_sync(
-        lambda tx: tx.finish_run(new_fence, run_id, RunStatus.COMPLETED, "1", None, NOW + TTL + 3)
-    )
+    assert store.transact_sync(lambda tx: end(tx, new_fence, NOW + TTL + 3))
 
 
 def test_runs_taken_together_under_different_epochs_each_record_their_own(db_url: str, store: Store) -> None:
@@ -164,7 +171,17 @@ def test_runs_taken_together_under_different_epochs_each_record_their_own(db_url
     fences = [Fence(run_id=lr.run.id, owner="w", epoch=lr.epoch) for lr in taken]
 
     def finish_all(tx: Tx) -> list[bool]:
-        return [tx.finish_run(f, f.run_id, RunStatus.COMPLETED, None, None, NOW + TTL + 2) for f in fences]
+        return [
+            tx.finish_run(
+                RunEnd(
+                    fence=f,
+                    run_id=f.run_id,
+                    status=RunStatus.COMPLETED,
+                    now=NOW + TTL + 2,
+                )
+            )
+            for f in fences
+        ]
 
     assert store.transact_sync(finish_all) == [True, True, True]
 

@@ -12,6 +12,7 @@ behaviour) the in-memory fake."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -22,11 +23,26 @@ import pytest
 
 import stepstone as ss
 from stepstone.errors import LeaseLostError
-from stepstone.registry import FINISHED_EVENT
-from stepstone.store.base import Store
-from stepstone.store.rows import Fence, NewRun, RunClosed, RunStatus, WaitKind
+from stepstone.registry import FINISHED_EVENT, Registry
+from stepstone.runtime import Sent, ingest, prepare
+from stepstone.scheduler.leasing import take_direct
+from stepstone.store.base import Store, Tx
+from stepstone.store.rows import (
+    ENDED_STATUSES,
+    EventRow,
+    Fence,
+    LeasedRun,
+    NewRun,
+    QueueSpec,
+    RunClosed,
+    RunEnd,
+    RunFilter,
+    RunStatus,
+    WaitKind,
+)
 from stepstone.store.sqlbase import SqlPlumbing
 from tests.conftest import BACKENDS, MEMORY, backend_url, send_and_wait
+from tests.polling import wait_for
 
 from .test_store_contract import NOW, add_runs, lease, step, wait
 
@@ -37,6 +53,34 @@ END = {
 }
 CHECKPOINT = {"sqlite": ["fence_check", "upsert_step"], "postgres": ["fenced_step"]}
 PARK = {"sqlite": ["fence_park_wake", "lower_partition", "park_run"], "postgres": ["park_held_run"]}
+SEND = {  # an event recorded, its run created and taken in the send's transaction
+    "sqlite": [
+        "claim_key",
+        "insert_event",
+        "wait_keys",
+        "insert_run",
+        "insert_run_event",
+        "insert_queue_item",
+        "lower_partition",
+        "set_queue_spec",
+        "due_ahead",
+        "take_items",
+        "mark_running",
+        "start_clock",
+        "settle_taken",
+    ],
+    "postgres": [
+        "wait_keys",  # sent first, read with record_event's result: one round trip
+        "record_event",
+        "insert_run",
+        "insert_run_event",
+        "insert_queue_item",
+        "lower_partition",
+        "set_queue_spec",
+        "take_runs_in_order",
+        "settle_taken",
+    ],
+}
 TAKE = {
     "sqlite": ["take_items", "mark_running", "start_clock", "events_of_runs", "step_index"],
     "postgres": ["take_runs", "events_of_runs", "step_index"],
@@ -82,7 +126,10 @@ def _paid(store: Store) -> list[str]:
 
 def _close(store: Store, fence: Fence | None, run_id: str = "r") -> RunClosed | None:
     return store.transact_sync(
-        lambda tx: tx.close_run(fence, run_id, RunStatus.COMPLETED, "1", None, NOW + 1, FINISHED_EVENT)
+        lambda tx: tx.close_run(
+            RunEnd(fence=fence, run_id=run_id, status=RunStatus.COMPLETED, output="1", now=NOW + 1),
+            FINISHED_EVENT,
+        )
     )
 
 
@@ -237,3 +284,198 @@ def test_an_end_of_a_run_already_ended_changes_nothing_and_keeps_its_waits(store
     assert _paid(store) == ["r"]
     with pytest.raises(LeaseLostError):  # its queue item went with the first end
         _close(store, fence)
+
+
+def _registry() -> Registry:
+    app = ss.App("counts", database_url="sqlite:///never-opened.db")  # only its registry is used
+    app.function(id="plain", trigger=ss.on_event("plain"))(lambda ctx: None)
+    return app.registry
+
+
+def _send_taking(store: Store, events: list[ss.Event], at: float = NOW) -> list[LeasedRun]:
+    """A send whose runs start directly, as ``App.send`` with a free local worker."""
+    prepared, registry = prepare(events, at), _registry()
+
+    def op(tx: Tx) -> list[LeasedRun]:
+        sent = Sent()
+        ingest(tx, prepared, registry, at, sent=sent)
+        return take_direct(tx, "w", sent.queued, len(sent.queued), at, at + 60)
+
+    return store.transact_sync(op)
+
+
+def _stored_events(store: Store, run_id: str) -> list[EventRow]:
+    return store.read_sync(lambda tx: tx.get_events(run_id))
+
+
+@SQL_ONLY
+def test_a_send_that_starts_its_run_reads_back_no_events(
+    db_url: str, store: Store, statements: list[str], round_trips: Callable[[str], list[int]]
+) -> None:
+    """The run taken in the send has the events the send wrote without reading
+    them back (no ``events_of_runs``): the same rows a read gives. On
+    PostgreSQL the send waits for results twice before its ``COMMIT``: the
+    event recorded with the wait keys read, and the take."""
+    statements.clear()
+    [taken] = _send_taking(store, [ss.Event("plain", data={"n": 1.5, "s": "é", "l": [1, {"a": None}]})])
+    assert statements == SEND[store.dialect]
+    if store.dialect == "postgres":
+        assert round_trips(_sql("record_event")) == [2]
+    assert taken.events == _stored_events(store, taken.run.id)
+    assert store.read_sync(lambda tx: tx.queue_spec(taken.run.id)) == QueueSpec(partition_key="plain")
+
+
+def test_a_direct_start_of_several_runs_has_each_runs_own_events(store: Store) -> None:
+    taken = _send_taking(store, [ss.Event("plain", data={"i": i}) for i in range(3)])
+    assert [lr.events for lr in taken] == [_stored_events(store, lr.run.id) for lr in taken]
+    assert sorted(json.loads(lr.events[0].data)["i"] for lr in taken if len(lr.events) == 1) == [0, 1, 2]
+
+
+def test_a_new_run_whose_events_an_earlier_transaction_wrote_has_them_read(store: Store) -> None:
+    """``take_many(new=True)`` of a run created here for an event recorded
+    before (not written in this transaction): its events are read, not lost."""
+    seq = store.transact_sync(lambda tx: tx.insert_event("e1", "plain", '{"x": 1}', 1, NOW))
+    new = NewRun(
+        id="r", function_id="f", event_seqs=[seq], event_ids=["e1"], available_at=NOW, created_at=NOW
+    )
+
+    def op(tx: Tx) -> list[LeasedRun]:
+        tx.create_run(new)
+        return tx.take_many("w", ["r"], NOW, NOW + 60, None, accumulators=False, new=True)
+
+    [taken] = store.transact_sync(op)
+    assert [(e.id, e.data) for e in taken.events] == [("e1", '{"x": 1}')]
+
+
+@SQL_ONLY  # (the fake keeps no deadlines)
+def test_a_lease_pass_ends_with_one_read_of_its_next_times(
+    db_url: str, make_app: Callable[..., ss.App], statements: list[str]
+) -> None:
+    """A worker's pass reads when it is next due and the earliest run deadline
+    in one statement (``next_times``), the values ``next_due`` and
+    ``next_deadline`` give."""
+    app = make_app()
+    app.function(id="slow", trigger=ss.on_event("go"), timeouts=ss.Timeouts(start="1h"))(lambda ctx: None)
+    app.start(concurrency=1)
+    assert send_and_wait(app, ss.Event("go")).status == "completed"  # taken by a pass (a start timeout)
+    wait_for(lambda: "next_times" in statements, 10, "a lease pass's end")
+    assert "next_due" not in statements  # (next_deadline: the duties' own read, not a pass's)
+    at = app.clock.now()
+    new = NewRun(
+        id="r", function_id="other", event_seqs=[], event_ids=[], available_at=at + 50, created_at=at
+    )
+    app.store.transact_sync(lambda tx: tx.create_run(dataclasses.replace(new, start_deadline=at + 30)))
+    times = app.store.read_sync(lambda tx: tx.next_times(["other", "slow"]))
+    assert times == app.store.read_sync(lambda tx: (tx.next_due(["other", "slow"]), tx.next_deadline()))
+    assert app.store.read_sync(lambda tx: tx.next_times(["other"])) == (at + 50, at + 30)
+    assert app.store.read_sync(lambda tx: tx.next_times([])) == (None, at + 30)
+
+
+def test_an_event_recorded_twice_is_written_once(store: Store) -> None:
+    """``record_event``: the dedupe claim and the insert (one statement on
+    PostgreSQL); a second record of the same id within the window writes
+    nothing, after it the event is recorded again."""
+
+    def record(at: float) -> int | None:
+        return store.transact_sync(
+            lambda tx: tx.record_event("e1", "paid", "{}", 1, at, dedupe_key="event:e1", dedupe_until=at + 10)
+        )
+
+    first = record(NOW)
+    assert first is not None and record(NOW + 5) is None
+    again = record(NOW + 11)
+    assert again is not None and again > first
+    assert store.transact_sync(lambda tx: tx.claim_key("event:e1", "x", NOW + 30, NOW + 12)) == "e1"
+
+
+@pytest.fixture
+def round_trips(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], list[int]]:
+    """``round_trips(sql)``: for each pipelined PostgreSQL transaction that
+    sent ``sql``, in order, how many times it waited for results before its
+    ``COMMIT`` (each a round trip); other transactions are not counted. A
+    transaction is what one connection's statement path (``pgwire.Wire``)
+    sends from its ``BEGIN`` to its ``COMMIT``."""
+    from stepstone.store import pgwire
+
+    waits: list[int] = []  # per transaction
+    open_now: dict[int, int] = {}  # a wire's open transaction
+    sent: dict[str, list[int]] = {}
+    execute, sync = pgwire.Wire.execute, pgwire.Wire.sync
+
+    def sending(self: pgwire.Wire, query: str | bytes, params: Any = None) -> Any:
+        text = query.decode() if isinstance(query, bytes) else str(query)
+        if text.startswith("BEGIN"):
+            waits.append(0)
+            open_now[id(self)] = len(waits) - 1
+        elif text == "COMMIT":
+            open_now.pop(id(self), None)
+        transaction = open_now.get(id(self))
+        if transaction is not None:
+            sent.setdefault(text, []).append(transaction)
+        return execute(self, query, params)
+
+    def syncing(self: pgwire.Wire) -> None:
+        transaction = open_now.get(id(self))
+        if transaction is not None and self.sent:
+            waits[transaction] += 1
+        sync(self)
+
+    monkeypatch.setattr(pgwire.Wire, "execute", sending)
+    monkeypatch.setattr(pgwire.Wire, "sync", syncing)
+    return lambda sql: [waits[transaction] for transaction in sent.get(sql, [])]
+
+
+def _sql(name: str, **lists: int) -> str:
+    from stepstone.store.postgres import DIALECT
+
+    return DIALECT.sql(name, lists)
+
+
+@SQL_ONLY
+def test_a_wait_reads_a_runs_steps_with_it_only_once_it_has_ended(
+    db_url: str, store: Store, statements: list[str], round_trips: Callable[[str], list[int]]
+) -> None:
+    """``runs.wait``'s poll (``ended_run``): the run and, once it has ended,
+    its steps, sent together on PostgreSQL (one round trip, not two)."""
+    fence = _held(store)
+    store.transact_sync(lambda tx: tx.checkpoint(fence, [step("r", "s")], []))
+    statements.clear()
+    assert store.read_sync(lambda tx: tx.ended_run("r"))[1] is None  # running: steps not given
+    # SQLite (in-process) reads them only once the run has ended
+    assert statements == ["get_run", "steps_if_ended"] if store.dialect == "postgres" else ["get_run"]
+    assert store.read_sync(lambda tx: tx.ended_run("nope")) == (None, None)
+    _close(store, fence)
+    statements.clear()
+    run, steps = store.read_sync(lambda tx: tx.ended_run("r"))
+    assert statements == ["get_run", "steps_if_ended"]
+    if store.dialect == "postgres":
+        assert round_trips(_sql("steps_if_ended", statuses=len(ENDED_STATUSES))) == [1, 1, 1]
+    assert run is not None and run.status == RunStatus.COMPLETED
+    assert steps == store.read_sync(lambda tx: tx.get_steps("r")) and [s.step_id for s in steps] == ["s"]
+
+
+def _checkpoint(store: Store, fence: Fence) -> None:
+    store.transact_sync(lambda tx: tx.checkpoint(fence, [step(fence.run_id, "s")], []))
+
+
+@SQL_ONLY
+def test_a_list_by_event_reads_its_runs_steps_with_them(
+    db_url: str, store: Store, statements: list[str], round_trips: Callable[[str], list[int]]
+) -> None:
+    """``runs.list(event_id=...)`` (``runs_page``): the page's runs and their
+    steps sent together (PostgreSQL: one round trip), the same rows as
+    ``list_runs`` and ``steps_of_runs``, only the page's runs' steps."""
+    [first] = _send_taking(store, [ss.Event("plain", id="e1")])
+    [other] = _send_taking(store, [ss.Event("plain", id="e2")])
+    for taken in (first, other):
+        _checkpoint(store, Fence(run_id=taken.run.id, owner="w", epoch=taken.epoch))
+    where = RunFilter(event_id="e1", limit=10)
+    statements.clear()
+    runs, steps = store.read_sync(lambda tx: tx.runs_page(where))
+    assert statements == ["list_runs_of_event", "steps_of_event_runs"]
+    if store.dialect == "postgres":
+        assert round_trips(_sql("steps_of_event_runs", statuses=0)) == [1]
+    assert [run.id for run in runs] == [first.run.id]
+    assert steps == {first.run.id: store.read_sync(lambda tx: tx.get_steps(first.run.id))}
+    queued = RunFilter(event_id="e1", statuses=(RunStatus.QUEUED,))
+    assert store.read_sync(lambda tx: tx.runs_page(queued)) == ([], {})

@@ -27,6 +27,7 @@ from stepstone.store.rows import (
     Fence,
     LeasedRun,
     NewRun,
+    RunEnd,
     RunStatus,
     SpanRow,
     StepKind,
@@ -201,7 +202,11 @@ def test_checkpoints_are_fenced_by_owner_and_epoch(store: Store) -> None:
     with pytest.raises(LeaseLostError):
         store.transact_sync(lambda tx: tx.reschedule(stale, RunStatus.SLEEPING, NOW + 60, None, NOW))
     with pytest.raises(LeaseLostError):
-        store.transact_sync(lambda tx: tx.finish_run(stale, "r", RunStatus.COMPLETED, '"old"', None, NOW))
+        store.transact_sync(
+            lambda tx: tx.finish_run(
+                RunEnd(fence=stale, run_id="r", status=RunStatus.COMPLETED, output='"old"', now=NOW)
+            )
+        )
     assert store.read_sync(lambda tx: tx.get_steps("r")) == []  # nothing of the stale owner landed
     assert store.read_sync(lambda tx: tx.list_events("x", None, None, 10)) == []
     fence = Fence(run_id="r", owner="w2", epoch=new.epoch)
@@ -218,11 +223,17 @@ def test_checkpoints_are_fenced_by_owner_and_epoch(store: Store) -> None:
     assert store.transact_sync(lambda tx: tx.checkpoint(fence, [step("r", "s", '"new"')], [span]))() is False
     assert [s.output for s in store.read_sync(lambda tx: tx.get_steps("r"))] == ['"new"']
     assert [s.status for s in store.read_sync(lambda tx: tx.get_spans("r"))] == ["failed"]
-    assert store.transact_sync(lambda tx: tx.finish_run(fence, "r", RunStatus.COMPLETED, "3", None, NOW + 3))
+    assert store.transact_sync(
+        lambda tx: tx.finish_run(
+            RunEnd(fence=fence, run_id="r", status=RunStatus.COMPLETED, output="3", now=NOW + 3)
+        )
+    )
     run = store.read_sync(lambda tx: tx.get_run("r"))
     assert run is not None and (run.status, run.output, run.ended_at) == (RunStatus.COMPLETED, "3", NOW + 3)
     assert (
-        store.transact_sync(lambda tx: tx.finish_run(None, "r", RunStatus.CANCELLED, None, None, NOW))
+        store.transact_sync(
+            lambda tx: tx.finish_run(RunEnd(fence=None, run_id="r", status=RunStatus.CANCELLED, now=NOW))
+        )
         is False
     )
 
@@ -264,7 +275,11 @@ def test_requeue_forgets_the_given_steps(store: Store) -> None:
     [leased] = store.transact_sync(lambda tx: lease(tx, "w", 1, NOW, NOW + 5))
     fence = Fence(run_id="r", owner="w", epoch=leased.epoch)
     store.transact_sync(lambda tx: tx.checkpoint(fence, [step("r", "a"), step("r", "b", position=1)], []))
-    store.transact_sync(lambda tx: tx.finish_run(fence, "r", RunStatus.FAILED, None, '{"type": "E"}', NOW))
+    store.transact_sync(
+        lambda tx: tx.finish_run(
+            RunEnd(fence=fence, run_id="r", status=RunStatus.FAILED, error='{"type": "E"}', now=NOW)
+        )
+    )
     store.transact_sync(lambda tx: tx.requeue_run("r", NOW + 1, ["b"]))
     run = store.read_sync(lambda tx: tx.get_run("r"))
     assert run is not None and (run.status, run.error, run.ended_at) == (RunStatus.RUNNING, None, None)

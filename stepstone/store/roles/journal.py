@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from stepstone.store.rows import CancelFlag, Fence, QueueSpec, RunClosed, RunStatus, SpanRow, StepRow
+from stepstone.store.rows import CancelFlag, Fence, QueueSpec, RunClosed, RunEnd, RunStatus, SpanRow, StepRow
 
 T = TypeVar("T")
 
@@ -44,29 +44,12 @@ class JournalTx(Protocol):
         transaction (``lifecycle.park_run``)."""
         ...
 
-    def finish_run(
-        self,
-        fence: Fence | None,
-        run_id: str,
-        status: RunStatus,
-        output: str | None,
-        error: str | None,
-        now: float,
-    ) -> bool:
+    def finish_run(self, end: RunEnd) -> bool:
         """End the run and drop its queue item; returns ``False`` if it had ended.
-        Records ``fence.token`` as the run's ``written_by``."""
+        Records ``end.fence.token`` as the run's ``written_by``."""
         ...
 
-    def close_run(
-        self,
-        fence: Fence | None,
-        run_id: str,
-        status: RunStatus,
-        output: str | None,
-        error: str | None,
-        now: float,
-        waited_event: str,
-    ) -> RunClosed | None:
+    def close_run(self, end: RunEnd, waited_event: str) -> RunClosed | None:
         """``finish_run``, then drop the run's own waits; returns ``None`` if it
         had ended (its waits are then left alone), else whether a parent waits
         on it and whether a wait listens for ``waited_event``. As few

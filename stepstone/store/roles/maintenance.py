@@ -68,6 +68,11 @@ class CronTx(Protocol):
         """The earliest start or finish deadline of any run, or ``None``."""
         ...
 
+    def next_times(self, function_ids: Sequence[str]) -> tuple[float | None, float | None]:
+        """``(next_due(function_ids), next_deadline())`` in one statement: what
+        a worker reads at the end of every lease pass."""
+        ...
+
     def clear_deadlines(self, run_id: str) -> None:
         """Forget a run's timeouts (it has been told to cancel)."""
         ...

@@ -98,7 +98,25 @@ class QueueTx(GcraTx, Protocol):
         the order of ``run_ids``, less any that vanished. ``accumulators=False``
         skips dropping the runs' open debounce and batch rows (for functions
         that have neither; a stale row only makes a later join start a new run).
-        ``new``: runs queued in this transaction, which have no memos to read."""
+        ``new``: runs queued in this transaction, which have no memos to read
+        and whose events it wrote (not read back)."""
+        ...
+
+    def take_in_order(
+        self,
+        owner: str,
+        key: str,
+        queued: Sequence[str],
+        run_ids: Sequence[str],
+        now: float,
+        until: float,
+        app_version: str | None = None,
+    ) -> list[LeasedRun] | None:
+        """A send's direct start: ``take_many(new=True, accumulators=False)`` of
+        ``run_ids`` (queued in this transaction, in partition ``key``) unless
+        a due item of the partition other than ``queued`` (the runs the send
+        queued there) waits: then ``None``, nothing taken (``due_ahead``: a
+        direct start never jumps a queue). PostgreSQL: one statement."""
         ...
 
     def settle_partition(self, key: str, now: float, next_at: float | None, recheck: float) -> None:

@@ -18,6 +18,24 @@ class RunsTx(Protocol):
         returns its sequence number."""
         ...
 
+    def record_event(
+        self,
+        event_id: str,
+        name: str,
+        data: str,
+        ts: int,
+        now: float,
+        trace: str | None = None,
+        *,
+        dedupe_key: str,
+        dedupe_until: float,
+    ) -> int | None:
+        """``insert_event`` if ``dedupe_key`` can be claimed for the event until
+        ``dedupe_until`` (``FlowTx.claim_key``); ``None``, writing nothing, if a
+        live claim holds it (the same event id seen before). PostgreSQL: one
+        statement."""
+        ...
+
     def create_run(self, run: NewRun) -> None:
         """Insert a run, its links to events and (unless it ended) its queue item."""
         ...
@@ -34,6 +52,18 @@ class RunsTx(Protocol):
 
     def get_steps(self, run_id: str) -> list[StepRow]:
         """The run's step memos, in the order they were first recorded."""
+        ...
+
+    def runs_page(self, where: RunFilter) -> tuple[list[RunRow], dict[str, list[StepRow]]]:
+        """``list_runs`` and ``steps_of_runs`` of its runs, read in one snapshot;
+        on PostgreSQL, for a list by event, the two reads go out together: one
+        round trip."""
+        ...
+
+    def ended_run(self, run_id: str) -> tuple[RunRow | None, list[StepRow] | None]:
+        """The run and, once it has ended (``ENDED_STATUSES``), its steps; while
+        it has not, ``None`` for them (not read). On PostgreSQL the two reads
+        go out together: one round trip (what ``runs.wait`` polls)."""
         ...
 
     def steps_of_runs(self, run_ids: Sequence[str]) -> dict[str, list[StepRow]]:

@@ -35,6 +35,13 @@ class WaitsTx(Protocol):
         """The match keys in use by waits on ``event_name`` ('' for unindexed)."""
         ...
 
+    def wait_keys_later(self, event_name: str) -> Callable[[], list[str]]:
+        """``wait_keys``, its answer read when the returned function is called:
+        where statements are pipelined (PostgreSQL) the read is sent now and
+        shares the round trip of the next statement whose result is read (a
+        send's ``record_event``); elsewhere it runs at the call."""
+        ...
+
     def match_waits(self, event_name: str, match_key: str, match_value: str, now: float) -> list[WaitRow]:
         """Unexpired waits on ``event_name`` whose key equals ``match_value``."""
         ...

@@ -1,0 +1,216 @@
+"""The queue and its leases over SQL (mixed into ``SqlTx``): a lease pass's
+reads of due partitions and their items, the take of the items chosen (with
+their runs' events and memos), a partition's settling, and leases extended
+or released (``QueueTx``).
+
+A take is the statement every run pays for at its start, so the dialect
+decides how few there are: where the database has data-modifying CTEs
+(PostgreSQL) the items, their runs and their clocks are one statement
+(``take_runs``), and a send's direct start folds its queue-order check in
+(``take_runs_in_order``). A direct start has its runs' events as the send
+wrote them in the same transaction: nothing is read back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from stepstone.store.rows import EventRow, LeasedRun, QueueItem, RunRow, StepRow
+from stepstone.store.sqlbase import Dialect, SqlPlumbing
+
+
+class SqlQueue(SqlPlumbing):
+    """Lease passes, takes and leases (mixed into ``SqlTx``)."""
+
+    def __init__(self, conn: Any, dialect: Dialect) -> None:
+        super().__init__(conn, dialect)
+        # What this transaction wrote of events and of the runs they started, so
+        # that a send's direct start (``take_many(new=True)``) has its runs'
+        # events without reading them back: event rows by seq, as inserted
+        # (parameters, built into rows only when a take asks), and each new
+        # run's event seqs. A run id written again (a retried op) replaces its entry.
+        self._new_events: dict[int, tuple[str, str, str, int, float, str | None]] = {}
+        self._new_runs: dict[str, Sequence[int]] = {}
+
+    # -- queue and leases ---------------------------------------------------------------
+    def due_partitions(self, function_ids: Sequence[str], now: float, limit: int) -> list[str]:
+        if not function_ids:
+            return []
+        rows = self._all("due_partitions", {"now": now, "limit": limit}, {"function_ids": function_ids})
+        return [r["key"] for r in rows]
+
+    def partition_items(self, key: str, now: float, limit: int) -> list[QueueItem]:
+        return [
+            QueueItem.from_row(r)
+            for r in self._all("partition_items", {"key": key, "now": now, "limit": limit})
+        ]
+
+    def due_ahead(self, key: str, now: float, run_ids: Sequence[str]) -> bool:
+        return bool(self._all("due_ahead", {"key": key, "now": now}, {"queued_ids": run_ids}))
+
+    def settle_taken(self, key: str, now: float) -> None:
+        self._exec("settle_taken", {"key": key, "now": now})
+
+    def taken_here(self) -> None:
+        """Nothing to do: SQLite wakes no one at commit (``App`` pokes its workers)."""
+
+    def live_leases(self, slot: int, ckey: str, now: float) -> int:
+        row = self._one("live_ckey1" if slot == 1 else "live_ckey2", {"ckey": ckey, "now": now})
+        return int(row["n"])
+
+    def take(
+        self, owner: str, run_id: str, now: float, until: float, app_version: str | None = None
+    ) -> LeasedRun | None:
+        taken = self.take_many(owner, [run_id], now, until, app_version)
+        return taken[0] if taken else None
+
+    def take_many(
+        self,
+        owner: str,
+        run_ids: Sequence[str],
+        now: float,
+        until: float,
+        app_version: str | None = None,
+        *,
+        accumulators: bool = True,
+        new: bool = False,
+    ) -> list[LeasedRun]:
+        if not run_ids:
+            return []
+        items, runs = self._take(owner, run_ids, now, until, app_version)
+        return self._leased(run_ids, items, runs, accumulators=accumulators, new=new)
+
+    def take_in_order(
+        self,
+        owner: str,
+        key: str,
+        queued: Sequence[str],
+        run_ids: Sequence[str],
+        now: float,
+        until: float,
+        app_version: str | None = None,
+    ) -> list[LeasedRun] | None:
+        if not self.dialect.write_ctes:
+            if self.due_ahead(key, now, queued):
+                return None
+            return self.take_many(owner, run_ids, now, until, app_version, accumulators=False, new=True)
+        params = {"owner": owner, "key": key, "until": until, "now": now, "app_version": app_version}
+        rows = self._all("take_runs_in_order", params, {"run_ids": run_ids, "queued_ids": queued})
+        if not rows:  # (the runs were queued in this transaction: a due item waits before them)
+            return None
+        items = {r["run_id"]: r for r in rows}
+        return self._leased(run_ids, items, {r["id"]: r for r in rows}, accumulators=False, new=True)
+
+    def _leased(
+        self,
+        run_ids: Sequence[str],
+        items: dict[str, Any],
+        runs: dict[str, Any],
+        *,
+        accumulators: bool,
+        new: bool,
+    ) -> list[LeasedRun]:
+        """The taken runs with their events and memos, in the order of ``run_ids``."""
+        if not items:
+            return []
+        ids = {"run_ids": sorted(items)}
+        if accumulators:
+            self._exec("drop_debounce_of", None, ids)
+            self._exec("drop_batch_of", None, ids)
+        events = (self._written_events(items) if new else None) or self._events_of(ids["run_ids"])
+        steps: dict[str, list[StepRow]] = {run_id: [] for run_id in items}
+        sizes: dict[str, dict[str, int]] = {run_id: {} for run_id in items}
+        for row in [] if new else self._all("step_index", None, ids):  # memos without outputs, sizes
+            steps[row["run_id"]].append(StepRow.from_row(row))
+            if row["output_bytes"] is not None:
+                sizes[row["run_id"]][row["step_id"]] = row["output_bytes"]
+        return [
+            LeasedRun(
+                run=RunRow.from_row(runs[run_id]),
+                epoch=items[run_id]["epoch"],
+                events=events[run_id],
+                steps=steps[run_id],
+                output_bytes=sizes[run_id],
+                cancel_requested=bool(items[run_id]["cancel_requested"]),
+                start_deadline=items[run_id]["start_deadline"],
+            )
+            for run_id in run_ids
+            if run_id in items
+        ]
+
+    def _events_of(self, run_ids: Sequence[str]) -> dict[str, list[EventRow]]:
+        events: dict[str, list[EventRow]] = {run_id: [] for run_id in run_ids}
+        for row in self._all("events_of_runs", None, {"run_ids": run_ids}):
+            events[row["run_id"]].append(EventRow.from_row(row))
+        return events
+
+    def _written_events(self, run_ids: Iterable[str]) -> dict[str, list[EventRow]] | None:
+        """The events of runs created in this transaction, as written (``None``
+        unless every one of the runs and their events was)."""
+        events: dict[str, list[EventRow]] = {}
+        for run_id in run_ids:
+            seqs = self._new_runs.get(run_id)
+            if seqs is None or any(seq not in self._new_events for seq in seqs):
+                return None
+            events[run_id] = [_event_row(seq, *self._new_events[seq]) for seq in seqs]
+        return events
+
+    def _take(
+        self, owner: str, run_ids: Sequence[str], now: float, until: float, app_version: str | None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Take the items and mark their runs running: their queue rows and their
+        run rows by run id. One statement with data-modifying CTEs (``take_runs``),
+        else one for the items, one per distinct epoch for the runs, one for the clocks."""
+        params = {"owner": owner, "until": until, "now": now, "app_version": app_version}
+        if self.dialect.write_ctes:
+            rows = self._all("take_runs", params, {"run_ids": run_ids})
+            return {r["run_id"]: r for r in rows}, {r["id"]: r for r in rows}
+        items = {r["run_id"]: r for r in self._all("take_items", params, {"run_ids": run_ids})}
+        by_epoch: dict[int, list[str]] = {}
+        for run_id, item in items.items():
+            by_epoch.setdefault(int(item["epoch"]), []).append(run_id)
+        runs: dict[str, Any] = {}
+        for epoch, taken in by_epoch.items():
+            marked = self._all("mark_running", {**params, "epoch": epoch}, {"run_ids": sorted(taken)})
+            runs.update((r["id"], r) for r in marked)
+        if items:
+            self._exec("start_clock", params, {"run_ids": sorted(items)})
+        return items, runs
+
+    def settle_partition(self, key: str, now: float, next_at: float | None, recheck: float) -> None:
+        """Record a lease pass over a partition: it is next due when its earliest
+        future item is, or at ``next_at`` if sooner; drop it when empty."""
+        if next_at is None or next_at > now:
+            row = self._one("partition_times", {"key": key, "now": now})
+            if row["first_at"] is None:
+                self._exec("delete_partition", {"key": key})
+                return
+            if next_at is None and float(row["first_at"]) <= now:
+                next_at = recheck  # a due item was locked by another transaction: skipped
+            if row["next_at"] is not None:
+                future = float(row["next_at"])
+                next_at = future if next_at is None else min(next_at, future)
+        self._exec("settle_partition", {"key": key, "now": now, "next_at": next_at})
+
+    def next_due(self, function_ids: Sequence[str]) -> float | None:
+        if not function_ids:
+            return None
+        row = self._exec("next_due", {}, {"function_ids": function_ids}).fetchone()
+        return None if row is None or row["due"] is None else float(row["due"])
+
+    def extend_leases(self, owner: str, run_ids: Sequence[str], until: float, now: float) -> list[str]:
+        if not run_ids:
+            return []
+        rows = self._all("extend_leases", {"owner": owner, "until": until, "now": now}, {"run_ids": run_ids})
+        return [r["run_id"] for r in rows]
+
+    def release_leases(self, owner: str, now: float) -> int:
+        self._exec("wake_owner_partitions", {"owner": owner, "now": now})
+        return int(self._exec("release_leases", {"owner": owner, "now": now}).rowcount)
+
+
+def _event_row(
+    seq: int, event_id: str, name: str, data: str, ts: int, now: float, trace: str | None
+) -> EventRow:
+    return EventRow(seq=seq, id=event_id, name=name, data=data, ts=ts, received_at=now, trace=trace)

@@ -17,7 +17,7 @@ from stepstone.ids import new_id
 from stepstone.registry import Registry
 from stepstone.runtime import cancel_run, claim_singleton
 from stepstone.store.base import Tx
-from stepstone.store.rows import EventRow, NewRun, RunRow, RunStatus, SpanRow, StepStatus
+from stepstone.store.rows import EventRow, NewEvent, NewRun, RunRow, RunStatus, SpanRow, StepStatus
 
 
 def cancel_op(run_id: str, now: float, matcher: Registry) -> Callable[[Tx], str]:
@@ -185,5 +185,5 @@ def _edited_events(
     edited = Event(name=events[0].name, data=data, id=event_id, ts=ts)
     validate_event(edited)
     encoded = encode_event_data(edited)
-    seq = tx.insert_event(event_id, edited.name, encoded, ts, now)
-    return [EventRow(seq=seq, id=event_id, name=edited.name, data=encoded, ts=ts, received_at=now)]
+    event = NewEvent(id=event_id, name=edited.name, data=encoded, ts=ts, received_at=now)
+    return [event.stored(tx.insert_event(event))]

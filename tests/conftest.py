@@ -88,6 +88,18 @@ def store(db_url: str) -> Iterator[Store]:
 
 
 @pytest.fixture
+def one_writer(db_url: str) -> Iterator[Store]:
+    """``store`` with one writer on PostgreSQL, so that a test decides what one
+    group commit holds (``tests/batches.py``)."""
+    from stepstone.store import make_store
+
+    opened = make_store(db_url if db_url.startswith("sqlite:") else f"{db_url}?writers=1")
+    opened.migrate()
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
 def make_app(db_url: str) -> Iterator[Callable[..., ss.App]]:
     apps: list[ss.App] = []
 

@@ -100,7 +100,7 @@ def start_invoked(
 ) -> str | None:
     """Record the invoke ``event`` and start a run of ``fn`` (only ``fn``, whatever
     its triggers) with it: ``step.invoke``'s child, or a run invoked by an operator."""
-    seq = tx.insert_event(event.id, event.name, event.data_json, event.ts, now)
+    seq = tx.insert_event(event.received(now))
     return start_run(tx, fn, [(seq, event)], now, registry, parent=parent, run_id=run_id)
 
 

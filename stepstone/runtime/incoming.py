@@ -15,6 +15,7 @@ from typing import Any
 from stepstone import limits, serde
 from stepstone.events import Event, InvalidEventError, encode_event_data, now_ms, validate_event
 from stepstone.ids import new_id
+from stepstone.store.rows import NewEvent
 from stepstone.tracing import current_context
 
 __all__ = ["PreparedEvent", "prepare"]
@@ -38,6 +39,12 @@ class PreparedEvent:
 
     def to_event(self) -> Event:
         return Event(self.name, self.data, self.id, self.ts)
+
+    def received(self, now: float) -> NewEvent:
+        """The event as the log records it, arrived at ``now``."""
+        return NewEvent(
+            id=self.id, name=self.name, data=self.data_json, ts=self.ts, received_at=now, trace=self.trace
+        )
 
 
 def prepare(events: Event | Sequence[Event], now: float, *, system: bool = False) -> list[PreparedEvent]:

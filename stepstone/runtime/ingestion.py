@@ -55,16 +55,7 @@ def ingest(
     for event in events:
         ids.append(event.id)
         keys = tx.wait_keys_later(event.name)  # (PostgreSQL: with record_event, one round trip)
-        seq = tx.record_event(
-            event.id,
-            event.name,
-            event.data_json,
-            event.ts,
-            now,
-            event.trace,
-            dedupe_key=f"event:{event.id}",
-            dedupe_until=now + limits.DEDUPE_WINDOW_SECONDS,
-        )
+        seq = tx.record_event(event.received(now), now + limits.DEDUPE_WINDOW_SECONDS)
         if seq is None:
             continue  # the same id was seen in the last 24 h
 

@@ -19,7 +19,7 @@ from stepstone.flow.debounce import ResolvedDebounce
 from stepstone.flow.throttle import ResolvedThrottle
 from stepstone.registry import Registry
 from stepstone.store.base import QueueTx, Tx
-from stepstone.store.rows import LeasedRun, NewRun, QueueItem
+from stepstone.store.rows import LeasedRun, LeaseTerms, NewRun, QueueItem
 
 SCAN_SLACK = 16  # extra items read per partition, to step over ones a second key blocks
 RECHECK = 0.25  # seconds before re-reading a partition whose scan window was all blocked, or
@@ -30,16 +30,17 @@ BLOCKED_RECHECK = 5.0  # at most this long between looks at a partition whose ke
 @dataclass
 class _Pass:
     tx: QueueTx
-    owner: str
+    terms: LeaseTerms
     functions: Registry
     wanted: int
-    now: float
-    until: float
-    app_version: str | None = None
     room: Callable[[], int] | None = None  # the final ``wanted``, read before the first choice
     leased: list[LeasedRun] = field(default_factory=list)
     live: dict[tuple[int, str], int] = field(default_factory=dict)
     contended: set[str] = field(default_factory=set)
+
+    @property
+    def now(self) -> float:
+        return self.terms.now
 
     def has_slot(self, slot: int, ckey: str | None, limit: int | None) -> bool:
         if ckey is None or limit is None:
@@ -75,9 +76,7 @@ class _Pass:
         next_at = self.choose(key, chosen)
         if chosen:
             ids = [item.run_id for item in chosen]
-            self.leased += self.tx.take_many(
-                self.owner, ids, self.now, self.until, self.app_version, accumulators=self.accumulates(chosen)
-            )
+            self.leased += self.tx.take_many(self.terms, ids, accumulators=self.accumulates(chosen))
         return next_at
 
     def choose(self, key: str, chosen: list[QueueItem]) -> float | None:
@@ -135,7 +134,8 @@ def lease(
     ``wanted``, fewer if a send started runs directly meanwhile (``slots.py``)."""
     if wanted <= 0:
         return []
-    state = _Pass(tx, owner, functions, wanted, now, until, app_version, room)
+    terms = LeaseTerms(owner=owner, now=now, until=until, app_version=app_version)
+    state = _Pass(tx, terms, functions, wanted, room)
     for key in tx.due_partitions(functions.ids(), now, wanted + SCAN_SLACK):
         if len(state.leased) >= state.wanted:
             break  # untouched partitions stay due for the next pass
@@ -166,12 +166,13 @@ def take_direct(
         plain = spec.ckey1 is None and spec.ckey2 is None and spec.throttle_key is None
         if plain and run.available_at <= now and (run.sort_at is None or run.sort_at == run.available_at):
             by_partition.setdefault(spec.partition_key, []).append(run.id)
+    terms = LeaseTerms(owner=owner, now=now, until=until, app_version=app_version)
     leased: list[LeasedRun] = []
     for key, ids in by_partition.items():
         room = wanted - len(leased)
         if room <= 0:
             break
-        taken = tx.take_in_order(owner, key, ids, ids[:room], now, until, app_version)
+        taken = tx.take_in_order(terms, key, ids, ids[:room])
         if taken is None:
             continue
         leased += taken

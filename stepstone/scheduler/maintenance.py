@@ -80,15 +80,7 @@ def cron_op(functions: Sequence[FunctionDef], now: float, matcher: Registry) -> 
                 now,
                 system=True,
             )
-            seq = tx.record_event(
-                event.id,
-                event.name,
-                event.data_json,
-                event.ts,
-                now,
-                dedupe_key=f"event:{event.id}",
-                dedupe_until=now + 86400,
-            )
+            seq = tx.record_event(event.received(now), now + 86400)
             if seq is None:
                 continue
             delay = random.uniform(0, trigger.jitter) if trigger.jitter else 0.0

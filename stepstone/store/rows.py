@@ -84,14 +84,36 @@ class WaitKind(StrEnum):
 
 
 @dataclass(frozen=True, kw_only=True)
-class EventRow:
-    seq: int
+class NewEvent:
+    """An event to append to the log (``RunsTx.insert_event``, ``record_event``):
+    its data encoded as JSON, its timestamp in ms, when it arrived, and the
+    sender's trace context (if any)."""
+
     id: str
     name: str
     data: str
     ts: int
     received_at: float
     trace: str | None = None
+
+    def stored(self, seq: int) -> EventRow:
+        """The event as the log holds it, at sequence number ``seq``."""
+        return EventRow(
+            seq=seq,
+            id=self.id,
+            name=self.name,
+            data=self.data,
+            ts=self.ts,
+            received_at=self.received_at,
+            trace=self.trace,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventRow(NewEvent):
+    """An event in the log: a ``NewEvent`` with its sequence number."""
+
+    seq: int
 
     @classmethod
     def from_row(cls, row: Row) -> EventRow:
@@ -295,6 +317,18 @@ class RunRow:
             meta=row["meta"],
             singleton_key=row["singleton_key"],
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaseTerms:
+    """The lease a take grants (``QueueTx.take``, ``take_many``,
+    ``take_in_order``): held by ``owner`` from ``now`` until ``until``, its run
+    marked as running ``app_version`` of the code (when given)."""
+
+    owner: str
+    now: float
+    until: float
+    app_version: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

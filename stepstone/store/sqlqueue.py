@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from stepstone.store.rows import EventRow, LeasedRun, QueueItem, RunRow, StepRow
+from stepstone.store.rows import EventRow, LeasedRun, LeaseTerms, NewEvent, QueueItem, RunRow, StepRow
 from stepstone.store.sqlbase import Dialect, SqlPlumbing
 
 
@@ -27,10 +27,11 @@ class SqlQueue(SqlPlumbing):
         super().__init__(conn, dialect)
         # What this transaction wrote of events and of the runs they started, so
         # that a send's direct start (``take_many(new=True)``) has its runs'
-        # events without reading them back: event rows by seq, as inserted
-        # (parameters, built into rows only when a take asks), and each new
-        # run's event seqs. A run id written again (a retried op) replaces its entry.
-        self._new_events: dict[int, tuple[str, str, str, int, float, str | None]] = {}
+        # events without reading them back: events by seq, as inserted (built
+        # into rows only when a take asks), and each new run's event seqs. A
+        # run id or seq written again (a retried op, a seq SQLite reuses after
+        # an op's savepoint rolled back) replaces its entry.
+        self._new_events: dict[int, NewEvent] = {}
         self._new_runs: dict[str, Sequence[int]] = {}
 
     # -- queue and leases ---------------------------------------------------------------
@@ -59,43 +60,26 @@ class SqlQueue(SqlPlumbing):
         row = self._one("live_ckey1" if slot == 1 else "live_ckey2", {"ckey": ckey, "now": now})
         return int(row["n"])
 
-    def take(
-        self, owner: str, run_id: str, now: float, until: float, app_version: str | None = None
-    ) -> LeasedRun | None:
-        taken = self.take_many(owner, [run_id], now, until, app_version)
+    def take(self, lease: LeaseTerms, run_id: str) -> LeasedRun | None:
+        taken = self.take_many(lease, [run_id])
         return taken[0] if taken else None
 
     def take_many(
-        self,
-        owner: str,
-        run_ids: Sequence[str],
-        now: float,
-        until: float,
-        app_version: str | None = None,
-        *,
-        accumulators: bool = True,
-        new: bool = False,
+        self, lease: LeaseTerms, run_ids: Sequence[str], *, accumulators: bool = True, new: bool = False
     ) -> list[LeasedRun]:
         if not run_ids:
             return []
-        items, runs = self._take(owner, run_ids, now, until, app_version)
+        items, runs = self._take(lease, run_ids)
         return self._leased(run_ids, items, runs, accumulators=accumulators, new=new)
 
     def take_in_order(
-        self,
-        owner: str,
-        key: str,
-        queued: Sequence[str],
-        run_ids: Sequence[str],
-        now: float,
-        until: float,
-        app_version: str | None = None,
+        self, lease: LeaseTerms, key: str, queued: Sequence[str], run_ids: Sequence[str]
     ) -> list[LeasedRun] | None:
         if not self.dialect.write_ctes:
-            if self.due_ahead(key, now, queued):
+            if self.due_ahead(key, lease.now, queued):
                 return None
-            return self.take_many(owner, run_ids, now, until, app_version, accumulators=False, new=True)
-        params = {"owner": owner, "key": key, "until": until, "now": now, "app_version": app_version}
+            return self.take_many(lease, run_ids, accumulators=False, new=True)
+        params = {**_lease_params(lease), "key": key}
         rows = self._all("take_runs_in_order", params, {"run_ids": run_ids, "queued_ids": queued})
         if not rows:  # (the runs were queued in this transaction: a due item waits before them)
             return None
@@ -153,16 +137,14 @@ class SqlQueue(SqlPlumbing):
             seqs = self._new_runs.get(run_id)
             if seqs is None or any(seq not in self._new_events for seq in seqs):
                 return None
-            events[run_id] = [_event_row(seq, *self._new_events[seq]) for seq in seqs]
+            events[run_id] = [self._new_events[seq].stored(seq) for seq in seqs]
         return events
 
-    def _take(
-        self, owner: str, run_ids: Sequence[str], now: float, until: float, app_version: str | None
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _take(self, lease: LeaseTerms, run_ids: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
         """Take the items and mark their runs running: their queue rows and their
         run rows by run id. One statement with data-modifying CTEs (``take_runs``),
         else one for the items, one per distinct epoch for the runs, one for the clocks."""
-        params = {"owner": owner, "until": until, "now": now, "app_version": app_version}
+        params = _lease_params(lease)
         if self.dialect.write_ctes:
             rows = self._all("take_runs", params, {"run_ids": run_ids})
             return {r["run_id"]: r for r in rows}, {r["id"]: r for r in rows}
@@ -210,7 +192,5 @@ class SqlQueue(SqlPlumbing):
         return int(self._exec("release_leases", {"owner": owner, "now": now}).rowcount)
 
 
-def _event_row(
-    seq: int, event_id: str, name: str, data: str, ts: int, now: float, trace: str | None
-) -> EventRow:
-    return EventRow(seq=seq, id=event_id, name=name, data=data, ts=ts, received_at=now, trace=trace)
+def _lease_params(lease: LeaseTerms) -> dict[str, Any]:
+    return {"owner": lease.owner, "until": lease.until, "now": lease.now, "app_version": lease.app_version}

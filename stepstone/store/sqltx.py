@@ -19,6 +19,7 @@ from stepstone.store.rows import (
     ACTIVE_STATUSES,
     ENDED_STATUSES,
     EventRow,
+    NewEvent,
     NewRun,
     QueueSpec,
     RunFilter,
@@ -69,47 +70,30 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
         self._exec("release_key", {"key": key, "ref": ref})
 
     # -- events and runs -------------------------------------------------------------
-    def insert_event(
-        self, event_id: str, name: str, data: str, ts: int, now: float, trace: str | None = None
-    ) -> int:
-        params = {"id": event_id, "name": name, "data": data, "ts": ts, "now": now, "trace": trace}
-        seq = self._inserted(self._one("insert_event", params), params)
+    def insert_event(self, event: NewEvent) -> int:
+        seq = self._inserted(self._one("insert_event", _event_params(event)), event)
         assert seq is not None
         return seq
 
-    def record_event(
-        self,
-        event_id: str,
-        name: str,
-        data: str,
-        ts: int,
-        now: float,
-        trace: str | None = None,
-        *,
-        dedupe_key: str,
-        dedupe_until: float,
-    ) -> int | None:
-        claim = {"key": dedupe_key, "ref": event_id, "expires_at": dedupe_until, "now": now}
-        params = {"id": event_id, "name": name, "data": data, "ts": ts, "now": now, "trace": trace}
+    def record_event(self, event: NewEvent, dedupe_until: float) -> int | None:
+        claim = {
+            "key": f"event:{event.id}",
+            "ref": event.id,
+            "expires_at": dedupe_until,
+            "now": event.received_at,
+        }
         if self.dialect.write_ctes:  # the claim as a CTE: the event inserted only if it won
-            return self._inserted(self._one("record_event", {**claim, **params}), params)
+            return self._inserted(self._one("record_event", {**claim, **_event_params(event)}), event)
         if self._one("claim_key", claim) is None:
             return None
-        return self.insert_event(event_id, name, data, ts, now, trace)
+        return self.insert_event(event)
 
-    def _inserted(self, row: Any, params: dict[str, Any]) -> int | None:
+    def _inserted(self, row: Any, event: NewEvent) -> int | None:
         """An inserted event's seq (``None``: no row), remembered for a direct start."""
         if row is None:
             return None
         seq = int(row["seq"])
-        self._new_events[seq] = (
-            params["id"],
-            params["name"],
-            params["data"],
-            params["ts"],
-            params["now"],
-            params["trace"],
-        )
+        self._new_events[seq] = event
         return seq
 
     def create_run(self, run: NewRun) -> None:
@@ -475,3 +459,14 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
 
 def _time(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def _event_params(event: NewEvent) -> dict[str, Any]:
+    return {
+        "id": event.id,
+        "name": event.name,
+        "data": event.data,
+        "ts": event.ts,
+        "now": event.received_at,
+        "trace": event.trace,
+    }

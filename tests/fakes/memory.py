@@ -37,6 +37,8 @@ from stepstone.store.rows import (
     EventRow,
     Fence,
     LeasedRun,
+    LeaseTerms,
+    NewEvent,
     NewRun,
     QueueItem,
     QueueSpec,
@@ -63,31 +65,16 @@ class MemoryTx:
         self.s = state
 
     # -- RunsTx ------------------------------------------------------------------------------
-    def insert_event(
-        self, event_id: str, name: str, data: str, ts: int, now: float, trace: str | None = None
-    ) -> int:
+    def insert_event(self, event: NewEvent) -> int:
         seq = self.s.next_seq
         self.s.next_seq += 1
-        self.s.events[seq] = EventRow(
-            seq=seq, id=event_id, name=name, data=data, ts=ts, received_at=now, trace=trace
-        )
+        self.s.events[seq] = event.stored(seq)
         return seq
 
-    def record_event(
-        self,
-        event_id: str,
-        name: str,
-        data: str,
-        ts: int,
-        now: float,
-        trace: str | None = None,
-        *,
-        dedupe_key: str,
-        dedupe_until: float,
-    ) -> int | None:
-        if self.claim_key(dedupe_key, event_id, dedupe_until, now) is not None:
+    def record_event(self, event: NewEvent, dedupe_until: float) -> int | None:
+        if self.claim_key(f"event:{event.id}", event.id, dedupe_until, event.received_at) is not None:
             return None
-        return self.insert_event(event_id, name, data, ts, now, trace)
+        return self.insert_event(event)
 
     def create_run(self, run: NewRun) -> None:
         if run.id in self.s.runs:
@@ -277,13 +264,12 @@ class MemoryTx:
             1 for i in self.s.queue.values() if (i.ckey1 if slot == 1 else i.ckey2) == ckey and i.live(now)
         )
 
-    def take(
-        self, owner: str, run_id: str, now: float, until: float, app_version: str | None = None
-    ) -> LeasedRun | None:
+    def take(self, lease: LeaseTerms, run_id: str) -> LeasedRun | None:
         item = self.s.queue.get(run_id)
         if item is None:
             return None
-        item.owner, item.epoch, item.available_at = owner, item.epoch + 1, until
+        now, app_version = lease.now, lease.app_version
+        item.owner, item.epoch, item.available_at = lease.owner, item.epoch + 1, lease.until
         item.wake_requested, item.fresh = False, False
         run = self.s.runs[run_id]
         row = run.row
@@ -309,32 +295,17 @@ class MemoryTx:
         )
 
     def take_many(
-        self,
-        owner: str,
-        run_ids: Sequence[str],
-        now: float,
-        until: float,
-        app_version: str | None = None,
-        *,
-        accumulators: bool = True,
-        new: bool = False,
+        self, lease: LeaseTerms, run_ids: Sequence[str], *, accumulators: bool = True, new: bool = False
     ) -> list[LeasedRun]:
-        taken = [self.take(owner, run_id, now, until, app_version) for run_id in run_ids]
+        taken = [self.take(lease, run_id) for run_id in run_ids]
         return [leased for leased in taken if leased is not None]
 
     def take_in_order(
-        self,
-        owner: str,
-        key: str,
-        queued: Sequence[str],
-        run_ids: Sequence[str],
-        now: float,
-        until: float,
-        app_version: str | None = None,
+        self, lease: LeaseTerms, key: str, queued: Sequence[str], run_ids: Sequence[str]
     ) -> list[LeasedRun] | None:
-        if self.due_ahead(key, now, queued):
+        if self.due_ahead(key, lease.now, queued):
             return None
-        return self.take_many(owner, run_ids, now, until, app_version, accumulators=False, new=True)
+        return self.take_many(lease, run_ids, accumulators=False, new=True)
 
     def settle_partition(self, key: str, now: float, next_at: float | None, recheck: float) -> None:
         part = self.s.partitions.get(key)

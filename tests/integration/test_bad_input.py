@@ -23,7 +23,7 @@ from stepstone.events import InvalidEventError
 from stepstone.runtime import ingest, prepare
 from stepstone.runtime.waits import build_wait
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import NewRun, RunFilter, StepKind, StepRow, StepStatus, WaitKind, WaitRow
+from stepstone.store.rows import NewEvent, NewRun, RunFilter, StepKind, StepRow, StepStatus, WaitKind, WaitRow
 
 from ..conftest import query
 
@@ -122,7 +122,9 @@ NOW = 1_000_000.0
 
 def park(store: Store, run_id: str, condition: str) -> None:
     def op(tx: Tx) -> None:
-        seq = tx.insert_event(f"ev-{run_id}", "start", json.dumps(DATA), 7, NOW)
+        seq = tx.insert_event(
+            NewEvent(id=f"ev-{run_id}", name="start", data=json.dumps(DATA), ts=7, received_at=NOW)
+        )
         tx.create_run(
             NewRun(
                 id=run_id,

@@ -10,6 +10,7 @@ the run in the store looks like any leased run. Both stores.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Callable
 from functools import partial
@@ -25,6 +26,7 @@ from stepstone.store import faults
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import LeasedRun
 
+from ..batches import submitted_together
 from ..conftest import query, run_of
 from ..polling import wait_for
 
@@ -239,6 +241,40 @@ def _send_taking(
         return [lr.run.id for lr in take_direct(tx, "w", sent.queued, wanted, at, at + TTL)]
 
     return store.transact_sync(op)
+
+
+def test_a_send_rolled_back_in_a_group_commit_hands_its_events_to_no_other_start(
+    one_writer: Store,
+) -> None:
+    """A transaction remembers the events its sends wrote, so that a direct
+    start need not read them back; a group commit shares one transaction. A
+    send rolled back at its savepoint (SQLite then gives its event's seq to
+    the next insert) must not hand its event to the next send's run."""
+    registry = _registry()
+
+    def send(n: int, fails: bool) -> Callable[[Tx], list[Any]]:
+        prepared = prepare([ss.Event("plain", {"n": n})], NOW)
+
+        def op(tx: Tx) -> list[Any]:
+            sent = Sent()
+            ingest(tx, prepared, registry, NOW, sent=sent)
+            if fails:
+                raise RuntimeError("after the send's writes")
+            leased = take_direct(tx, "w", sent.queued, 5, NOW, NOW + TTL)
+            return [json.loads(event.data) for lr in leased for event in lr.events]
+
+        return op
+
+    async def both() -> list[Any]:
+        futures = await submitted_together(one_writer, [send(1, True), send(2, False)])
+        return list(await asyncio.gather(*futures, return_exceptions=True))
+
+    failed, taken = asyncio.run(both())
+    assert isinstance(failed, RuntimeError)
+    assert taken == [{"n": 2}]
+    [item] = one_writer.transact_sync(lambda tx: tx.partition_items("plain", NOW + TTL + 1, 10))
+    [events] = one_writer.read_sync(lambda tx: [tx.get_events(item.run_id)])
+    assert [json.loads(event.data) for event in events] == [{"n": 2}]  # as stored
 
 
 def test_a_direct_start_never_jumps_a_queue(store: Store) -> None:

@@ -31,7 +31,7 @@ from stepstone import limits, serde
 from stepstone.errors import ErrorInfo, LeaseLostError
 from stepstone.store import make_store
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import Fence, RunEnd, RunStatus, SpanRow, StepKind, StepRow, StepStatus
+from stepstone.store.rows import Fence, NewEvent, RunEnd, RunStatus, SpanRow, StepKind, StepRow, StepStatus
 from tests.batches import submitted_together
 from tests.integration.test_store_contract import NOW, add_runs, lease
 
@@ -95,7 +95,7 @@ def event(fence: Fence) -> Callable[[Tx], Any]:
 
     def op(tx: Tx) -> Any:
         cancel = tx.checkpoint(fence, [], [])
-        tx.insert_event(f"big-{fence.run_id}", "big", data, 1, NOW)
+        tx.insert_event(NewEvent(id=f"big-{fence.run_id}", name="big", data=data, ts=1, received_at=NOW))
         assert tx.finish_run(
             RunEnd(
                 fence=fence,

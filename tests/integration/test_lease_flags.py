@@ -27,6 +27,8 @@ from stepstone.store.rows import (
     ENDED_STATUSES,
     Fence,
     LeasedRun,
+    LeaseTerms,
+    NewEvent,
     NewRun,
     RunEnd,
     RunStatus,
@@ -50,7 +52,7 @@ MATCHER = _registry()
 
 def add_run(store: Store, run_id: str, at: float = NOW, finish_timeout: float | None = None) -> None:
     def op(tx: Tx) -> None:
-        seq = tx.insert_event(f"ev-{run_id}", "go", "{}", 7, at)
+        seq = tx.insert_event(NewEvent(id=f"ev-{run_id}", name="go", data="{}", ts=7, received_at=at))
         tx.create_run(
             NewRun(
                 id=run_id,
@@ -71,7 +73,7 @@ def take(store: Store, run_id: str, owner: str, now: float) -> LeasedRun:
 
     def op(tx: Tx) -> LeasedRun:
         assert due_at(tx, run_id, now), f"run {run_id} is not due at {now}"
-        leased = tx.take(owner, run_id, now, now + TTL)
+        leased = tx.take(LeaseTerms(owner=owner, now=now, until=now + TTL), run_id)
         assert leased is not None
         return leased
 
@@ -304,7 +306,11 @@ def honoured(store: Store, flag: str, state: str, how: str) -> None:
         return
     assert how != "finish" or fenced_out
     found = store.transact_sync(
-        lambda tx: tx.take("w3", run_id, later, later + TTL) if due_at(tx, run_id, later) else None
+        lambda tx: (
+            tx.take(LeaseTerms(owner="w3", now=later, until=later + TTL), run_id)
+            if due_at(tx, run_id, later)
+            else None
+        )
     )
     assert found is not None, f"run left {run.status}, not due: the {flag} was lost"
     assert found.cancel_requested == (flag == "cancel")

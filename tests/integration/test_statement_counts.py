@@ -32,6 +32,8 @@ from stepstone.store.rows import (
     EventRow,
     Fence,
     LeasedRun,
+    LeaseTerms,
+    NewEvent,
     NewRun,
     QueueSpec,
     RunClosed,
@@ -151,7 +153,11 @@ def test_a_take_of_several_runs_is_one_statement_and_two_reads_on_postgres(
     add_runs(store, ["a", "b", "c"])
     statements.clear()
     taken = store.transact_sync(
-        lambda tx: tx.take_many("w", ["c", "a", "b"], NOW, NOW + 60, "v1", accumulators=False)
+        lambda tx: tx.take_many(
+            LeaseTerms(owner="w", now=NOW, until=NOW + 60, app_version="v1"),
+            ["c", "a", "b"],
+            accumulators=False,
+        )
     )
     assert statements == TAKE[store.dialect]
     assert [(lr.run.id, lr.run.status, lr.epoch, lr.run.app_version) for lr in taken] == [
@@ -245,7 +251,9 @@ def test_a_take_reports_the_start_deadline_it_met_and_starts_the_finish_clock(
         lambda tx: tx.create_run(dataclasses.replace(new, start_deadline=NOW + 5, finish_timeout=30.0))
     )
     assert store.read_sync(lambda tx: tx.next_deadline()) == NOW + 5
-    [taken] = store.transact_sync(lambda tx: tx.take_many("w", ["r"], NOW + 1, NOW + 60, None))
+    [taken] = store.transact_sync(
+        lambda tx: tx.take_many(LeaseTerms(owner="w", now=NOW + 1, until=NOW + 60), ["r"])
+    )
     assert taken.start_deadline == NOW + 5
     assert store.read_sync(lambda tx: tx.next_deadline()) == NOW + 1 + 30.0
 
@@ -334,14 +342,18 @@ def test_a_direct_start_of_several_runs_has_each_runs_own_events(store: Store) -
 def test_a_new_run_whose_events_an_earlier_transaction_wrote_has_them_read(store: Store) -> None:
     """``take_many(new=True)`` of a run created here for an event recorded
     before (not written in this transaction): its events are read, not lost."""
-    seq = store.transact_sync(lambda tx: tx.insert_event("e1", "plain", '{"x": 1}', 1, NOW))
+    seq = store.transact_sync(
+        lambda tx: tx.insert_event(NewEvent(id="e1", name="plain", data='{"x": 1}', ts=1, received_at=NOW))
+    )
     new = NewRun(
         id="r", function_id="f", event_seqs=[seq], event_ids=["e1"], available_at=NOW, created_at=NOW
     )
 
     def op(tx: Tx) -> list[LeasedRun]:
         tx.create_run(new)
-        return tx.take_many("w", ["r"], NOW, NOW + 60, None, accumulators=False, new=True)
+        return tx.take_many(
+            LeaseTerms(owner="w", now=NOW, until=NOW + 60), ["r"], accumulators=False, new=True
+        )
 
     [taken] = store.transact_sync(op)
     assert [(e.id, e.data) for e in taken.events] == [("e1", '{"x": 1}')]
@@ -378,7 +390,9 @@ def test_an_event_recorded_twice_is_written_once(store: Store) -> None:
 
     def record(at: float) -> int | None:
         return store.transact_sync(
-            lambda tx: tx.record_event("e1", "paid", "{}", 1, at, dedupe_key="event:e1", dedupe_until=at + 10)
+            lambda tx: tx.record_event(
+                NewEvent(id="e1", name="paid", data="{}", ts=1, received_at=at), at + 10
+            )
         )
 
     first = record(NOW)

@@ -26,6 +26,8 @@ from stepstone.store.rows import (
     CancelFlag,
     Fence,
     LeasedRun,
+    LeaseTerms,
+    NewEvent,
     NewRun,
     RunEnd,
     RunStatus,
@@ -75,7 +77,7 @@ def add_run(
     sort_at: float | None = None,
     status: RunStatus = RunStatus.QUEUED,
 ) -> None:
-    seq = tx.insert_event(f"ev-{run_id}", "go", '{"n": 1}', 7, at)
+    seq = tx.insert_event(NewEvent(id=f"ev-{run_id}", name="go", data='{"n": 1}', ts=7, received_at=at))
     tx.create_run(
         NewRun(
             id=run_id,
@@ -194,7 +196,7 @@ def test_checkpoints_are_fenced_by_owner_and_epoch(store: Store) -> None:
 
     def checkpoint_then_effect(tx: Tx) -> Any:  # an effect reading back after the fence
         tx.checkpoint(stale, [step("r", "s", '"old"')], [])
-        tx.insert_event("sent-by-stale", "x", "{}", 2, NOW)
+        tx.insert_event(NewEvent(id="sent-by-stale", name="x", data="{}", ts=2, received_at=NOW))
         return tx.get_run("r")
 
     with pytest.raises(LeaseLostError):  # on PostgreSQL the fence fails on the server: still this error
@@ -382,7 +384,9 @@ def test_a_stale_checkpoint_fails_alone_among_others(store: Store) -> None:
     fences.update(
         {
             lr.run.id: Fence(run_id=lr.run.id, owner="w2", epoch=lr.epoch)
-            for lr in store.transact_sync(lambda tx: [tx.take("w2", "c", NOW + 2, NOW + 60)])
+            for lr in store.transact_sync(
+                lambda tx: [tx.take(LeaseTerms(owner="w2", now=NOW + 2, until=NOW + 60), "c")]
+            )
             if lr is not None
         }
     )
@@ -598,7 +602,7 @@ def test_set_run_events_replaces_or_appends(store: Store) -> None:
     add_runs(store, ["r"])
 
     def add_event(tx: Tx, event_id: str, replace: bool) -> None:
-        seq = tx.insert_event(event_id, "go", "{}", 1, NOW)
+        seq = tx.insert_event(NewEvent(id=event_id, name="go", data="{}", ts=1, received_at=NOW))
         tx.set_run_events("r", [(seq, event_id)], replace=replace)
 
     store.transact_sync(lambda tx: add_event(tx, "e2", True))

@@ -11,7 +11,7 @@ import asyncio
 import sqlite3
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,7 +20,7 @@ import stepstone as ss
 from stepstone import limits
 from stepstone.errors import LeaseLostError
 from stepstone.middleware import NO_HOOKS
-from stepstone.store import faults, make_store
+from stepstone.store import faults
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import Fence, StepKind, StepRow, StepStatus
 from stepstone.testing import VirtualClock
@@ -470,15 +470,6 @@ async def _one_batch(store: Store, ops: list[Callable[[Tx], Any]]) -> list[Any]:
     """``ops`` committed in one group-commit transaction (``tests/batches.py``)."""
     futures = await submitted_together(store, ops)
     return list(await asyncio.gather(*futures, return_exceptions=True))
-
-
-@pytest.fixture
-def one_writer(db_url: str) -> Iterator[Store]:
-    """The store, with one writer on PostgreSQL so that the test decides the batch."""
-    store = make_store(db_url if db_url.startswith("sqlite:") else f"{db_url}?writers=1")
-    store.migrate()
-    yield store
-    store.close()
 
 
 def test_in_a_group_commit_a_failing_fn_rolls_back_only_its_own_writes(

@@ -29,7 +29,7 @@ from stepstone.runtime import PreparedEvent, Survey, ingest, prepare, survey
 from stepstone.runtime.waits import SURVEY_AT, build_wait
 from stepstone.store import faults, make_store
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import NewRun, RunStatus, StepKind, StepRow, StepStatus, WaitKind, WaitRow
+from stepstone.store.rows import NewEvent, NewRun, RunStatus, StepKind, StepRow, StepStatus, WaitKind, WaitRow
 
 NOW = 1_000_000.0
 MISSING: Any = object()  # the field is absent from the event's data
@@ -59,7 +59,9 @@ def park(store: Store, kind: str, reply: str, condition: str, data: dict[str, An
     run_id = f"r{next(_ids):06d}"
 
     def op(tx: Tx) -> None:
-        seq = tx.insert_event(f"ev-{run_id}", "start", json.dumps(data), 7, NOW)
+        seq = tx.insert_event(
+            NewEvent(id=f"ev-{run_id}", name="start", data=json.dumps(data), ts=7, received_at=NOW)
+        )
         tx.create_run(
             NewRun(
                 id=run_id,

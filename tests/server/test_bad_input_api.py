@@ -15,7 +15,7 @@ import stepstone as ss
 from stepstone.encryption import TOO_DEEP
 from stepstone.server.auth import AuthConfig
 from stepstone.store.base import Tx
-from stepstone.store.rows import NewRun
+from stepstone.store.rows import NewEvent, NewRun
 from tests.integration.test_bad_input import CONDITIONS, DATA, nested, register_failing_slots
 from tests.server.conftest import Live, poll
 
@@ -89,7 +89,9 @@ def test_events_stored_nested_deeper_still_show(
     now = live.app.clock.now()
 
     def store_old_row(tx: Tx) -> None:  # as an older version accepted it
-        seq = tx.insert_event("deep-1", "probe", json.dumps(nested(900)), 7, now)
+        seq = tx.insert_event(
+            NewEvent(id="deep-1", name="probe", data=json.dumps(nested(900)), ts=7, received_at=now)
+        )
         tx.create_run(
             NewRun(
                 id="run-deep",

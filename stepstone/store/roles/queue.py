@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from stepstone.store.rows import LeasedRun, QueueItem
+from stepstone.store.rows import LeasedRun, LeaseTerms, QueueItem
 
 
 class LocksTx(Protocol):
@@ -74,24 +74,15 @@ class QueueTx(GcraTx, Protocol):
         """Runs holding a live lease under concurrency key ``ckey`` (slot 1 or 2)."""
         ...
 
-    def take(
-        self, owner: str, run_id: str, now: float, until: float, app_version: str | None = None
-    ) -> LeasedRun | None:
-        """Lease one item until ``until``, bumping the run's epoch so older owners
-        are fenced out; marks the run running (recording ``app_version``, when
-        given, as the version of the code running it) and reads its events and memos."""
+    def take(self, lease: LeaseTerms, run_id: str) -> LeasedRun | None:
+        """Lease one item on ``lease``'s terms, bumping the run's epoch so older
+        owners are fenced out; marks the run running (recording the lease's
+        ``app_version``, when given, as the version of the code running it) and
+        reads its events and memos."""
         ...
 
     def take_many(
-        self,
-        owner: str,
-        run_ids: Sequence[str],
-        now: float,
-        until: float,
-        app_version: str | None = None,
-        *,
-        accumulators: bool = True,
-        new: bool = False,
+        self, lease: LeaseTerms, run_ids: Sequence[str], *, accumulators: bool = True, new: bool = False
     ) -> list[LeasedRun]:
         """``take`` for several items at once (a lease pass's choice in one
         partition), in a fixed number of statements whatever their number; in
@@ -103,14 +94,7 @@ class QueueTx(GcraTx, Protocol):
         ...
 
     def take_in_order(
-        self,
-        owner: str,
-        key: str,
-        queued: Sequence[str],
-        run_ids: Sequence[str],
-        now: float,
-        until: float,
-        app_version: str | None = None,
+        self, lease: LeaseTerms, key: str, queued: Sequence[str], run_ids: Sequence[str]
     ) -> list[LeasedRun] | None:
         """A send's direct start: ``take_many(new=True, accumulators=False)`` of
         ``run_ids`` (queued in this transaction, in partition ``key``) unless

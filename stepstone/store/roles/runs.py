@@ -5,34 +5,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from stepstone.store.rows import EventRow, NewRun, RunFilter, RunRow, SpanRow, StepRow
+from stepstone.store.rows import EventRow, NewEvent, NewRun, RunFilter, RunRow, SpanRow, StepRow
 
 
 class RunsTx(Protocol):
     """Events, runs and a run's records: what ingestion writes and every reader reads."""
 
-    def insert_event(
-        self, event_id: str, name: str, data: str, ts: int, now: float, trace: str | None = None
-    ) -> int:
-        """Append an event to the log (with the sender's trace context, if any);
-        returns its sequence number."""
+    def insert_event(self, event: NewEvent) -> int:
+        """Append ``event`` to the log; returns its sequence number."""
         ...
 
-    def record_event(
-        self,
-        event_id: str,
-        name: str,
-        data: str,
-        ts: int,
-        now: float,
-        trace: str | None = None,
-        *,
-        dedupe_key: str,
-        dedupe_until: float,
-    ) -> int | None:
-        """``insert_event`` if ``dedupe_key`` can be claimed for the event until
-        ``dedupe_until`` (``FlowTx.claim_key``); ``None``, writing nothing, if a
-        live claim holds it (the same event id seen before). PostgreSQL: one
+    def record_event(self, event: NewEvent, dedupe_until: float) -> int | None:
+        """``insert_event`` if the event's id can be claimed (``FlowTx.claim_key``
+        of ``event:<id>``) until ``dedupe_until``; ``None``, writing nothing, if
+        a live claim holds it (the same event id seen before). PostgreSQL: one
         statement."""
         ...
 

@@ -45,7 +45,7 @@ from stepstone.scheduler.leasing import take_direct
 from stepstone.sizes import Size
 from stepstone.store import make_store
 from stepstone.store.base import FunctionsTx, Store, Tx, WorkersTx
-from stepstone.store.rows import LeasedRun
+from stepstone.store.rows import LeasedRun, RunRead
 from stepstone.store.viewrows import WorkerRow
 from stepstone.triggers import Trigger
 from stepstone.worker import Worker
@@ -165,7 +165,7 @@ class App:
         self._lock = threading.RLock()
         self._surveyed = Surveyed()  # event names with many unindexed waits
         self._local_workers: list[Worker] = []
-        self._watchers: dict[str, set[Callable[[], Any]]] = {}
+        self._watchers: dict[str, set[Callable[[RunRead | None], Any]]] = {}
         self._portal_: Portal | None = None
 
     # -- functions -------------------------------------------------------------------------
@@ -407,7 +407,7 @@ class App:
             worker.notify()
 
     @contextlib.contextmanager
-    def _watching(self, run_id: str, callback: Callable[[], Any]) -> Iterator[None]:
+    def _watching(self, run_id: str, callback: Callable[[RunRead | None], Any]) -> Iterator[None]:
         with self._lock:
             self._watchers.setdefault(run_id, set()).add(callback)
         try:
@@ -420,11 +420,21 @@ class App:
                     if not callbacks:
                         del self._watchers[run_id]
 
-    def _run_changed(self, run_id: str) -> None:
+    def _run_changed(self, run_id: str, ended: RunRead | None = None, /) -> None:
+        """A local worker's invocation of the run is over; ``ended``: the run as
+        its end's own transaction read it back (asked for by ``_watched``)."""
         callbacks = self._watchers.get(run_id)
         if callbacks:
             for callback in list(callbacks):
-                callback()
+                callback(ended)
+
+    def _watched(self, run_id: str) -> bool:
+        return run_id in self._watchers
+
+    def _held_here(self, run_id: str) -> bool:
+        """Whether a local worker's invocation of the run is under way (it then
+        calls ``_run_changed`` when it is over)."""
+        return any(run_id in worker.inflight for worker in list(self._local_workers))
 
     # -- workers -----------------------------------------------------------------------------------
     def worker(
@@ -449,6 +459,7 @@ class App:
             instance_id=instance_id,
             lease_ttl=lease_ttl,
             on_run_end=self._run_changed,
+            watched=self._watched,
             matcher=lambda: self.catalog.registry(self._store_ready()),
             middleware=self.middleware,
             max_abandoned_threads=max_abandoned_threads,

@@ -23,6 +23,7 @@ from stepstone.store.rows import (
     QueueSpec,
     RunFilter,
     RunHistory,
+    RunRead,
     RunRow,
     RunStatus,
     SpanRow,
@@ -221,6 +222,23 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
             self._steps_if_ended(run_id) if steps is None else steps
         ).fetchall()  # (in-process: once it has ended)
         return found, [StepRow.from_row(r) for r in rows]
+
+    def ended_run_later(self, run_id: str) -> Callable[[], RunRead]:
+        if not self.dialect.pipelined:  # (in-process: read now, while the transaction is open)
+            value = self.ended_run(run_id)
+            return lambda: value
+        run, steps = self._exec("get_run", {"id": run_id}), self._steps_if_ended(run_id)
+
+        def read() -> tuple[RunRow | None, list[StepRow] | None]:
+            row = run.fetchone()
+            if row is None:
+                return None, None
+            found = RunRow.from_row(row)
+            if found.status not in ENDED_STATUSES:
+                return found, None
+            return found, [StepRow.from_row(r) for r in steps.fetchall()]
+
+        return read
 
     def _steps_if_ended(self, run_id: str) -> Any:
         return self._exec("steps_if_ended", {"run_id": run_id}, {"statuses": ENDED_STATUSES})

@@ -1,0 +1,142 @@
+"""``runs.wait`` for a run this process's own worker holds (issue 18, target 4):
+the worker tells the waiter of the run's end with the run as the end's own
+transaction read it back (``RunsTx.ended_run_later``: on PostgreSQL sent with
+the end and read after its ``COMMIT``, no round trip of its own), so the
+waiter reads nothing, and returns exactly what a read returns: for a run that
+completed, failed or was cancelled while held. A run that parks instead is
+read as before (the wake-up carries nothing), and so is a run no local worker
+holds. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import stepstone as ss
+from stepstone.errors import NonRetriableError
+from tests.conftest import run_of
+from tests.polling import wait_for
+
+
+@pytest.fixture
+def waits_read(app: ss.App) -> Iterator[list[str]]:
+    """The reads of ``runs.wait``'s poll (``_ended_op``) made through the app's store."""
+    seen: list[str] = []
+    store: Any = app.store
+    read, read_sync = store.read, store.read_sync
+
+    def noted(op: Callable[..., Any]) -> None:
+        if "_ended_op" in getattr(op, "__qualname__", ""):
+            seen.append(op.__qualname__)
+
+    async def counted(op: Callable[..., Any]) -> Any:
+        noted(op)
+        return await read(op)
+
+    def counted_sync(op: Callable[..., Any]) -> Any:
+        noted(op)
+        return read_sync(op)
+
+    store.read, store.read_sync = counted, counted_sync
+    yield seen
+    del store.read, store.read_sync
+
+
+def _gated(app: ss.App, ending: str) -> tuple[threading.Event, threading.Event]:
+    """A function ``gated`` whose second step waits for ``gate`` (``entered``
+    says it got there), then ends as ``ending`` says."""
+    entered, gate = threading.Event(), threading.Event()
+
+    def hold() -> int:
+        entered.set()
+        assert gate.wait(10)
+        return 2
+
+    @app.function(id="gated", trigger=ss.on_event("go"), retries=0)
+    async def gated(ctx: ss.Context) -> dict[str, int]:
+        await ctx.step.run("a", lambda: 1)
+        await ctx.step.run("b", hold)
+        if ending == "failed":
+            raise NonRetriableError("no")
+        if ending == "parked":
+            await ctx.step.sleep("nap", "10ms")
+        await ctx.step.run("c", lambda: 3)
+        return {"x": 3}
+
+    return entered, gate
+
+
+def _wait_while_held(app: ss.App, ending: str) -> tuple[ss.Run, ss.Run]:
+    """``runs.wait`` called while the local worker holds the run; what it
+    returned and what a read returns afterwards."""
+    entered, gate = _gated(app, ending)
+    app.start(concurrency=1)
+    [event_id] = app.send(ss.Event("go"))
+    run_id = run_of(app, event_id).id
+    assert entered.wait(10)
+    waited: list[ss.Run] = []
+    waiter = threading.Thread(target=lambda: waited.append(app.runs.wait(run_id, timeout="10s")))
+    waiter.start()
+    wait_for(lambda: run_id in app._watchers, 10, "the waiter watching")
+    if ending == "cancelled":
+        assert app.runs.cancel(run_id) == "running"  # flagged: the worker ends it at its next step
+    gate.set()
+    waiter.join(10)
+    [run] = waited
+    return run, app.runs.get(run_id)
+
+
+@pytest.mark.parametrize("ending", ["completed", "failed", "cancelled"])
+def test_a_wait_for_a_run_its_local_worker_ends_reads_nothing(
+    app: ss.App, waits_read: list[str], ending: str
+) -> None:
+    run, read = _wait_while_held(app, ending)
+    assert run.status == ending
+    assert run == read  # every field: output, error, steps, times
+    assert waits_read == []
+    if ending == "completed":
+        assert run.output == {"x": 3} and [s.id for s in run.steps] == ["a", "b", "c"]
+
+
+def test_a_wait_for_a_run_that_parks_reads_it_after_the_invocation(
+    app: ss.App, waits_read: list[str]
+) -> None:
+    """The parked invocation tells nothing of an end: the waiter reads (and
+    the next invocation, ending it, may tell it)."""
+    run, read = _wait_while_held(app, "parked")
+    assert run.status == "completed" and run == read
+    assert waits_read != []
+
+
+def test_a_wait_for_a_run_that_ended_before_reads_it(app: ss.App, waits_read: list[str]) -> None:
+    @app.function(id="one", trigger=ss.on_event("go"))
+    async def one(ctx: ss.Context) -> int:
+        done: int = await ctx.step.run("a", lambda: 1)
+        return done
+
+    app.start(concurrency=1)
+    [event_id] = app.send(ss.Event("go"))
+    run_id = run_of(app, event_id).id
+    wait_for(lambda: app.runs.get(run_id).status == "completed", 10, "the run's end")
+    assert app.runs.wait(run_id, timeout="5s") == app.runs.get(run_id)
+    assert len(waits_read) == 1
+
+
+def test_a_wait_for_a_run_no_local_worker_holds_reads_until_it_ends(
+    make_app: Callable[..., ss.App],
+) -> None:
+    """Another app (a worker elsewhere) ends it: this app's waiter polls."""
+    sender, worker = make_app("sender"), make_app("worker")
+
+    @worker.function(id="one", trigger=ss.on_event("go"))
+    async def one(ctx: ss.Context) -> int:
+        done: int = await ctx.step.run("a", lambda: 1)
+        return done
+
+    worker.start(concurrency=1)
+    [event_id] = sender.send(ss.Event("go"))
+    run = sender.runs.wait(run_of(sender, event_id).id, timeout="10s")
+    assert run.status == "completed" and run == sender.runs.get(run.id)

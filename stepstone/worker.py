@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
 import secrets
@@ -483,6 +484,16 @@ class Worker:
             self.abandoned,
             self.watched,
         )
+
+    def unstarted(self, run_ids: Sequence[str]) -> bool:
+        """Whether each run is in flight here and its invocation has not begun:
+        nothing of it was written since it was taken (from any thread)."""
+        for run_id in run_ids:
+            task = self.inflight.get(run_id)
+            coro = None if task is None else task.get_coro()
+            if not inspect.iscoroutine(coro) or inspect.getcoroutinestate(coro) != inspect.CORO_CREATED:
+                return False
+        return True
 
     def _lease_held(self, run_id: str) -> bool:
         """Whether this worker's lease on the run is still known to be live: a

@@ -1,14 +1,23 @@
-"""``runs.wait`` for a run this process's own worker holds (issue 18, target 4):
-the worker tells the waiter of the run's end with the run as the end's own
-transaction read it back (``RunsTx.ended_run_later``: on PostgreSQL sent with
-the end and read after its ``COMMIT``, no round trip of its own), so the
-waiter reads nothing, and returns exactly what a read returns: for a run that
-completed, failed or was cancelled while held. A run that parks instead is
-read as before (the wake-up carries nothing), and so is a run no local worker
-holds. On SQLite and PostgreSQL."""
+"""Reads a process answers from what it knows (issue 18, target 4), with
+exactly what a read would return, on SQLite and PostgreSQL.
+
+``runs.wait`` for a run this process's own worker holds: the worker tells the
+waiter of the run's end with the run as the end's own transaction read it
+back (``RunsTx.ended_run_later``: on PostgreSQL sent with the end and read
+after its ``COMMIT``, no round trip of its own), so the waiter reads nothing:
+for a run that completed, failed or was cancelled while held. A run that
+parks instead is read as before (the wake-up carries nothing), and so is a
+run no local worker holds.
+
+``runs.list(event_id=)`` right after a send that started every run of its one
+new event on a local worker: those runs as the send's take returned them,
+while none of their invocations has begun; otherwise (begun, a run left
+queued, an event seen before) it reads.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,19 +26,21 @@ import pytest
 
 import stepstone as ss
 from stepstone.errors import NonRetriableError
+from stepstone.runs import _list_op
+from stepstone.store.rows import RunFilter
 from tests.conftest import run_of
 from tests.polling import wait_for
 
 
-@pytest.fixture
-def waits_read(app: ss.App) -> Iterator[list[str]]:
-    """The reads of ``runs.wait``'s poll (``_ended_op``) made through the app's store."""
+def _reads_of(app: ss.App, kind: str) -> Iterator[list[str]]:
+    """The reads of ``kind`` (``_ended_op``: ``runs.wait``'s poll; ``_list_op``:
+    ``runs.list``) made through the app's store."""
     seen: list[str] = []
     store: Any = app.store
     read, read_sync = store.read, store.read_sync
 
     def noted(op: Callable[..., Any]) -> None:
-        if "_ended_op" in getattr(op, "__qualname__", ""):
+        if kind in getattr(op, "__qualname__", ""):
             seen.append(op.__qualname__)
 
     async def counted(op: Callable[..., Any]) -> Any:
@@ -43,6 +54,16 @@ def waits_read(app: ss.App) -> Iterator[list[str]]:
     store.read, store.read_sync = counted, counted_sync
     yield seen
     del store.read, store.read_sync
+
+
+@pytest.fixture
+def waits_read(app: ss.App) -> Iterator[list[str]]:
+    yield from _reads_of(app, "_ended_op")
+
+
+@pytest.fixture
+def lists_read(app: ss.App) -> Iterator[list[str]]:
+    yield from _reads_of(app, "_list_op")
 
 
 def _gated(app: ss.App, ending: str) -> tuple[threading.Event, threading.Event]:
@@ -140,3 +161,73 @@ def test_a_wait_for_a_run_no_local_worker_holds_reads_until_it_ends(
     [event_id] = sender.send(ss.Event("go"))
     run = sender.runs.wait(run_of(sender, event_id).id, timeout="10s")
     assert run.status == "completed" and run == sender.runs.get(run.id)
+
+
+def _blocked(app: ss.App, gate: threading.Event, **flow: Any) -> None:
+    """``blocked``: its first step waits for ``gate``."""
+
+    @app.function(id="blocked", trigger=ss.on_event("go"), **flow)
+    async def blocked(ctx: ss.Context) -> int:
+        done: int = await ctx.step.run("a", lambda: int(gate.wait(10)))
+        return done
+
+
+def _read_list(app: ss.App, event_id: str) -> list[ss.Run]:
+    """``runs.list(event_id=)`` as the store reads it (blocking: on a loop, nothing else runs meanwhile)."""
+    listed: list[ss.Run] = app.store.read_sync(_list_op(RunFilter(event_id=event_id)))
+    return listed
+
+
+def test_a_list_by_event_right_after_a_send_that_started_its_run_reads_nothing(
+    app: ss.App, lists_read: list[str]
+) -> None:
+    gate = threading.Event()
+    _blocked(app, gate)
+
+    async def scenario() -> tuple[list[ss.Run], list[ss.Run]]:
+        await app.start_async(concurrency=2)
+        [event_id] = await app.send_async(ss.Event("go"))
+        listed = await app.runs.list_async(event_id=event_id)
+        read = _read_list(app, event_id)  # before the worker's turn: nothing written since
+        gate.set()
+        await app.runs.wait_async(listed[0].id, timeout="10s")
+        await app.stop_async()
+        return listed, read
+
+    listed, read = asyncio.run(scenario())
+    assert listed == read and [run.status for run in listed] == ["running"]
+    assert lists_read == ["_list_op.<locals>.op"]  # the test's own read only
+
+
+def test_a_list_by_event_once_the_run_began_reads_it(app: ss.App, lists_read: list[str]) -> None:
+    gate = threading.Event()
+    _blocked(app, gate)
+    app.start(concurrency=2)
+    [event_id] = app.send(ss.Event("go"))
+    wait_for(lambda: not app._local_workers[0].unstarted([run_of(app, event_id).id]), 10, "its start")
+    lists_read.clear()
+    [run] = app.runs.list(event_id=event_id)
+    assert lists_read == ["_list_op.<locals>.op"] and run.status == "running"
+    gate.set()
+    assert app.runs.wait(run.id, timeout="10s").status == "completed"
+
+
+@pytest.mark.parametrize("case", ["queued", "seen before", "no worker"])
+def test_a_list_by_event_after_a_send_that_did_not_start_every_run_here_reads(
+    app: ss.App, lists_read: list[str], case: str
+) -> None:
+    gate = threading.Event()
+    if case == "queued":  # a concurrency key: never started directly
+        _blocked(app, gate, concurrency=ss.Concurrency(limit=1, key="event.data.k"))
+    else:
+        _blocked(app, gate)
+    if case != "no worker":
+        app.start(concurrency=2)
+    if case == "seen before":
+        app.send(ss.Event("go", id="e1"))
+    [event_id] = app.send(ss.Event("go", {"k": "x"}, id="e1"))
+    lists_read.clear()
+    [run] = app.runs.list(event_id=event_id)
+    assert lists_read == ["_list_op.<locals>.op"]
+    assert run.status in ("queued", "running")
+    gate.set()

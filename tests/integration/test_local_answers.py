@@ -132,12 +132,15 @@ def test_a_wait_for_a_run_that_parks_reads_it_after_the_invocation(
     assert waits_read != []
 
 
-def test_a_wait_for_a_run_that_ended_before_reads_it(app: ss.App, waits_read: list[str]) -> None:
+def _one_step(app: ss.App) -> None:
     @app.function(id="one", trigger=ss.on_event("go"))
     async def one(ctx: ss.Context) -> int:
         done: int = await ctx.step.run("a", lambda: 1)
         return done
 
+
+def test_a_wait_for_a_run_that_ended_before_reads_it(app: ss.App, waits_read: list[str]) -> None:
+    _one_step(app)
     app.start(concurrency=1)
     [event_id] = app.send(ss.Event("go"))
     run_id = run_of(app, event_id).id
@@ -151,12 +154,7 @@ def test_a_wait_for_a_run_no_local_worker_holds_reads_until_it_ends(
 ) -> None:
     """Another app (a worker elsewhere) ends it: this app's waiter polls."""
     sender, worker = make_app("sender"), make_app("worker")
-
-    @worker.function(id="one", trigger=ss.on_event("go"))
-    async def one(ctx: ss.Context) -> int:
-        done: int = await ctx.step.run("a", lambda: 1)
-        return done
-
+    _one_step(worker)
     worker.start(concurrency=1)
     [event_id] = sender.send(ss.Event("go"))
     run = sender.runs.wait(run_of(sender, event_id).id, timeout="10s")

@@ -489,8 +489,9 @@ def test_a_sequential_run_sent_listed_and_waited_for_here_costs_seven_round_trip
     """Send (2 waits + its COMMIT), two checkpoints (1 each), the last step with
     the end (1 wait + its COMMIT, the run read back in it for the waiter), and
     no read: ``runs.list(event_id=)`` and ``runs.wait`` are answered in-process
-    (``test_local_answers.py``). A read would send ``get_run`` in a
-    transaction of its own."""
+    (``test_local_answers.py``); a read would send ``get_run`` in a
+    transaction of its own. (A transaction a group commit shares with another
+    write, the worker's start-up or retention, waits more: the fewest count.)"""
     app = make_app()
 
     @app.function(id="three", trigger=ss.on_event("three"))
@@ -499,19 +500,20 @@ def test_a_sequential_run_sent_listed_and_waited_for_here_costs_seven_round_trip
             await ctx.step.run(name, lambda: 1)
         return 3
 
-    async def scenario() -> list[str]:
+    async def scenario(runs: int) -> list[str]:
         await app.start_async(concurrency=10)
         ended = []
-        for _ in range(2):  # (the first send may share its commit with the worker's start-up writes)
+        for _ in range(runs):
             [event_id] = await app.send_async(ss.Event("three"))
             [run] = await app.runs.list_async(event_id=event_id)
             ended.append((await app.runs.wait_async(run.id, timeout="10s")).status)
         await app.stop_async()
         return ended
 
-    assert asyncio.run(scenario()) == ["completed", "completed"]
+    assert asyncio.run(scenario(5)) == ["completed"] * 5
     if app.store.dialect == "postgres":
-        assert round_trips(_sql("record_event"))[-1] == 2
-        assert round_trips(_sql("fenced_step"))[-2:] == [0, 0]
-        assert round_trips(_sql("end_held_run")) == [1, 1]
-        assert round_trips(_sql("get_run")) == [1, 1]  # the ends' read-backs: no read of their own
+        assert min(round_trips(_sql("record_event"))) == 2
+        assert min(round_trips(_sql("fenced_step"))) == 0
+        ends = round_trips(_sql("end_held_run"))
+        assert min(ends) == 1 and len(ends) == 5
+        assert len(round_trips(_sql("get_run"))) == 5  # the ends' read-backs: no read of their own

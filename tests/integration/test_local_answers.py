@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 import stepstone as ss
+from stepstone import runs
 from stepstone.errors import NonRetriableError
 from stepstone.runs import _list_op
 from stepstone.store.rows import RunFilter
@@ -57,7 +58,10 @@ def _reads_of(app: ss.App, kind: str) -> Iterator[list[str]]:
 
 
 @pytest.fixture
-def waits_read(app: ss.App) -> Iterator[list[str]]:
+def waits_read(app: ss.App, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    # No poll within a test's time-outs (a loaded host may take 100 ms, the
+    # default, to end a run): a read then comes only from what is asserted.
+    monkeypatch.setattr(runs, "LOCAL_POLL", 60.0)
     yield from _reads_of(app, "_ended_op")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import inspect
 import os
 import threading
 import time
@@ -133,9 +134,17 @@ class _SentHere:
         """What a read of ``where`` returns now, if this knows it."""
         if where != RunFilter(event_id=self.event_id, limit=where.limit):
             return None
-        if not self.worker.unstarted([run.id for run in self.runs]):
+        if not all(_unstarted(self.worker, run.id) for run in self.runs):
             return None
         return self.runs[: where.limit]
+
+
+def _unstarted(worker: Worker, run_id: str) -> bool:
+    """Whether the run is in flight on ``worker`` and its invocation has not
+    begun: nothing of it was written since it was taken (from any thread)."""
+    task = worker.inflight.get(run_id)
+    coro = None if task is None else task.get_coro()
+    return inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED
 
 
 def _starts_directly(fn: FunctionDef | None) -> bool:
@@ -490,12 +499,12 @@ class App:
             instance_id=instance_id,
             lease_ttl=lease_ttl,
             on_run_end=self._run_changed,
-            watched=self._watched,
             matcher=lambda: self.catalog.registry(self._store_ready()),
             middleware=self.middleware,
             max_abandoned_threads=max_abandoned_threads,
             retention=self.retention,
         )
+        worker.watched = self._watched
         return worker
 
     async def start_async(

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import os
 import secrets
@@ -88,7 +87,6 @@ class Worker:
         max_idle_sleep: float = 1.0,
         on_idle: Callable[[], Any] | None = None,
         on_run_end: Callable[[str, RunRead | None], Any] | None = None,
-        watched: Callable[[str], bool] | None = None,
         matcher: Callable[[], Registry] | None = None,
         middleware: Sequence[Middleware] = (),
         max_abandoned_threads: int = DEFAULT_MAX_ABANDONED,
@@ -112,7 +110,7 @@ class Worker:
         self.max_idle_sleep = max_idle_sleep
         self.on_idle = on_idle
         self.on_run_end = on_run_end  # after each invocation, with the run as its end left it if watched
-        self.watched = watched or (lambda run_id: False)
+        self.watched: Callable[[str], bool] = lambda run_id: False  # (``ExecEnv.watched``)
         self.matcher = matcher or (lambda: registry)
         self.middleware = tuple(middleware)
         self.retention = retention
@@ -485,16 +483,6 @@ class Worker:
             self.watched,
         )
 
-    def unstarted(self, run_ids: Sequence[str]) -> bool:
-        """Whether each run is in flight here and its invocation has not begun:
-        nothing of it was written since it was taken (from any thread)."""
-        for run_id in run_ids:
-            task = self.inflight.get(run_id)
-            coro = None if task is None else task.get_coro()
-            if not inspect.iscoroutine(coro) or inspect.getcoroutinestate(coro) != inspect.CORO_CREATED:
-                return False
-        return True
-
     def _lease_held(self, run_id: str) -> bool:
         """Whether this worker's lease on the run is still known to be live: a
         step must not start on a lapsed one (another worker may own the run)."""
@@ -505,7 +493,7 @@ class Worker:
         self.inflight[item.run.id] = task
 
     async def _invoke(self, item: LeasedRun, env: ExecEnv) -> None:
-        ended: RunRead | None = None
+        outcome: Outcome | None = None
         try:
             outcome = await self.execute(item, env)
             self.invocations += 1
@@ -513,7 +501,6 @@ class Worker:
                 metrics.run_finished(item.run.function_id, outcome.status)
             if outcome is not None and outcome.wake_at is not None:
                 self._learn_due(outcome.wake_at)
-            ended = None if outcome is None else outcome.ended
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -525,7 +512,7 @@ class Worker:
                 del self.inflight[item.run.id]
                 self._held.pop(item.run.id, None)
             if self.on_run_end is not None:
-                self.on_run_end(item.run.id, ended)
+                self.on_run_end(item.run.id, None if outcome is None else outcome.ended)
             if self._lease_after(item.run.function_id):
                 self._want_lease = True
             self._poke()

@@ -74,7 +74,7 @@ async def throughput(folder: str, sync: str, runs: int = 2000, concurrency: int 
     done = asyncio.Event()
     count = 0
 
-    def on_end(run_id: str) -> None:
+    def on_end(run_id: str, _read: object = None) -> None:
         nonlocal count
         count += 1
         if count == runs:

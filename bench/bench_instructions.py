@@ -39,7 +39,7 @@ async def _queued(folder: str, runs: int) -> None:
     ended = 0
     warm, done = asyncio.Event(), asyncio.Event()
 
-    def on_end(run_id: str) -> None:
+    def on_end(run_id: str, _read: object = None) -> None:
         nonlocal ended
         ended += 1
         if ended == WARM_UP:

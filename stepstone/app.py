@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import inspect
 import os
 import threading
 import time
@@ -45,7 +46,7 @@ from stepstone.scheduler.leasing import take_direct
 from stepstone.sizes import Size
 from stepstone.store import make_store
 from stepstone.store.base import FunctionsTx, Store, Tx, WorkersTx
-from stepstone.store.rows import LeasedRun
+from stepstone.store.rows import LeasedRun, RunFilter, RunRead, RunRow
 from stepstone.store.viewrows import WorkerRow
 from stepstone.triggers import Trigger
 from stepstone.worker import Worker
@@ -109,6 +110,43 @@ class _Direct:
         return leased, quiet
 
 
+@dataclasses.dataclass(frozen=True)
+class _SentHere:
+    """The runs of a send's one new event when the send started every one of
+    them on a local worker: as the send's transaction left them (the rows its
+    take returned), newest first as a list by event orders them. Until their
+    invocations begin nothing else writes them (their lease is this worker's;
+    an operator's cancel only flags a held run), so ``runs.list(event_id=)``
+    right after the send is answered with them, reading nothing."""
+
+    event_id: str
+    runs: list[RunRow]
+    worker: Worker
+
+    @classmethod
+    def of(cls, direct: _Direct | None, sent: Sent, leased: list[LeasedRun], quiet: bool) -> _SentHere | None:
+        if direct is None or not quiet or len(sent.recorded) != 1 or sent.admitted != len(leased):
+            return None  # (quiet: every run queued was taken, no wait resolved)
+        runs = sorted((item.run for item in leased), key=lambda run: run.id, reverse=True)
+        return cls(sent.recorded[0], runs, direct.worker)
+
+    def listed(self, where: RunFilter) -> list[RunRow] | None:
+        """What a read of ``where`` returns now, if this knows it."""
+        if where != RunFilter(event_id=self.event_id, limit=where.limit):
+            return None
+        if not all(_unstarted(self.worker, run.id) for run in self.runs):
+            return None
+        return self.runs[: where.limit]
+
+
+def _unstarted(worker: Worker, run_id: str) -> bool:
+    """Whether the run is in flight on ``worker`` and its invocation has not
+    begun: nothing of it was written since it was taken (from any thread)."""
+    task = worker.inflight.get(run_id)
+    coro = None if task is None else task.get_coro()
+    return inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED
+
+
 def _starts_directly(fn: FunctionDef | None) -> bool:
     return fn is not None and fn.flow.starts_directly
 
@@ -165,7 +203,8 @@ class App:
         self._lock = threading.RLock()
         self._surveyed = Surveyed()  # event names with many unindexed waits
         self._local_workers: list[Worker] = []
-        self._watchers: dict[str, set[Callable[[], Any]]] = {}
+        self._watchers: dict[str, set[Callable[[RunRead | None], Any]]] = {}
+        self._sent_here: _SentHere | None = None  # the last send's runs, if it started them all here
         self._portal_: Portal | None = None
 
     # -- functions -------------------------------------------------------------------------
@@ -320,21 +359,22 @@ class App:
 
         direct = self._direct(len(prepared))
 
-        def op(tx: Tx) -> tuple[list[str], list[LeasedRun], bool]:
+        def op(tx: Tx) -> tuple[list[str], list[LeasedRun], bool, Sent]:
             sent = Sent()
             ids = ingest(tx, prepared, registry, now, surveys, self._surveyed.learn, sent)
             leased, quiet = ([], False) if direct is None else direct.take(tx, sent, now)
-            return ids, leased, quiet
+            return ids, leased, quiet, sent
 
         try:
-            done: tuple[list[str], list[LeasedRun], bool] = yield write_call(store, op)
+            done: tuple[list[str], list[LeasedRun], bool, Sent] = yield write_call(store, op)
         except BaseException:
             if direct is not None:
                 direct.worker.give_back(direct.slots, now + direct.worker.lease_ttl)
             raise
-        ids, leased, quiet = done
+        ids, leased, quiet, sent = done
         if direct is not None:
             direct.worker.hand_over(leased, direct.slots, direct.sent, now)
+        self._sent_here = _SentHere.of(direct, sent, leased, quiet)
         if not quiet:
             self._notify_workers()
         if hooks.has("after_send_events"):
@@ -407,7 +447,7 @@ class App:
             worker.notify()
 
     @contextlib.contextmanager
-    def _watching(self, run_id: str, callback: Callable[[], Any]) -> Iterator[None]:
+    def _watching(self, run_id: str, callback: Callable[[RunRead | None], Any]) -> Iterator[None]:
         with self._lock:
             self._watchers.setdefault(run_id, set()).add(callback)
         try:
@@ -420,11 +460,21 @@ class App:
                     if not callbacks:
                         del self._watchers[run_id]
 
-    def _run_changed(self, run_id: str) -> None:
+    def _run_changed(self, run_id: str, ended: RunRead | None = None, /) -> None:
+        """A local worker's invocation of the run is over; ``ended``: the run as
+        its end's own transaction read it back (asked for by ``_watched``)."""
         callbacks = self._watchers.get(run_id)
         if callbacks:
             for callback in list(callbacks):
-                callback()
+                callback(ended)
+
+    def _watched(self, run_id: str) -> bool:
+        return run_id in self._watchers
+
+    def _held_here(self, run_id: str) -> bool:
+        """Whether a local worker's invocation of the run is under way (it then
+        calls ``_run_changed`` when it is over)."""
+        return any(run_id in worker.inflight for worker in list(self._local_workers))
 
     # -- workers -----------------------------------------------------------------------------------
     def worker(
@@ -454,6 +504,7 @@ class App:
             max_abandoned_threads=max_abandoned_threads,
             retention=self.retention,
         )
+        worker.watched = self._watched
         return worker
 
     async def start_async(

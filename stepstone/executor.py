@@ -47,6 +47,7 @@ from stepstone.store.rows import (
     EventRow,
     Fence,
     LeasedRun,
+    RunRead,
     RunStatus,
     SpanRow,
     StepStatus,
@@ -122,6 +123,9 @@ class ExecEnv(HostServices):
     lease_held: Callable[[str], bool] = lambda run_id: True
     # The worker's count of sync step threads abandoned past their timeout.
     abandoned: AbandonedThreads = field(default_factory=AbandonedThreads)
+    # Whether a caller in this process waits for the run's end (``runs.wait``):
+    # the end's transaction then reads the run back for it (``Outcome.ended``).
+    watched: Callable[[str], bool] = lambda run_id: False
 
     def memos(self, leased: LeasedRun) -> MemoSource:
         """The lease carries the step index; outputs are read a page at a time."""
@@ -133,6 +137,7 @@ class Outcome:
     status: RunStatus
     wake_at: float | None = None
     error: ErrorInfo | None = None
+    ended: RunRead | None = None  # the run as its end's transaction left it (if watched)
 
 
 def _event(row: EventRow) -> Event:
@@ -444,8 +449,11 @@ async def _finish(
     events = _StoredEvents(leased.events)
     fence = journal.fence
 
-    def final(tx: Tx) -> None:
-        end_run(tx, leased.run, status, output, error, now, matcher, fence=fence, events=events)
+    watched = env.watched(leased.run.id)
 
-    await journal.finish(final)
-    return Outcome(status, error=error)
+    def final(tx: Tx) -> Callable[[], RunRead] | None:
+        end_run(tx, leased.run, status, output, error, now, matcher, fence=fence, events=events)
+        return tx.ended_run_later(leased.run.id) if watched else None
+
+    read_back = await journal.finish(final)  # (None: a retried end found its first attempt landed)
+    return Outcome(status, error=error, ended=read_back() if read_back is not None else None)

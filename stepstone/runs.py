@@ -30,7 +30,9 @@ from stepstone.store.rows import (
     ENDED_STATUSES,
     RunFilter,
     RunHistory,
+    RunRead,
     RunRow,
+    RunStatus,
     SignalRow,
     SpanRow,
     StepKind,
@@ -171,11 +173,16 @@ def _ended_op(run_id: str) -> Callable[[Tx], Run | str]:
     before, only its status (its steps are not read nor decoded)."""
 
     def op(tx: RunsTx) -> Run | str:
-        row, steps = tx.ended_run(run_id)
-        run = _found(row, run_id)
-        return run.status if steps is None else to_run(run, steps)
+        return _seen(tx.ended_run(run_id), run_id)
 
     return op
+
+
+def _seen(read: RunRead, run_id: str) -> Run | str:
+    """The run once it has ended, else its status (``RunsTx.ended_run``'s read)."""
+    row, steps = read
+    run = _found(row, run_id)
+    return run.status if steps is None else to_run(run, steps)
 
 
 def _export_op(run_id: str) -> Callable[[Tx], dict[str, Any]]:
@@ -325,6 +332,10 @@ class Runs(BulkActions):
             before=before,
             app_version=app_version,
         )
+        here = self._app._sent_here  # (a list by event right after this app's send)
+        listed = None if here is None else here.listed(where)
+        if listed is not None:
+            return [to_run(row, []) for row in listed]  # (new runs: no steps yet)
         runs: builtins.list[Run] = yield self._read(_list_op(where))
         return runs
 
@@ -371,13 +382,25 @@ class Runs(BulkActions):
     def _wait(self, run_id: str, timeout: Duration = "30s") -> Plan[Run]:
         """Wait until the run ends; ``RunTimeoutError`` (a ``TimeoutError``) if not."""
         waiter = _Waiter(run_id, timeout, local=bool(self._app._local_workers))
-        wakeup = Wakeup()
-        with self._app._watching(run_id, wakeup.set):
+        told = _Told()
+        with self._app._watching(run_id, told):
+            # A run a local worker holds tells its end (``_run_changed``), read
+            # back by the end's own transaction: then nothing is read here.
+            held = self._app._held_here(run_id)
             while True:
-                pause = waiter.check((yield self._read(_ended_op(run_id))))
+                ended, told.ended = told.ended, None
+                seen: Run | str
+                if ended is not None:
+                    seen = _seen(ended, run_id)
+                elif held and not waiter.expired():
+                    seen = RunStatus.RUNNING
+                else:
+                    seen = yield self._read(_ended_op(run_id))
+                pause = waiter.check(seen)
                 if isinstance(pause, Run):
                     return pause
-                yield wakeup.wait(pause)
+                held = False  # polled from now on, as for a run held elsewhere
+                yield told.wakeup.wait(pause)
 
     get = sync_face(_get)
     get_async = async_face(_get)
@@ -401,6 +424,20 @@ class Runs(BulkActions):
     wait_async = async_face(_wait)
 
 
+class _Told:
+    """A waiter's watch (``App._watching``): woken after each local invocation
+    of the run, with the run as its end left it when the invocation ended it."""
+
+    def __init__(self) -> None:
+        self.wakeup = Wakeup()
+        self.ended: RunRead | None = None
+
+    def __call__(self, ended: RunRead | None) -> None:
+        if ended is not None:
+            self.ended = ended
+        self.wakeup.set()
+
+
 class _Waiter:
     """Deadline and poll interval of ``runs.wait``: in-process runs signal their end;
     runs finished by other processes are noticed by polling (2 ms, doubling to 250 ms).
@@ -413,6 +450,9 @@ class _Waiter:
         self.timeout = timeout
         self.deadline = time.monotonic() + parse_duration(timeout, field="timeout")
         self.interval = LOCAL_POLL if local else 0.002
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.deadline
 
     def check(self, seen: Run | str) -> Run | float:
         """The run once it has ended (``_ended_op``), else how long to wait before reading again."""

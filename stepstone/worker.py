@@ -57,7 +57,7 @@ from stepstone.scheduler.maintenance import (
 from stepstone.scheduler.retention import pace_for, prune_plan
 from stepstone.slots import Slots
 from stepstone.store.base import Store, Tx, WorkersTx
-from stepstone.store.rows import ENDED_STATUSES, LeasedRun
+from stepstone.store.rows import ENDED_STATUSES, LeasedRun, RunRead
 from stepstone.store.viewrows import WorkerRow
 
 log = logging.getLogger("stepstone.worker")
@@ -86,7 +86,7 @@ class Worker:
         idle_poll: float = 0.05,
         max_idle_sleep: float = 1.0,
         on_idle: Callable[[], Any] | None = None,
-        on_run_end: Callable[[str], Any] | None = None,
+        on_run_end: Callable[[str, RunRead | None], Any] | None = None,
         matcher: Callable[[], Registry] | None = None,
         middleware: Sequence[Middleware] = (),
         max_abandoned_threads: int = DEFAULT_MAX_ABANDONED,
@@ -109,7 +109,8 @@ class Worker:
         self.idle_poll = idle_poll
         self.max_idle_sleep = max_idle_sleep
         self.on_idle = on_idle
-        self.on_run_end = on_run_end
+        self.on_run_end = on_run_end  # after each invocation, with the run as its end left it if watched
+        self.watched: Callable[[str], bool] = lambda run_id: False  # (``ExecEnv.watched``)
         self.matcher = matcher or (lambda: registry)
         self.middleware = tuple(middleware)
         self.retention = retention
@@ -479,6 +480,7 @@ class Worker:
             self.middleware,
             self._lease_held,
             self.abandoned,
+            self.watched,
         )
 
     def _lease_held(self, run_id: str) -> bool:
@@ -491,6 +493,7 @@ class Worker:
         self.inflight[item.run.id] = task
 
     async def _invoke(self, item: LeasedRun, env: ExecEnv) -> None:
+        outcome: Outcome | None = None
         try:
             outcome = await self.execute(item, env)
             self.invocations += 1
@@ -509,7 +512,7 @@ class Worker:
                 del self.inflight[item.run.id]
                 self._held.pop(item.run.id, None)
             if self.on_run_end is not None:
-                self.on_run_end(item.run.id)
+                self.on_run_end(item.run.id, None if outcome is None else outcome.ended)
             if self._lease_after(item.run.function_id):
                 self._want_lease = True
             self._poke()

@@ -30,11 +30,15 @@ __all__ = ["Sent", "ingest"]
 @dataclass
 class Sent:
     """What a send's ingestion did besides recording its events, for a direct
-    start (``app.py``): the runs it queued, and whether it resolved a wait
-    (woke or cancelled a run: work for a lease pass)."""
+    start (``app.py``): the runs it queued, whether it resolved a wait
+    (woke or cancelled a run: work for a lease pass), the events it recorded
+    (not seen before) and how many runs they asked for (functions admitting
+    them: each queued a run, or was skipped or joined another run)."""
 
     queued: list[NewRun] = field(default_factory=list)
     resolved: bool = False
+    recorded: list[str] = field(default_factory=list)
+    admitted: int = 0
 
 
 def ingest(
@@ -58,6 +62,8 @@ def ingest(
         seq = tx.record_event(event.received(now), now + limits.DEDUPE_WINDOW_SECONDS)
         if seq is None:
             continue  # the same id was seen in the last 24 h
+        if sent is not None:
+            sent.recorded.append(event.id)
 
         def resolve(wait: WaitRow, event: PreparedEvent = event) -> None:
             if sent is not None:
@@ -69,6 +75,8 @@ def ingest(
         queued = None if sent is None else sent.queued
         for fn in registry.match(event.name, event.variables):
             start_run(tx, fn, [(seq, event)], now, registry, publish=ingest, queued=queued)
+            if sent is not None:
+                sent.admitted += 1
     return ids
 
 

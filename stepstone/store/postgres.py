@@ -118,9 +118,10 @@ class PgTx(SqlTx):
 
     def __init__(self, conn: Any, dialect: Dialect) -> None:
         super().__init__(conn, dialect)
-        self.wake = False  # NOTIFY at commit
+        self.wake = False  # NOTIFY at commit: an operation made work available it did not take
         self.wake_local = False  # and wake this process's workers (``WAKE_QUERIES`` but ends)
         self.wake_here = True  # False: the work made available was taken here (``taken_here``)
+        self._op_woke = self._op_took = False  # the running operation's (``run``)
         self.results: list[Any] = []  # results (``pgwire.Result`` or driver cursors)
         self.cte_writes: list[Any] = []  # those of CTE_WRITES
 
@@ -135,12 +136,22 @@ class PgTx(SqlTx):
         if name in CTE_WRITES:
             self.cte_writes.append(self.results[-1])
         if name in WAKE_QUERIES:
-            self.wake = True  # if no row changed after all, an idle worker leases in vain once
+            self._op_woke = True  # if no row changed after all, an idle worker leases in vain once
             self.wake_local = self.wake_local or name not in REMOTE_WAKE_QUERIES
         return result
 
     def taken_here(self) -> None:
-        self.wake_here = False
+        self.wake_here, self._op_took = False, True
+
+    def run(self, op: Callable[[Any], T]) -> T:
+        """``op`` in this transaction. What it made available and took itself
+        (a send's direct start: ``taken_here``) needs no ``NOTIFY``: another
+        process's worker woken for it would only lease in vain. A group
+        commit's other operations still notify for their own work."""
+        self._op_woke = self._op_took = False
+        value = op(self)
+        self.wake = self.wake or (self._op_woke and not self._op_took)
+        return value
 
     def changed(self) -> bool:
         """Whether a statement wrote a row (call after the batch: no waiting)."""
@@ -148,6 +159,11 @@ class PgTx(SqlTx):
             if cursor.rowcount > 0 and (cursor.statusmessage or "").startswith(_WRITE_VERBS):
                 return True
         return any(cursor.rowcount > 0 for cursor in self.cte_writes)
+
+
+def _scoped(op: Callable[[Any], T]) -> Callable[[PgTx], T]:
+    """``op`` run through ``PgTx.run`` (what it woke and took is its own)."""
+    return lambda tx: tx.run(op)
 
 
 def _notify_if_woken(tx: PgTx) -> None:
@@ -247,7 +263,9 @@ class PostgresStore:
             txs.append(PgTx(c, DIALECT))
             return txs[-1]
 
-        if any(getattr(op, "user_sql", False) for op in ops):
+        user_sql = any(getattr(op, "user_sql", False) for op in ops)
+        ops = [_scoped(op) for op in ops]
+        if user_sql:
             outcomes = run_batch(conn, ops, make_tx, "BEGIN", translate, _notify_if_woken)
         elif len(ops) == 1:
             outcomes = [run_alone(conn, ops[0], make_tx, _notify_if_woken, translate)]

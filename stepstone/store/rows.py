@@ -485,3 +485,7 @@ class RunFilter:
     limit: int = 100
     before_id: str | None = None
     app_version: str | None = None  #: the version of the app that last ran it
+
+
+# A run and, once it has ended, its steps (``RunsTx.ended_run``: what ``runs.wait`` reads).
+RunRead = tuple[RunRow | None, list[StepRow] | None]

@@ -24,6 +24,7 @@ from stepstone.store.rows import (
     QueueSpec,
     RunFilter,
     RunHistory,
+    RunRead,
     RunRow,
     RunStatus,
     SpanRow,
@@ -193,18 +194,31 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
         return [StepRow.from_row(r) for r in self._all("get_steps", {"run_id": run_id})]
 
     def ended_run(self, run_id: str) -> tuple[RunRow | None, list[StepRow] | None]:
-        run = self._exec("get_run", {"id": run_id})  # pipelined: sent, not waited for
+        return self._ended(run_id)()
+
+    def ended_run_later(self, run_id: str) -> Callable[[], RunRead]:
+        if not self.dialect.pipelined:  # (in-process: read now, while the transaction is open)
+            value = self.ended_run(run_id)
+            return lambda: value
+        return self._ended(run_id)
+
+    def _ended(self, run_id: str) -> Callable[[], RunRead]:
+        """``ended_run``'s statements sent (pipelined: both at once), their rows
+        read when called."""
+        run = self._exec("get_run", {"id": run_id})
         steps = self._steps_if_ended(run_id) if self.dialect.pipelined else None
-        row = run.fetchone()
-        if row is None:
-            return None, None
-        found = RunRow.from_row(row)
-        if found.status not in ENDED_STATUSES:
-            return found, None
-        rows = (
-            self._steps_if_ended(run_id) if steps is None else steps
-        ).fetchall()  # (in-process: once it has ended)
-        return found, [StepRow.from_row(r) for r in rows]
+
+        def read() -> RunRead:
+            row = run.fetchone()
+            if row is None:
+                return None, None
+            found = RunRow.from_row(row)
+            if found.status not in ENDED_STATUSES:
+                return found, None
+            rows = (self._steps_if_ended(run_id) if steps is None else steps).fetchall()
+            return found, [StepRow.from_row(r) for r in rows]  # (in-process: once it has ended)
+
+        return read
 
     def _steps_if_ended(self, run_id: str) -> Any:
         return self._exec("steps_if_ended", {"run_id": run_id}, {"statuses": ENDED_STATUSES})

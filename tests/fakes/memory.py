@@ -45,6 +45,7 @@ from stepstone.store.rows import (
     RunClosed,
     RunEnd,
     RunFilter,
+    RunRead,
     RunRow,
     RunStatus,
     SpanRow,
@@ -147,6 +148,10 @@ class MemoryTx:
         run = self.get_run(run_id)
         ended = run is not None and run.status in ENDED_STATUSES
         return run, self.get_steps(run_id) if ended else None
+
+    def ended_run_later(self, run_id: str) -> Callable[[], RunRead]:
+        value = self.ended_run(run_id)
+        return lambda: value
 
     def steps_of_runs(self, run_ids: Sequence[str]) -> dict[str, list[StepRow]]:
         return {run_id: self.get_steps(run_id) for run_id in run_ids}

@@ -106,7 +106,7 @@ def _drain(app: ss.App, runs: int, ends: int | None = None) -> None:
         ended = asyncio.Event()
         count = 0
 
-        def on_end(run_id: str) -> None:
+        def on_end(run_id: str, _read: object = None) -> None:
             nonlocal count
             count += 1
             if count == (ends or runs):

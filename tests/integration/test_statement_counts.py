@@ -11,6 +11,7 @@ behaviour) the in-memory fake."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import threading
@@ -493,3 +494,40 @@ def test_a_list_by_event_reads_its_runs_steps_with_them(
     assert steps == {first.run.id: store.read_sync(lambda tx: tx.get_steps(first.run.id))}
     queued = RunFilter(event_id="e1", statuses=(RunStatus.QUEUED,))
     assert store.read_sync(lambda tx: tx.runs_page(queued)) == ([], {})
+
+
+@SQL_ONLY
+def test_a_sequential_run_sent_listed_and_waited_for_here_costs_seven_round_trips_on_postgres(
+    db_url: str, make_app: Callable[..., ss.App], round_trips: Callable[[str], list[int]]
+) -> None:
+    """Send (2 waits + its COMMIT), two checkpoints (1 each), the last step with
+    the end (1 wait + its COMMIT, the run read back in it for the waiter), and
+    no read: ``runs.list(event_id=)`` and ``runs.wait`` are answered in-process
+    (``test_local_answers.py``); a read would send ``get_run`` in a
+    transaction of its own. (A transaction a group commit shares with another
+    write, the worker's start-up or retention, waits more: the fewest count.)"""
+    app = make_app()
+
+    @app.function(id="three", trigger=ss.on_event("three"))
+    async def three(ctx: ss.Context) -> int:
+        for name in ("a", "b", "c"):
+            await ctx.step.run(name, lambda: 1)
+        return 3
+
+    async def scenario(runs: int) -> list[str]:
+        await app.start_async(concurrency=10)
+        ended = []
+        for _ in range(runs):
+            [event_id] = await app.send_async(ss.Event("three"))
+            [run] = await app.runs.list_async(event_id=event_id)
+            ended.append((await app.runs.wait_async(run.id, timeout="10s")).status)
+        await app.stop_async()
+        return ended
+
+    assert asyncio.run(scenario(5)) == ["completed"] * 5
+    if app.store.dialect == "postgres":
+        assert min(round_trips(_sql("record_event"))) == 2
+        assert min(round_trips(_sql("fenced_step"))) == 0
+        ends = round_trips(_sql("end_held_run"))
+        assert min(ends) == 1 and len(ends) == 5
+        assert len(round_trips(_sql("get_run"))) == 5  # the ends' read-backs: no read of their own

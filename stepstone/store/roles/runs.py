@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from stepstone.store.rows import EventRow, NewEvent, NewRun, RunFilter, RunRow, SpanRow, StepRow
+from stepstone.store.rows import EventRow, NewEvent, NewRun, RunFilter, RunRead, RunRow, SpanRow, StepRow
 
 
 class RunsTx(Protocol):
@@ -50,6 +50,13 @@ class RunsTx(Protocol):
         """The run and, once it has ended (``ENDED_STATUSES``), its steps; while
         it has not, ``None`` for them (not read). On PostgreSQL the two reads
         go out together: one round trip (what ``runs.wait`` polls)."""
+        ...
+
+    def ended_run_later(self, run_id: str) -> Callable[[], RunRead]:
+        """``ended_run``, sent now and read when the returned function is called:
+        on PostgreSQL, after the transaction's ``COMMIT`` (no round trip of its
+        own). A run's end reads itself back this way for a waiter in its
+        process (``runs.wait``), which then reads nothing."""
         ...
 
     def steps_of_runs(self, run_ids: Sequence[str]) -> dict[str, list[StepRow]]:

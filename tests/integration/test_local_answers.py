@@ -1,0 +1,236 @@
+"""Reads a process answers from what it knows (issue 18, target 4), with
+exactly what a read would return, on SQLite and PostgreSQL.
+
+``runs.wait`` for a run this process's own worker holds: the worker tells the
+waiter of the run's end with the run as the end's own transaction read it
+back (``RunsTx.ended_run_later``: on PostgreSQL sent with the end and read
+after its ``COMMIT``, no round trip of its own), so the waiter reads nothing:
+for a run that completed, failed or was cancelled while held. A run that
+parks instead is read as before (the wake-up carries nothing), and so is a
+run no local worker holds.
+
+``runs.list(event_id=)`` right after a send that started every run of its one
+new event on a local worker: those runs as the send's take returned them,
+while none of their invocations has begun; otherwise (begun, a run left
+queued, an event seen before) it reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import stepstone as ss
+from stepstone import runs
+from stepstone.app import _unstarted
+from stepstone.errors import NonRetriableError
+from stepstone.runs import _list_op
+from stepstone.store.rows import RunFilter
+from tests.conftest import run_of
+from tests.polling import wait_for
+
+
+def _reads_of(app: ss.App, kind: str) -> Iterator[list[str]]:
+    """The reads of ``kind`` (``_ended_op``: ``runs.wait``'s poll; ``_list_op``:
+    ``runs.list``) made through the app's store."""
+    seen: list[str] = []
+    store: Any = app.store
+    read, read_sync = store.read, store.read_sync
+
+    def noted(op: Callable[..., Any]) -> None:
+        if kind in getattr(op, "__qualname__", ""):
+            seen.append(op.__qualname__)
+
+    async def counted(op: Callable[..., Any]) -> Any:
+        noted(op)
+        return await read(op)
+
+    def counted_sync(op: Callable[..., Any]) -> Any:
+        noted(op)
+        return read_sync(op)
+
+    store.read, store.read_sync = counted, counted_sync
+    yield seen
+    del store.read, store.read_sync
+
+
+@pytest.fixture
+def waits_read(app: ss.App, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    # No poll within a test's time-outs (a loaded host may take 100 ms, the
+    # default, to end a run): a read then comes only from what is asserted.
+    monkeypatch.setattr(runs, "LOCAL_POLL", 60.0)
+    yield from _reads_of(app, "_ended_op")
+
+
+@pytest.fixture
+def lists_read(app: ss.App) -> Iterator[list[str]]:
+    yield from _reads_of(app, "_list_op")
+
+
+def _gated(app: ss.App, ending: str) -> tuple[threading.Event, threading.Event]:
+    """A function ``gated`` whose second step waits for ``gate`` (``entered``
+    says it got there), then ends as ``ending`` says."""
+    entered, gate = threading.Event(), threading.Event()
+
+    def hold() -> int:
+        entered.set()
+        assert gate.wait(10)
+        return 2
+
+    @app.function(id="gated", trigger=ss.on_event("go"), retries=0)
+    async def gated(ctx: ss.Context) -> dict[str, int]:
+        await ctx.step.run("a", lambda: 1)
+        await ctx.step.run("b", hold)
+        if ending == "failed":
+            raise NonRetriableError("no")
+        if ending == "parked":
+            await ctx.step.sleep("nap", "10ms")
+        await ctx.step.run("c", lambda: 3)
+        return {"x": 3}
+
+    return entered, gate
+
+
+def _wait_while_held(app: ss.App, ending: str) -> tuple[ss.Run, ss.Run]:
+    """``runs.wait`` called while the local worker holds the run; what it
+    returned and what a read returns afterwards."""
+    entered, gate = _gated(app, ending)
+    app.start(concurrency=1)
+    [event_id] = app.send(ss.Event("go"))
+    run_id = run_of(app, event_id).id
+    assert entered.wait(10)
+    waited: list[ss.Run] = []
+    waiter = threading.Thread(target=lambda: waited.append(app.runs.wait(run_id, timeout="10s")))
+    waiter.start()
+    wait_for(lambda: run_id in app._watchers, 10, "the waiter watching")
+    if ending == "cancelled":
+        assert app.runs.cancel(run_id) == "running"  # flagged: the worker ends it at its next step
+    gate.set()
+    waiter.join(10)
+    [run] = waited
+    return run, app.runs.get(run_id)
+
+
+@pytest.mark.parametrize("ending", ["completed", "failed", "cancelled"])
+def test_a_wait_for_a_run_its_local_worker_ends_reads_nothing(
+    app: ss.App, waits_read: list[str], ending: str
+) -> None:
+    run, read = _wait_while_held(app, ending)
+    assert run.status == ending
+    assert run == read  # every field: output, error, steps, times
+    assert waits_read == []
+    if ending == "completed":
+        assert run.output == {"x": 3} and [s.id for s in run.steps] == ["a", "b", "c"]
+
+
+def test_a_wait_for_a_run_that_parks_reads_it_after_the_invocation(
+    app: ss.App, waits_read: list[str]
+) -> None:
+    """The parked invocation tells nothing of an end: the waiter reads (and
+    the next invocation, ending it, may tell it)."""
+    run, read = _wait_while_held(app, "parked")
+    assert run.status == "completed" and run == read
+    assert waits_read != []
+
+
+def _one_step(app: ss.App) -> None:
+    @app.function(id="one", trigger=ss.on_event("go"))
+    async def one(ctx: ss.Context) -> int:
+        done: int = await ctx.step.run("a", lambda: 1)
+        return done
+
+
+def test_a_wait_for_a_run_that_ended_before_reads_it(app: ss.App, waits_read: list[str]) -> None:
+    _one_step(app)
+    app.start(concurrency=1)
+    [event_id] = app.send(ss.Event("go"))
+    run_id = run_of(app, event_id).id
+    wait_for(lambda: app.runs.get(run_id).status == "completed", 10, "the run's end")
+    assert app.runs.wait(run_id, timeout="5s") == app.runs.get(run_id)
+    assert len(waits_read) == 1
+
+
+def test_a_wait_for_a_run_no_local_worker_holds_reads_until_it_ends(
+    make_app: Callable[..., ss.App],
+) -> None:
+    """Another app (a worker elsewhere) ends it: this app's waiter polls."""
+    sender, worker = make_app("sender"), make_app("worker")
+    _one_step(worker)
+    worker.start(concurrency=1)
+    [event_id] = sender.send(ss.Event("go"))
+    run = sender.runs.wait(run_of(sender, event_id).id, timeout="10s")
+    assert run.status == "completed" and run == sender.runs.get(run.id)
+
+
+def _blocked(app: ss.App, gate: threading.Event, **flow: Any) -> None:
+    """``blocked``: its first step waits for ``gate``."""
+
+    @app.function(id="blocked", trigger=ss.on_event("go"), **flow)
+    async def blocked(ctx: ss.Context) -> int:
+        done: int = await ctx.step.run("a", lambda: int(gate.wait(10)))
+        return done
+
+
+def _read_list(app: ss.App, event_id: str) -> list[ss.Run]:
+    """``runs.list(event_id=)`` as the store reads it (blocking: on a loop, nothing else runs meanwhile)."""
+    listed: list[ss.Run] = app.store.read_sync(_list_op(RunFilter(event_id=event_id)))
+    return listed
+
+
+def test_a_list_by_event_right_after_a_send_that_started_its_run_reads_nothing(
+    app: ss.App, lists_read: list[str]
+) -> None:
+    gate = threading.Event()
+    _blocked(app, gate)
+
+    async def scenario() -> tuple[list[ss.Run], list[ss.Run]]:
+        await app.start_async(concurrency=2)
+        [event_id] = await app.send_async(ss.Event("go"))
+        listed = await app.runs.list_async(event_id=event_id)
+        read = _read_list(app, event_id)  # before the worker's turn: nothing written since
+        gate.set()
+        await app.runs.wait_async(listed[0].id, timeout="10s")
+        await app.stop_async()
+        return listed, read
+
+    listed, read = asyncio.run(scenario())
+    assert listed == read and [run.status for run in listed] == ["running"]
+    assert lists_read == ["_list_op.<locals>.op"]  # the test's own read only
+
+
+def test_a_list_by_event_once_the_run_began_reads_it(app: ss.App, lists_read: list[str]) -> None:
+    gate = threading.Event()
+    _blocked(app, gate)
+    app.start(concurrency=2)
+    [event_id] = app.send(ss.Event("go"))
+    wait_for(lambda: not _unstarted(app._local_workers[0], run_of(app, event_id).id), 10, "its start")
+    lists_read.clear()
+    [run] = app.runs.list(event_id=event_id)
+    assert lists_read == ["_list_op.<locals>.op"] and run.status == "running"
+    gate.set()
+    assert app.runs.wait(run.id, timeout="10s").status == "completed"
+
+
+@pytest.mark.parametrize("case", ["queued", "seen before", "no worker"])
+def test_a_list_by_event_after_a_send_that_did_not_start_every_run_here_reads(
+    app: ss.App, lists_read: list[str], case: str
+) -> None:
+    gate = threading.Event()
+    if case == "queued":  # a concurrency key: never started directly
+        _blocked(app, gate, concurrency=ss.Concurrency(limit=1, key="event.data.k"))
+    else:
+        _blocked(app, gate)
+    if case != "no worker":
+        app.start(concurrency=2)
+    if case == "seen before":
+        app.send(ss.Event("go", id="e1"))
+    [event_id] = app.send(ss.Event("go", {"k": "x"}, id="e1"))
+    lists_read.clear()
+    [run] = app.runs.list(event_id=event_id)
+    assert lists_read == ["_list_op.<locals>.op"]
+    assert run.status in ("queued", "running")
+    gate.set()

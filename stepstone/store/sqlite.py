@@ -27,7 +27,7 @@ from urllib.parse import parse_qs, urlsplit
 from stepstone.errors import ConfigError, StoreError, StoreUnavailableError
 from stepstone.store import faults
 from stepstone.store.base import Tx
-from stepstone.store.batching import OpResult, run_batch
+from stepstone.store.batching import OpResult, run_batch, run_together
 from stepstone.store.eager import Eager, EagerTurns
 from stepstone.store.migrate import CREATE_LEDGER, migration_files
 from stepstone.store.rows import RunStatus, StepKind, StepStatus, WaitKind
@@ -220,8 +220,9 @@ class SqliteStore:
         return self._write(conn, ops)
 
     def _write(self, conn: sqlite3.Connection, ops: list[Callable[[Tx], Any]]) -> list[OpResult]:
+        """The batch without savepoints unless an operation fails (``run_together``)."""
         before = conn.total_changes
-        outcomes = run_batch(conn, ops, _make_tx, "BEGIN IMMEDIATE", translate)
+        outcomes = run_together(conn, ops, _make_tx, "BEGIN IMMEDIATE", translate)
         if conn.total_changes != before:
             self.commits += 1
         return outcomes

@@ -10,7 +10,9 @@ session 7), pinned by what it does, never by how long it takes.
   worker starts; a run then asks prometheus_client for no labelled
   child it asked for before;
 - an invocation of an app without middleware looks up no hooks;
-- a step's scalar result is not decoded again from its own encoding.
+- a step's scalar result is not decoded again from its own encoding;
+- ``stepstone worker`` freezes start-up's objects out of the collector's
+  full scans and collects young objects every 7,000 allocations (session 8).
 """
 
 from __future__ import annotations
@@ -246,3 +248,18 @@ def test_a_step_returning_a_scalar_decodes_nothing(tmp_path: Path) -> None:
         serde._decode = real
         app.close()
     assert decodes == 10, decodes  # per run, its event's data; before, 40: each step's result too
+
+
+def test_the_worker_command_freezes_start_up_and_collects_young_objects_less_often() -> None:
+    """``stepstone worker`` owns its process: once started, start-up's objects
+    leave the collector's full scans and the youngest generation is collected
+    every ``YOUNG_COLLECTED`` allocations instead of 700 (in a subprocess: the
+    collector's settings are the process's)."""
+    code = (
+        "import gc\n"
+        "from stepstone.cli import worker\n"
+        "before = gc.get_threshold()\n"
+        "worker._settle_heap()\n"
+        "print(before[0], gc.get_threshold()[0], gc.get_threshold()[1:] == before[1:], gc.get_freeze_count() > 1000)\n"
+    )
+    assert _python(code).split() == ["700", "7000", "True", "True"]

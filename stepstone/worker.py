@@ -57,6 +57,7 @@ from stepstone.scheduler.maintenance import (
 from stepstone.scheduler.retention import pace_for, prune_plan
 from stepstone.slots import Slots
 from stepstone.store.base import Store, Tx, WorkersTx
+from stepstone.store.batching import Unsynced
 from stepstone.store.rows import ENDED_STATUSES, LeasedRun
 from stepstone.store.viewrows import WorkerRow
 
@@ -369,7 +370,7 @@ class Worker:
             return leased, due, next_duty(tx, schedules, deadline)
 
         sent = time.monotonic()
-        leased, due, duty_due = await self.store.transact(op)
+        leased, due, duty_due = await self.store.transact(Unsynced(op))
         for item in leased:
             self._held[item.run.id] = sent + self.lease_ttl
             if item.run.started_at == now:  # its first start: the lease set started_at

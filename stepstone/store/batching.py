@@ -6,7 +6,9 @@ which nothing fails."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
 
 OpResult = tuple[bool, Any]  # (ok, value or exception)
 
@@ -114,3 +116,34 @@ def _roll_back(conn: Any) -> None:
         conn.execute("ROLLBACK")
     except Exception:  # noqa: BLE001 - no transaction, or the connection is gone
         pass
+
+
+class Unsynced(Generic[T]):
+    """A write whose commit may return before it reaches the disk: a lease
+    pass. Lost with the machine (power, an OS crash: every worker on it dies
+    too), it changed nothing that must survive: its runs are due again as
+    they were and are taken again; no step ran to completion under it, since
+    a step's checkpoint is a synced commit, and a synced commit puts every
+    earlier write of the log on disk with it. On SQLite at ``synchronous=full``
+    a batch of such writes alone commits without the fsync (one of the four
+    commits of a queued three-step run); PostgreSQL ignores the mark."""
+
+    unsynced = True
+
+    def __init__(self, op: Callable[[Any], T]) -> None:
+        self.op = op
+
+    def __call__(self, tx: Any) -> T:
+        return self.op(tx)
+
+    @property
+    def site(self) -> str:
+        """The operation's own name (``store/faults.py``, which imports this module)."""
+        from stepstone.store import faults
+
+        return faults.site(self.op)
+
+
+def unsynced(ops: Sequence[Callable[[Any], Any]]) -> bool:
+    """Whether every operation of a batch may commit without the fsync."""
+    return all(getattr(op, "unsynced", False) for op in ops)

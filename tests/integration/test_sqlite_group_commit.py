@@ -2,7 +2,9 @@
 batch of operations is one transaction without a savepoint per operation
 (two statements fewer per operation of a queued run); one that fails is
 rolled back whole and runs again with savepoints, so only the failing
-operation fails; a batch cut short leaves no transaction open."""
+operation fails; a batch cut short leaves no transaction open. A lease pass
+alone in its batch commits without the fsync (``batching.Unsynced``); a
+step's checkpoint never does."""
 
 from __future__ import annotations
 
@@ -14,12 +16,15 @@ from typing import Any
 
 import pytest
 
+import stepstone as ss
 from stepstone.errors import LeaseLostError
 from stepstone.store.base import Tx
+from stepstone.store.batching import Unsynced
 from stepstone.store.rows import Fence
 from stepstone.store.sqlite import SqliteStore
 
 from ..batches import submitted_together
+from ..polling import wait_for
 from .test_large_payloads import leased
 from .test_pg_transport import checkpoint
 
@@ -131,3 +136,76 @@ def test_a_batch_cut_short_leaves_no_transaction_open(store: SqliteStore) -> Non
     finally:
         conn.close()
     assert stored_steps(store, fences[0].run_id) == ["kept"]
+
+
+def _synced_spans(statements: list[str]) -> list[tuple[bool, list[str]]]:
+    """Each write transaction's statements, with whether it committed synced
+    (not between ``PRAGMA synchronous = NORMAL`` and the setting's return)."""
+    spans: list[tuple[bool, list[str]]] = []
+    relaxed = False
+    for text in statements:
+        if text.startswith("PRAGMA synchronous = "):
+            relaxed = text.endswith("NORMAL")
+        elif text == "BEGIN IMMEDIATE":
+            spans.append((not relaxed, []))
+        if spans:
+            spans[-1][1].append(text)
+    return spans
+
+
+def test_a_lease_pass_alone_commits_without_the_fsync_and_a_step_never_does(
+    tmp_path: Path, statements: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker draining queued runs at ``synchronous=full``: its lease
+    passes alone in their batches commit at ``NORMAL``; every batch with
+    anything else (a checkpoint, an end) commits synced, and the connection
+    is back at ``FULL`` after."""
+    batches: list[tuple[bool, bool]] = []  # (every op a lease pass, committed synced)
+    write = SqliteStore._write
+
+    def recorded(self: SqliteStore, conn: sqlite3.Connection, ops: list[Any]) -> Any:
+        begun = len(statements)
+        try:
+            return write(self, conn, ops)
+        finally:
+            [(synced, _)] = _synced_spans(statements[begun:]) or [(True, [])]
+            batches.append((all(isinstance(op, Unsynced) for op in ops), synced))
+
+    monkeypatch.setattr(SqliteStore, "_write", recorded)
+    app = ss.App("unsynced", database_url=f"sqlite:///{tmp_path}/u.db")
+
+    async def one() -> int:
+        return 1
+
+    @app.function(id="two", trigger=ss.on_event("two"))
+    async def two(ctx: ss.Context) -> int:
+        return int(await ctx.step.run("a", one)) + int(await ctx.step.run("b", one))
+
+    try:
+        app.send([ss.Event("two") for _ in range(30)])
+        app.start(concurrency=10)
+        wait_for(lambda: len(app.runs.list(status="completed", limit=100)) == 30, 30, "30 runs completed")
+        app.stop()
+    finally:
+        app.close()
+    assert (True, False) in batches and (False, True) in batches
+    assert all(synced != passes for passes, synced in batches), batches
+    assert statements.count("PRAGMA synchronous = NORMAL") == statements.count("PRAGMA synchronous = FULL")
+
+
+def test_a_lease_pass_batched_with_a_checkpoint_commits_synced(
+    store: SqliteStore, statements: list[str]
+) -> None:
+    fences = leased(store, 1)
+    conn = store.connect()
+    statements.clear()
+    try:
+        outcomes = store.write_batch(conn, [Unsynced(lambda tx: None), checkpoint(fences[0], "s")])
+        assert all(ok for ok, _ in outcomes)
+        alone = store.write_batch(conn, [Unsynced(lambda tx: tx.get_run(fences[0].run_id))])
+        assert alone[0][0]
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL again
+    finally:
+        conn.close()
+    [(mixed, _), (relaxed, _)] = _synced_spans(statements)
+    assert mixed and not relaxed

@@ -329,7 +329,7 @@ class Interpreter:
                 encoded = stored = serde.dumps(
                     result, what=f"step {step_id!r} output", limit=limits.MAX_STEP_OUTPUT_BYTES
                 )
-                if self.hooks.has("transform_output"):
+                if self.hooks.active and self.hooks.has("transform_output"):
                     kept = await self.hooks.transform_output(self.ctx, serde.loads(encoded), step_id)
                     stored = serde.dumps(
                         kept, what=f"step {step_id!r} output", limit=limits.MAX_STEP_OUTPUT_BYTES

@@ -284,7 +284,10 @@ async def run_handler(
         if not interp.replaying:  # new code ran, even if it only reached a new sleep
             await hooks.before_execution(ctx)
         await hooks.after_execution(ctx)
-    decision = await _decide(outcome, fn, leased, interp, journal, host.clock)
+    try:
+        decision = await _decide(outcome, fn, leased, interp, journal, host.clock)
+    finally:
+        interp.ctx = None  # the context holds the interpreter: freed with it, not by the collector
     return Handled(decision, ctx, hooks)
 
 

@@ -102,8 +102,9 @@ def _settle_heap() -> None:
     functions) is never garbage, so it is frozen out of the collector's full
     scans (``gc.freeze``, after one collection: nothing collectable is
     frozen), and the youngest generation is collected less often
-    (``YOUNG_COLLECTED``). Measured on a queued SQLite drain, the collector's
-    CPU per run fell from ~40 to ~24 µs (docs/benchmarks.md, issue 18,
+    (``YOUNG_COLLECTED``). Measured on a queued SQLite drain (a finished
+    run's objects freed as it ends, none left in cycles), the collector's CPU
+    per run fell from ~16 µs to under 1 (docs/benchmarks.md, issue 18,
     session 8). The worker command owns its process: an app started in
     someone else's process leaves that process's collector alone."""
     gc.collect()

@@ -9,7 +9,10 @@ with no measured runs and once with ``--runs``: the difference over the runs is
 the instructions one run costs (start-up, imports, warm-up and the worker's
 start cancel out). Queued: the runs are sent in one batch to a running
 in-process worker (concurrency 10) and drained; sequential: send,
-``runs.list(event_id=)``, ``runs.wait``, one run at a time. Both at
+``runs.list(event_id=)``, ``runs.wait``, one run at a time; worker (session
+8): runs queued first, then drained by a process that only works them, as
+``stepstone worker`` does (compare.py's queued figure), the sending not
+counted. All at
 ``synchronous=normal`` (an fsync costs time, not instructions). Repeated, the
 queued figure agrees within ~0.1 %, the sequential one within ~1 % (its idle
 polls scale with valgrind's slow-down). ``--child`` is the measured process.
@@ -70,7 +73,53 @@ async def _sequential(folder: str, runs: int) -> None:
     app.close()
 
 
+async def _worker(folder: str, runs: int) -> None:
+    """A worker process draining runs queued before it started, as ``stepstone
+    worker`` runs one (its heap settled once started: ``cli/worker.py``)."""
+    app = ss.App("count", database_url=_url(folder))
+    add_three_steps(app)
+    ended = 0
+    done = asyncio.Event()
+
+    def on_end(run_id: str, _read: object = None) -> None:
+        nonlocal ended
+        ended += 1
+        if ended == WARM_UP + runs:
+            done.set()
+
+    app._run_changed = on_end  # type: ignore[method-assign]
+    await app.start_async(concurrency=10)
+    from stepstone.cli import worker as command  # here: the other modes never import the CLI
+
+    settle = getattr(command, "_settle_heap", None)  # absent in older trees
+    if settle is not None:
+        settle()
+    await asyncio.wait_for(done.wait(), 3600)
+    await app.stop_async()
+    app.close()
+
+
+def _url(folder: str) -> str:
+    return f"sqlite:///{folder}/count.db?synchronous=normal"
+
+
+def _queue(folder: str, runs: int) -> None:
+    """``WARM_UP + runs`` three-step runs queued with no worker running."""
+    sender = ss.App("sender", database_url=_url(folder))
+    sender.function(id="three", trigger=ss.on_event("three"))(lambda ctx: None)  # the trigger only
+    for start in range(0, WARM_UP + runs, 500):
+        sender.send([ss.Event("three") for _ in range(min(500, WARM_UP + runs - start))])
+    sender.close()
+
+
 def _instructions(mode: str, runs: int) -> int:
+    with tempfile.TemporaryDirectory() as folder:
+        if mode == "worker":
+            _queue(folder, runs)
+        return _counted(mode, runs, folder)
+
+
+def _counted(mode: str, runs: int, folder: str) -> int:
     command = [
         "valgrind",
         "--tool=cachegrind",
@@ -83,6 +132,8 @@ def _instructions(mode: str, runs: int) -> int:
         mode,
         "--runs",
         str(runs),
+        "--folder",
+        folder,
     ]
     out = subprocess.run(command, capture_output=True, text=True, check=True, env=os.environ.copy())
     match = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
@@ -96,13 +147,13 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--runs", type=int, default=400)
-    parser.add_argument("--mode", choices=["queued", "sequential", "both"], default="both")
+    parser.add_argument("--mode", choices=["queued", "sequential", "worker", "both"], default="both")
     parser.add_argument("--child", action="store_true")
+    parser.add_argument("--folder", help=argparse.SUPPRESS)  # the child's database folder
     args = parser.parse_args()
     if args.child:
-        work = _queued if args.mode == "queued" else _sequential
-        with tempfile.TemporaryDirectory() as folder:
-            asyncio.run(work(folder, args.runs))
+        work = {"queued": _queued, "sequential": _sequential, "worker": _worker}[args.mode]
+        asyncio.run(work(args.folder, args.runs))
         return 0
     print(f"stepstone from {Path(ss.__file__).resolve().parent}")
     for mode in ["queued", "sequential"] if args.mode == "both" else [args.mode]:

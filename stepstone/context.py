@@ -33,7 +33,9 @@ class RunLogger(LoggerBase):
 
     def __init__(self, logger: logging.Logger, ctx: Context, interp: Interpreter) -> None:
         super().__init__(logger, {})
-        self._ctx = ctx
+        # The run's identity, not the context that holds this logger: a cycle
+        # would leave a finished run's objects to the garbage collector.
+        self._run = (ctx.run_id, ctx.function_id, ctx.run_attempt)
         self._interp = interp
 
     def isEnabledFor(self, level: int) -> bool:
@@ -43,12 +45,13 @@ class RunLogger(LoggerBase):
 
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
         scope = current_step.get()
+        run_id, function_id, run_attempt = self._run
         extra = dict(kwargs.get("extra") or {})
         extra.update(
-            run_id=self._ctx.run_id,
-            function_id=self._ctx.function_id,
+            run_id=run_id,
+            function_id=function_id,
             step_id=scope.step_id if scope else None,
-            attempt=scope.attempt if scope else self._ctx.run_attempt,
+            attempt=scope.attempt if scope else run_attempt,
         )
         kwargs["extra"] = extra
         return msg, kwargs

@@ -11,7 +11,7 @@ import asyncio
 import contextvars
 import inspect
 import logging
-import secrets
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -180,7 +180,7 @@ async def execute(leased: LeasedRun, env: ExecEnv, invoke: Invoke | None = None)
     ``invoke`` runs the handler (default: here; ``pusher.py``: over HTTP)."""
     run = leased.run
     fn = env.registry.get(run.function_id)
-    fence = Fence(run_id=run.id, owner=env.owner, epoch=leased.epoch, token=secrets.token_hex(8))
+    fence = Fence(run_id=run.id, owner=env.owner, epoch=leased.epoch, token=os.urandom(8).hex())
     journal = RunJournal(env.store, fence, env.clock, held=lambda: env.lease_held(run.id))
     journal.function_id = run.function_id
     try:
@@ -243,7 +243,7 @@ async def _invoke(fn: FunctionDef, leased: LeasedRun, journal: RunJournal, env: 
 
 
 async def failure_hook(handled: Handled, status: RunStatus) -> None:
-    if handled.hooks.has("on_failure") and status == RunStatus.FAILED:
+    if status == RunStatus.FAILED and handled.hooks.has("on_failure"):
         await handled.hooks.on_failure(
             handled.ctx, handled.decision.error or ErrorInfo("Error", "the run failed")
         )
@@ -276,7 +276,7 @@ async def run_handler(
     journal.bind(interp)
     ctx = _context(fn, leased, events, interp)
     try:
-        if hooks.has("transform_input"):  # handed every recorded value: read them all now
+        if hooks.active and hooks.has("transform_input"):  # handed every recorded value: read them all now
             interp.memo_values = await hooks.transform_input(ctx, await interp.recorded_values())
         output = await _call_handler(fn, ctx, interp, host.threads)
         outcome: tuple[str, Any] = ("return", output)
@@ -289,7 +289,10 @@ async def run_handler(
         if not interp.replaying:  # new code ran, even if it only reached a new sleep
             await hooks.before_execution(ctx)
         await hooks.after_execution(ctx)
-    decision = await _decide(outcome, fn, leased, interp, journal, host.clock)
+    try:
+        decision = await _decide(outcome, fn, leased, interp, journal, host.clock)
+    finally:
+        interp.ctx = None  # the context holds the interpreter: freed with it, not by the collector
     return Handled(decision, ctx, hooks)
 
 
@@ -346,7 +349,7 @@ async def _decide(
             encoded = serde.dumps(
                 value, what=f"function {fn.id!r} output", limit=limits.MAX_STEP_OUTPUT_BYTES
             )
-            if interp.hooks.has("transform_output"):
+            if interp.hooks.active and interp.hooks.has("transform_output"):
                 kept = await interp.hooks.transform_output(interp.ctx, serde.loads(encoded), None)
                 encoded = serde.dumps(
                     kept, what=f"function {fn.id!r} output", limit=limits.MAX_STEP_OUTPUT_BYTES

@@ -329,19 +329,20 @@ class Interpreter:
                 encoded = stored = serde.dumps(
                     result, what=f"step {step_id!r} output", limit=limits.MAX_STEP_OUTPUT_BYTES
                 )
-                if self.hooks.has("transform_output"):
+                if self.hooks.active and self.hooks.has("transform_output"):
                     kept = await self.hooks.transform_output(self.ctx, serde.loads(encoded), step_id)
                     stored = serde.dumps(
                         kept, what=f"step {step_id!r} output", limit=limits.MAX_STEP_OUTPUT_BYTES
                     )
-                self.budget.check(step_id, stored)  # counted by _save, with no await between
+                self.budget.charge(step_id, stored)  # checked and counted at once
             except StepstoneError as exc:
                 failure = exc
         if failure is None:
             row = self._attempt_row(
                 step_id, kind, StepStatus.COMPLETED, attempt, started, output=stored, ended_at=now
             )
-            self._save(row, None)  # the memo itself is the final attempt's trace entry
+            self.journal.stage(row, None)  # the memo itself is the final attempt's trace entry
+            self.keep(row, counted=True)
             return serde.round_trip(result, encoded)
         info = error_info(failure)
         error_json = serde.dumps(info.to_json(), what="error")
@@ -392,7 +393,7 @@ class Interpreter:
         started = self.clock.now()
         token = current_step.set(StepScope(step_id, attempt_no))
         try:
-            result, failure = await self.call(step_id, fn, args, contextvars.copy_context(), timeout)
+            result, failure = await self.call(step_id, fn, args, None, timeout)
         finally:
             current_step.reset(token)
         return await self.finish_step(step_id, attempt_no, started, result, failure, retries)
@@ -402,11 +403,12 @@ class Interpreter:
         step_id: str,
         fn: Callable[..., Any],
         args: tuple[Any, ...],
-        context: contextvars.Context,
+        context: contextvars.Context | None,
         timeout: float | None,
     ) -> Outcome:
         """One attempt of a step's function under its time limit (the step's
-        ``timeout``, else the function's ``step_timeout``): ``(result, failure)``."""
+        ``timeout``, else the function's ``step_timeout``): ``(result, failure)``.
+        A plain function runs in ``context`` (``None``: a copy of this task's)."""
         return await attempt(
             step_id,
             fn,

@@ -87,7 +87,8 @@ class RunJournal:
             # The store's own future, not a task: a sequential step costs one
             # event-loop round trip for its commit.
             self._commits.append((self.store.submit(op), op))
-        await self._settle_commits()
+        if self._commits or self.failure is not None:
+            await self._settle_commits()
         if not self.held():
             self.lease_lost = True
         if self.lease_lost:
@@ -140,7 +141,10 @@ class RunJournal:
         while self._commits:
             pending = list(self._commits)
             if len(pending) == 1:
-                results: list[Any] = [await _outcome(pending[0][0])]
+                try:  # (``_outcome`` inline: a step's commit, one coroutine fewer)
+                    results: list[Any] = [await pending[0][0]]
+                except (Exception, LeaseLostSignal) as exc:  # noqa: BLE001 - handled below
+                    results = [exc]
             else:
                 results = await asyncio.gather(*(f for f, _ in pending), return_exceptions=True)
             for item, result in zip(pending, results, strict=True):

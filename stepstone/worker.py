@@ -11,9 +11,8 @@ logged and retried after a growing pause (a database outage, a bug in one
 duty). A loop whose task still ends (a ``BaseException``) makes the worker
 report not ready (``health``), so a supervisor can restart the process.
 
-Lease expiries are written and compared on ``clock``, which for a real-time
-app follows the database server's clock (``stepstone.clocksync``); the
-heartbeat measures it again each time.
+Lease expiries are written and compared on ``clock``: for a real-time app the
+database server's clock (``stepstone.clocksync``), measured at each heartbeat.
 
 Wake-ups: sends in this process notify the worker directly, its own runs'
 ends as ``_lease_after`` says; other processes' commits are pushed when the
@@ -57,6 +56,7 @@ from stepstone.scheduler.maintenance import (
 from stepstone.scheduler.retention import pace_for, prune_plan
 from stepstone.slots import Slots
 from stepstone.store.base import Store, Tx, WorkersTx
+from stepstone.store.batching import Unsynced
 from stepstone.store.rows import ENDED_STATUSES, LeasedRun, RunRead
 from stepstone.store.viewrows import WorkerRow
 
@@ -370,7 +370,7 @@ class Worker:
             return leased, due, next_duty(tx, schedules, deadline)
 
         sent = time.monotonic()
-        leased, due, duty_due = await self.store.transact(op)
+        leased, due, duty_due = await self.store.transact(Unsynced(op))
         for item in leased:
             self._held[item.run.id] = sent + self.lease_ttl
             if item.run.started_at == now:  # its first start: the lease set started_at

@@ -9,7 +9,9 @@ running them inline beats handing them to a thread (measured: 27 µs against
 URL: ``sqlite:///relative.db`` or ``sqlite:////absolute.db`` with options
 ``synchronous=full|normal`` (default ``full``: a committed step survives power
 loss; ``normal`` survives a process crash but may lose the last commits on
-power loss) and ``busy_timeout`` (milliseconds, default 10000).
+power loss) and ``busy_timeout`` (milliseconds, default 10000). At ``full``, a
+lease pass's commit alone skips the fsync (``batching.Unsynced``): the next
+synced commit puts it on disk, and losing it loses nothing a step relied on.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from urllib.parse import parse_qs, urlsplit
 from stepstone.errors import ConfigError, StoreError, StoreUnavailableError
 from stepstone.store import faults
 from stepstone.store.base import Tx
-from stepstone.store.batching import OpResult, run_batch
+from stepstone.store.batching import OpResult, run_batch, run_together, unsynced
 from stepstone.store.eager import Eager, EagerTurns
 from stepstone.store.migrate import CREATE_LEDGER, migration_files
 from stepstone.store.rows import RunStatus, StepKind, StepStatus, WaitKind
@@ -43,6 +45,7 @@ for _words in (RunStatus, StepStatus, StepKind, WaitKind, JobStatus):
 T = TypeVar("T")
 
 DIALECT = Dialect("sqlite", output_bytes="length(CAST(output AS BLOB))")
+_SYNCED = ("FULL", "EXTRA")  # the settings at which a WAL commit waits for its fsync
 
 
 def translate(exc: BaseException) -> BaseException:
@@ -220,8 +223,17 @@ class SqliteStore:
         return self._write(conn, ops)
 
     def _write(self, conn: sqlite3.Connection, ops: list[Callable[[Tx], Any]]) -> list[OpResult]:
+        """The batch without savepoints unless an operation fails (``run_together``);
+        a batch of lease passes alone (``batching.Unsynced``) without the fsync."""
         before = conn.total_changes
-        outcomes = run_batch(conn, ops, _make_tx, "BEGIN IMMEDIATE", translate)
+        relaxed = self.synchronous in _SYNCED and unsynced(ops)
+        if relaxed:
+            conn.execute("PRAGMA synchronous = NORMAL")
+        try:
+            outcomes = run_together(conn, ops, _make_tx, "BEGIN IMMEDIATE", translate)
+        finally:
+            if relaxed:
+                conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         if conn.total_changes != before:
             self.commits += 1
         return outcomes

@@ -161,6 +161,28 @@ def test_a_take_of_several_runs_is_one_statement_and_two_reads_on_postgres(
 
 
 @SQL_ONLY
+def test_a_take_and_its_reads_are_one_round_trip_on_postgres(
+    db_url: str, store: Store, round_trips: Callable[[str], list[int]]
+) -> None:
+    """A lease pass's take sends its runs' events and memos behind it (they hold
+    the partition's row: every round trip of a pass is one the other worker
+    processes cannot lease in), and a run not taken after all is left out."""
+    add_runs(store, ["a", "b", "c"])
+    store.transact_sync(lambda tx: tx.save_steps([step("a", "s1")], []))
+    store.transact_sync(lambda tx: tx.take("w", "b", NOW, NOW + 60))
+    assert _close(store, Fence(run_id="b", owner="w", epoch=1), "b") is not None  # its item is gone
+    taken = store.transact_sync(
+        lambda tx: tx.take_many("w", ["c", "b", "a"], NOW, NOW + 60, accumulators=False)
+    )
+    assert [(lr.run.id, [e.id for e in lr.events], [s.step_id for s in lr.steps]) for lr in taken] == [
+        ("c", ["ev-c"], []),
+        ("a", ["ev-a"], ["s1"]),
+    ]
+    if store.dialect == "postgres":
+        assert round_trips(_sql("take_runs", run_ids=3)) == [1]
+
+
+@SQL_ONLY
 def test_a_held_runs_park_is_one_statement_on_postgres(
     db_url: str, store: Store, statements: list[str]
 ) -> None:

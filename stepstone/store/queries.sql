@@ -641,6 +641,12 @@ SELECT (SELECT MIN(available_at) FROM queue WHERE partition_key = :key AND avail
 -- name: settle_partition
 UPDATE partitions SET next_at = :next_at, last_served = :now WHERE key = :key;
 
+-- name: settle_partition_due
+-- (settle_partition for a partition a lease pass leaves due: it filled its
+-- slots first. Named apart: on PostgreSQL its commit notifies the other
+-- processes, whose passes skipped the partition while this one held it.)
+{query:settle_partition};
+
 -- name: delete_partition
 DELETE FROM partitions WHERE key = :key;
 

@@ -214,7 +214,11 @@ class SqlQueue(SqlPlumbing):
             if row["next_at"] is not None:
                 future = float(row["next_at"])
                 next_at = future if next_at is None else min(next_at, future)
-        self._exec("settle_partition", {"key": key, "now": now, "next_at": next_at})
+        due = next_at is not None and next_at <= now
+        self._exec(
+            "settle_partition_due" if due else "settle_partition",
+            {"key": key, "now": now, "next_at": next_at},
+        )
 
     def next_due(self, function_ids: Sequence[str]) -> float | None:
         if not function_ids:

@@ -231,7 +231,9 @@ def throughput(
             if sampler is not None:
                 print(sampler.stop(runs))
             transactions = _commits(conn) - before
-            first, last = conn.execute("SELECT MIN(started_at), MAX(ended_at) FROM runs").fetchone()  # type: ignore[misc]
+            first, last, busy = conn.execute(  # type: ignore[misc]
+                "SELECT MIN(started_at), MAX(ended_at), SUM(ended_at - started_at) FROM runs"
+            ).fetchone()
             if statements:
                 print(statement_counts(conn, runs))
         finally:
@@ -247,6 +249,9 @@ def throughput(
         "transactions_per_run": transactions / runs,
         "worker_cpu_ms_per_run": cpu[0] * 1e3 / runs,
         "server_cpu_ms_per_run": cpu[1] * 1e3 / runs,
+        # Little's law: runs in flight on average (of processes x concurrency
+        # slots); the rest of the time a slot waited for a lease pass.
+        "in_flight": busy / elapsed,
     }
 
 
@@ -386,7 +391,8 @@ def report_throughput(args: argparse.Namespace, create: Callable[[str], str]) ->
             f"  {args.runs} runs x 3 steps, {label}: {result['steps_per_s']:8,.0f} steps/s "
             f"({result['runs_per_s']:,.0f} runs/s, {result['transactions_per_run']:.2f} transactions/run; "
             f"CPU per run: workers {result['worker_cpu_ms_per_run']:.2f} ms, "
-            f"server {result['server_cpu_ms_per_run']:.2f} ms)"
+            f"server {result['server_cpu_ms_per_run']:.2f} ms; "
+            f"runs in flight {result['in_flight']:.1f} of {args.concurrency * (2 if two is result else 1)})"
         )
     print(f"  scaling 2 / 1 processes: {two['steps_per_s'] / one['steps_per_s']:.2f}x")
 

@@ -24,7 +24,9 @@ import pstats
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -169,13 +171,14 @@ async def three_step_latency(url: str, runs: int = 300) -> list[float]:
 
 
 def throughput(
-    url: str, runs: int, processes: int, concurrency: int, statements: bool = False
+    url: str, runs: int, processes: int, concurrency: int, statements: bool = False, waits: bool = False
 ) -> dict[str, float]:
     """``runs`` queued three-step runs drained by ``processes`` `stepstone worker`
     processes. Timed from the first run's start to the last run's end (database
     timestamps), so process start-up is not counted. With ``statements`` (a
     cluster with pg_stat_statements loaded), prints the statements the workers
-    ran per run."""
+    ran per run; with ``waits``, what the server's processes were doing
+    (``Waits``)."""
     sender = ss.App("sender", database_url=url)
     sender.function(id="three", trigger=ss.on_event("three"))(lambda ctx: None)  # registers the trigger
     for start in range(0, runs, 500):
@@ -219,13 +222,18 @@ def throughput(
                     raise RuntimeError("workers did not start")
                 time.sleep(0.01)
             cpu = (_cpu([w.pid for w in workers]), _cpu(server()))
+            sampler = Waits(url) if waits else None
             while _ended(conn) < runs:
                 if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
                     raise RuntimeError("workers did not finish the load")
                 time.sleep(0.2)
             cpu = (_cpu([w.pid for w in workers]) - cpu[0], _cpu(server()) - cpu[1])
+            if sampler is not None:
+                print(sampler.stop(runs))
             transactions = _commits(conn) - before
-            first, last = conn.execute("SELECT MIN(started_at), MAX(ended_at) FROM runs").fetchone()  # type: ignore[misc]
+            first, last, busy = conn.execute(  # type: ignore[misc]
+                "SELECT MIN(started_at), MAX(ended_at), SUM(ended_at - started_at) FROM runs"
+            ).fetchone()
             if statements:
                 print(statement_counts(conn, runs))
         finally:
@@ -241,7 +249,62 @@ def throughput(
         "transactions_per_run": transactions / runs,
         "worker_cpu_ms_per_run": cpu[0] * 1e3 / runs,
         "server_cpu_ms_per_run": cpu[1] * 1e3 / runs,
+        # Little's law: runs in flight on average (of processes x concurrency
+        # slots); the rest of the time a slot waited for a lease pass.
+        "in_flight": busy / elapsed,
     }
+
+
+class Waits:
+    """Samples ``pg_stat_activity`` every few milliseconds on its own connection
+    while the workers drain the queue (each server process's state and wait
+    event: ``Client/ClientRead`` is a backend waiting for its client,
+    ``Lock/transactionid`` for another transaction's row, ``LWLock/WALWrite``
+    and ``IO/WALSync`` for the WAL flush), and reads ``pg_stat_wal`` before
+    and after: WAL writes and syncs per run."""
+
+    QUERY = (
+        "SELECT backend_type, state, wait_event_type, wait_event FROM pg_stat_activity"
+        " WHERE pid <> pg_backend_pid() AND (datname IS NULL OR datname = current_database())"
+    )
+
+    def __init__(self, url: str) -> None:
+        self.conn = psycopg.connect(url, autocommit=True)
+        self.wal = self._wal()
+        self.seen: Counter[str] = Counter()
+        self.samples = 0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _wal(self) -> tuple[int, ...]:
+        row = self.conn.execute("SELECT wal_records, wal_write, wal_sync FROM pg_stat_wal").fetchone()
+        return tuple(int(v) for v in row) if row else (0, 0, 0)
+
+    def _sample(self) -> None:
+        while not self.done.wait(0.003):
+            self.samples += 1
+            for kind, state, wtype, wevent in self.conn.execute(self.QUERY).fetchall():
+                if kind == "client backend" and state == "idle":
+                    what = "idle (between transactions)"
+                elif wtype is None:
+                    what = "on CPU"
+                else:
+                    what = f"{wtype}/{wevent}"
+                self.seen[f"{kind}: {what}"] += 1
+
+    def stop(self, runs: int) -> str:
+        self.done.set()
+        self.thread.join()
+        records, writes, syncs = (b - a for a, b in zip(self.wal, self._wal(), strict=True))
+        self.conn.close()
+        lines = [
+            f"    WAL per run: {records / runs:.1f} records, {writes / runs:.2f} writes, {syncs / runs:.2f} syncs",
+            f"    server processes, mean number in each state over {self.samples} samples:",
+        ]
+        for what, n in self.seen.most_common(14):
+            lines.append(f"      {n / max(self.samples, 1):6.2f}  {what}")
+        return "\n".join(lines)
 
 
 def _started(conn: psycopg.Connection[Any]) -> bool:
@@ -321,14 +384,15 @@ def profile_steps(url: str) -> str:
 
 
 def report_throughput(args: argparse.Namespace, create: Callable[[str], str]) -> None:
-    one = throughput(create("one"), args.runs, 1, args.concurrency, args.statements)
-    two = throughput(create("two"), args.runs, 2, args.concurrency, args.statements)
+    one = throughput(create("one"), args.runs, 1, args.concurrency, args.statements, args.waits)
+    two = throughput(create("two"), args.runs, 2, args.concurrency, args.statements, args.waits)
     for label, result in (("1 worker process ", one), ("2 worker processes", two)):
         print(
             f"  {args.runs} runs x 3 steps, {label}: {result['steps_per_s']:8,.0f} steps/s "
             f"({result['runs_per_s']:,.0f} runs/s, {result['transactions_per_run']:.2f} transactions/run; "
             f"CPU per run: workers {result['worker_cpu_ms_per_run']:.2f} ms, "
-            f"server {result['server_cpu_ms_per_run']:.2f} ms)"
+            f"server {result['server_cpu_ms_per_run']:.2f} ms; "
+            f"runs in flight {result['in_flight']:.1f} of {args.concurrency * (2 if two is result else 1)})"
         )
     print(f"  scaling 2 / 1 processes: {two['steps_per_s'] / one['steps_per_s']:.2f}x")
 
@@ -350,6 +414,9 @@ def main() -> int:
         "--statements",
         action="store_true",
         help="print the statements per run (private cluster with pg_stat_statements)",
+    )
+    parser.add_argument(
+        "--waits", action="store_true", help="sample the server's wait events and WAL syncs during the drain"
     )
     args = parser.parse_args()
     with server(args.database_url, args.statements) as create:

@@ -47,7 +47,6 @@ from stepstone.registry import Registry
 from stepstone.scheduler.leasing import RECHECK, lease, pass_times
 from stepstone.scheduler.maintenance import (
     cron_op,
-    next_duty,
     next_duty_op,
     register_crons_op,
     schedules_of,
@@ -62,6 +61,7 @@ from stepstone.store.viewrows import WorkerRow
 
 log = logging.getLogger("stepstone.worker")
 Execute = Callable[[LeasedRun, ExecEnv], Awaitable[Outcome | None]]
+Times = tuple[float | None, float | None]  # a lease pass's next due time and the earliest run deadline
 PRUNE_EVERY = 600.0  # seconds between retention passes (at most half the retention)
 DUTY_RETRY = 1.0  # seconds before failed duties are tried again
 STORE_RETRY = 0.5  # seconds the lease loop pauses while the database fails
@@ -364,18 +364,18 @@ class Worker:
         until, version = now + self.lease_ttl, self.app_version
         schedules, registry = self._schedules(), self.registry
 
-        def op(tx: Tx) -> tuple[list[LeasedRun], float | None, float | None]:
+        def op(tx: Tx) -> tuple[list[LeasedRun], Callable[[], Times], float | None]:
             leased = lease(tx, owner, registry, claim, now, until, version, room)
-            due, deadline = pass_times(tx, ids, now, bool(leased))
-            return leased, due, next_duty(tx, schedules, deadline)
+            return leased, pass_times(tx, ids, now, bool(leased)), tx.next_cron(schedules)
 
         sent = time.monotonic()
-        leased, due, duty_due = await self.store.transact(Unsynced(op))
+        leased, times, cron = await self.store.transact(Unsynced(op))
+        due, deadline = times()  # (read with the commit: ``pass_times``)
         for item in leased:
             self._held[item.run.id] = sent + self.lease_ttl
             if item.run.started_at == now:  # its first start: the lease set started_at
                 metrics.run_started(item.run.function_id, now - item.run.created_at)
-        return leased, due, duty_due
+        return leased, due, _earliest(cron, deadline)  # (the next duty: as ``next_duty``)
 
     # -- duties: cron ticks, timeouts ------------------------------------------------------
     def _cron_functions(self) -> list[FunctionDef]:

@@ -183,11 +183,18 @@ def take_direct(
 
 def pass_times(
     tx: Tx, function_ids: Sequence[str], now: float, took: bool
-) -> tuple[float | None, float | None]:
+) -> Callable[[], tuple[float | None, float | None]]:
     """The end of a lease pass in one read of its times: when the next pass is
-    due (``next_pass_at``) and the earliest run deadline (the duties')."""
+    due (``next_pass_at``) and the earliest run deadline (the duties'), given
+    when called. A pass that took runs has them read after its commit
+    (``next_times_later``: on PostgreSQL they come in with the ``COMMIT``, one
+    round trip fewer while the pass holds its partitions' rows); one that took
+    nothing reads them now (it may look at the due partitions again)."""
+    if took:
+        return tx.next_times_later(function_ids)
     due, deadline = tx.next_times(function_ids)
-    return _next_pass(tx, function_ids, now, took, due), deadline
+    times = _next_pass(tx, function_ids, now, took, due), deadline
+    return lambda: times
 
 
 def next_pass_at(tx: QueueTx, function_ids: Sequence[str], now: float, took: bool) -> float | None:

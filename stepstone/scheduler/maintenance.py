@@ -131,7 +131,8 @@ def next_duty_op(schedules: Sequence[tuple[str, str]]) -> Callable[[Tx], float |
 
 def next_duty(tx: CronTx, schedules: Sequence[tuple[str, str]], deadline: float | None) -> float | None:
     """``next_duty_op``'s answer given the earliest run deadline, already read
-    (a lease pass reads it with its own next time: ``leasing.pass_times``)."""
+    (a lease pass reads it with its own next time, ``leasing.pass_times``, and
+    takes the earlier of it and ``next_cron`` itself: ``Worker._lease``)."""
     times = [t for t in (tx.next_cron(schedules), deadline) if t is not None]
     return min(times) if times else None
 

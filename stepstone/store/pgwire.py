@@ -15,6 +15,13 @@ transaction. A store transaction is a handful of statements from a fixed set
   parameter types (``PQsendPrepare``, pipelined just before its first use;
   the types are psycopg's own for the values, so the server sees what a
   psycopg cursor would send). Later uses send only ``PQsendQueryPrepared``.
+- A statement whose text starts with ``PLANNED_PER_CALL`` is never
+  prepared: it is sent unnamed (``PQsendQueryParams``), so the server plans
+  it at every call with the tables' sizes of the moment. A prepared
+  statement's plan becomes generic after five calls and stays so on that
+  connection until the table's statistics change: a read of a table that was
+  nearly empty then (``steps`` on a new database) keeps a sequential scan
+  while the table grows, milliseconds a call (docs/benchmarks.md, pg2proc).
 - Parameters are dumped and rows loaded by psycopg's C ``Transformer``
   (rows as dicts, text results, as ``dict_row`` cursors give them).
 - Statements are only queued (libpq's pipeline mode, entered and left per
@@ -56,6 +63,7 @@ MISSING_STATEMENT = "26000"  # invalid_sql_statement_name: "prepared statement .
 MAX_PREPARED = 256  # per connection (a worker's writer uses ~50); past it the oldest is closed
 WAIT_INTERVAL = 0.1  # seconds between checks for signals while waiting, as psycopg's own
 _PLACEHOLDER = re.compile(rb"%\((\w+)\)s|%%")
+PLANNED_PER_CALL = b"-- (planned at every call"  # how such a statement's text in queries.sql starts
 
 
 class Statement:
@@ -63,7 +71,7 @@ class Statement:
     names of its parameters in ``$n`` order. Compiled once per text; its
     identity is its cache key."""
 
-    __slots__ = ("formats", "names", "query")
+    __slots__ = ("formats", "names", "per_call", "query")
 
     def __init__(self, text: str | bytes, pyformat: bool) -> None:
         names: list[str] = []
@@ -80,6 +88,7 @@ class Statement:
         self.query = _PLACEHOLDER.sub(number, raw) if pyformat else raw
         self.names = tuple(names)
         self.formats = [PyFormat.AUTO] * len(names)
+        self.per_call = self.query.startswith(PLANNED_PER_CALL)  # sent unnamed, never prepared
 
 
 _compiled: dict[str | bytes, Statement] = {}  # text (with psycopg's %(name)s placeholders) -> statement
@@ -270,11 +279,15 @@ class Wire:
             formats: Any = tx.formats
         else:
             values, types, formats = None, (), None
-        key = (stmt, types)
-        name = self.prepared.get(key) or self._prepare(key)
-        result = Result(self, name)
         try:
-            self.pgconn.send_query_prepared(name, values, formats, TEXT)
+            if stmt.per_call:
+                result = Result(self, stmt.query)  # (its text: the key of its result's columns)
+                self.pgconn.send_query_params(stmt.query, values, types or None, formats, TEXT)
+            else:
+                key = (stmt, types)
+                name = self.prepared.get(key) or self._prepare(key)
+                result = Result(self, name)
+                self.pgconn.send_query_prepared(name, values, formats, TEXT)
         except psycopg.Error:
             self.abandon()
             raise

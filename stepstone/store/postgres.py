@@ -96,14 +96,19 @@ WAKE_QUERIES = frozenset(
         "wake_ckey",
         "wake_function_partitions",
         "wake_owner_partitions",
+        "settle_partition_due",
     }
 )
 # Of those, the ends of a held run: the slot they free is their own worker's,
 # which leases again itself when its last pass filled its slots
 # (``Worker._invoke``), and a concurrency key they free wakes through
 # ``wake_ckey``. So they notify other processes but wake no local worker: that
-# wake-up was an empty lease pass after every run (four round trips).
-REMOTE_WAKE_QUERIES = frozenset({"fence_delete", "end_held_run"})
+# wake-up was an empty lease pass after every run (four round trips). And a
+# lease pass that leaves a partition due (its own worker is full): another
+# process's pass skipped that partition while this one held its row, found
+# nothing else, and waits for a wake-up (or ``RECHECK``) with free slots; its
+# own worker leases again at its runs' ends (``Worker._lease_after``).
+REMOTE_WAKE_QUERIES = frozenset({"fence_delete", "end_held_run", "settle_partition_due"})
 _WRITE_VERBS = ("INSERT", "UPDATE", "DELETE")
 # Statements that write through a data-modifying CTE under a SELECT (its status
 # names no write): one that returned a row counts as a change.

@@ -19,6 +19,8 @@ from typing import Any
 from stepstone.store.rows import EventRow, LeasedRun, LeaseTerms, NewEvent, QueueItem, RunRow, StepRow
 from stepstone.store.sqlbase import Dialect, SqlPlumbing
 
+_Reads = tuple[Any, Any]  # a take's reads of its runs' events and memos, sent (results to fetch)
+
 
 class SqlQueue(SqlPlumbing):
     """Lease passes, takes and leases (mixed into ``SqlTx``)."""
@@ -69,8 +71,8 @@ class SqlQueue(SqlPlumbing):
     ) -> list[LeasedRun]:
         if not run_ids:
             return []
-        items, runs = self._take(lease, run_ids)
-        return self._leased(run_ids, items, runs, accumulators=accumulators, new=new)
+        items, runs, reads = self._take(lease, run_ids, new)
+        return self._leased(run_ids, items, runs, accumulators=accumulators, new=new, reads=reads)
 
     def take_in_order(
         self, lease: LeaseTerms, key: str, queued: Sequence[str], run_ids: Sequence[str]
@@ -94,18 +96,25 @@ class SqlQueue(SqlPlumbing):
         *,
         accumulators: bool,
         new: bool,
+        reads: _Reads | None = None,
     ) -> list[LeasedRun]:
-        """The taken runs with their events and memos, in the order of ``run_ids``."""
+        """The taken runs with their events and memos, in the order of ``run_ids``
+        (``reads``: their reads, already sent; else sent here)."""
         if not items:
             return []
         ids = {"run_ids": sorted(items)}
         if accumulators:
             self._exec("drop_debounce_of", None, ids)
             self._exec("drop_batch_of", None, ids)
-        events = (self._written_events(items) if new else None) or self._events_of(ids["run_ids"])
+        events = (self._written_events(items) if new else None) or self._events_of(
+            ids["run_ids"], reads and reads[0]
+        )
         steps: dict[str, list[StepRow]] = {run_id: [] for run_id in items}
         sizes: dict[str, dict[str, int]] = {run_id: {} for run_id in items}
-        for row in [] if new else self._all("step_index", None, ids):  # memos without outputs, sizes
+        index = [] if new else (reads[1] if reads else self._exec("step_index", None, ids)).fetchall()
+        for row in index:  # memos without outputs, sizes (of the runs taken)
+            if row["run_id"] not in items:
+                continue
             steps[row["run_id"]].append(StepRow.from_row(row))
             if row["output_bytes"] is not None:
                 sizes[row["run_id"]][row["step_id"]] = row["output_bytes"]
@@ -123,11 +132,21 @@ class SqlQueue(SqlPlumbing):
             if run_id in items
         ]
 
-    def _events_of(self, run_ids: Sequence[str]) -> dict[str, list[EventRow]]:
+    def _events_of(self, run_ids: Sequence[str], sent: Any = None) -> dict[str, list[EventRow]]:
+        """The events of ``run_ids`` (``sent``: their read, already sent for
+        these runs or more)."""
         events: dict[str, list[EventRow]] = {run_id: [] for run_id in run_ids}
-        for row in self._all("events_of_runs", None, {"run_ids": run_ids}):
-            events[row["run_id"]].append(EventRow.from_row(row))
+        read = sent if sent is not None else self._exec("events_of_runs", None, {"run_ids": run_ids})
+        for row in read.fetchall():
+            if row["run_id"] in events:
+                events[row["run_id"]].append(EventRow.from_row(row))
         return events
+
+    def _send_reads(self, run_ids: Sequence[str]) -> _Reads:
+        """A take's reads of its runs' events and memos, sent now: on PostgreSQL
+        in the take's own round trip (a run not taken after all is ignored)."""
+        ids = {"run_ids": run_ids}
+        return self._exec("events_of_runs", None, ids), self._exec("step_index", None, ids)
 
     def _written_events(self, run_ids: Iterable[str]) -> dict[str, list[EventRow]] | None:
         """The events of runs created in this transaction, as written (``None``
@@ -140,14 +159,20 @@ class SqlQueue(SqlPlumbing):
             events[run_id] = [self._new_events[seq].stored(seq) for seq in seqs]
         return events
 
-    def _take(self, lease: LeaseTerms, run_ids: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _take(
+        self, lease: LeaseTerms, run_ids: Sequence[str], new: bool
+    ) -> tuple[dict[str, Any], dict[str, Any], _Reads | None]:
         """Take the items and mark their runs running: their queue rows and their
-        run rows by run id. One statement with data-modifying CTEs (``take_runs``),
-        else one for the items, one per distinct epoch for the runs, one for the clocks."""
+        run rows by run id, and (unless ``new``) the reads of their events and
+        memos, sent. One statement with data-modifying CTEs (``take_runs``, its
+        reads sent behind it: one round trip), else one for the items, one per
+        distinct epoch for the runs, one for the clocks."""
         params = _lease_params(lease)
         if self.dialect.write_ctes:
-            rows = self._all("take_runs", params, {"run_ids": run_ids})
-            return {r["run_id"]: r for r in rows}, {r["id"]: r for r in rows}
+            taken = self._exec("take_runs", params, {"run_ids": run_ids})
+            reads = None if new else self._send_reads(run_ids)
+            rows = taken.fetchall()
+            return {r["run_id"]: r for r in rows}, {r["id"]: r for r in rows}, reads
         items = {r["run_id"]: r for r in self._all("take_items", params, {"run_ids": run_ids})}
         by_epoch: dict[int, list[str]] = {}
         for run_id, item in items.items():
@@ -158,7 +183,7 @@ class SqlQueue(SqlPlumbing):
             runs.update((r["id"], r) for r in marked)
         if items:
             self._exec("start_clock", params, {"run_ids": sorted(items)})
-        return items, runs
+        return items, runs, None
 
     def settle_partition(self, key: str, now: float, next_at: float | None, recheck: float) -> None:
         """Record a lease pass over a partition: it is next due when its earliest
@@ -173,7 +198,11 @@ class SqlQueue(SqlPlumbing):
             if row["next_at"] is not None:
                 future = float(row["next_at"])
                 next_at = future if next_at is None else min(next_at, future)
-        self._exec("settle_partition", {"key": key, "now": now, "next_at": next_at})
+        due = next_at is not None and next_at <= now
+        self._exec(
+            "settle_partition_due" if due else "settle_partition",
+            {"key": key, "now": now, "next_at": next_at},
+        )
 
     def next_due(self, function_ids: Sequence[str]) -> float | None:
         if not function_ids:

@@ -11,6 +11,7 @@ class a DB-API connection already inside a transaction.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -462,6 +463,21 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
             return None, self.next_deadline()
         row = self._exec("next_times", {}, {"function_ids": function_ids}).fetchone()
         return _time(row["due"]), _time(row["deadline"])
+
+    def next_times_later(
+        self, function_ids: Sequence[str]
+    ) -> Callable[[], tuple[float | None, float | None]]:
+        if not self.dialect.pipelined or not function_ids:
+            times = self.next_times(function_ids)
+            return lambda: times
+        sent = self._exec("next_times", {}, {"function_ids": function_ids})  # settled by the COMMIT's sync
+
+        @functools.cache
+        def read() -> tuple[float | None, float | None]:
+            row = sent.fetchone()
+            return _time(row["due"]), _time(row["deadline"])
+
+        return read
 
     def clear_deadlines(self, run_id: str) -> None:
         self._exec("clear_deadlines", {"run_id": run_id})

@@ -280,3 +280,41 @@ def test_a_workers_own_run_end_leases_again_only_when_something_may_wait(
     assert worker._lease_after("free")
     worker._due, worker._more = now + 60, True  # its pass filled every slot
     assert worker._lease_after("free")
+
+
+@PG_ONLY
+def test_a_pass_leaving_its_partition_due_wakes_other_processes_not_its_own(db_url: str) -> None:
+    """Two worker processes drain one function's partition: a pass holds its
+    row, so the other process's pass, skipping it, finds nothing and waits
+    for a wake-up with its slots free. A pass that leaves the partition due
+    (its own worker full) notifies other processes at its commit (before: only
+    their next run end, or ``RECHECK``, woke them: two processes drained little
+    more than one); its own worker leases again at its runs' ends, unwoken."""
+    here, there = PostgresStore.from_url(db_url), PostgresStore.from_url(db_url)
+    try:
+        here.migrate()
+        woken: dict[str, int] = {"here": 0, "there": 0}
+
+        def counter(name: str) -> Callable[[], None]:
+            return lambda: woken.__setitem__(name, woken[name] + 1)
+
+        here.subscribe(counter("here"))
+        there.subscribe(counter("there"))
+        wait_for(lambda: woken["here"] and woken["there"], 10, "both listeners connected")
+        woken.update(here=0, there=0)
+        now = 1000.0
+
+        def settle(next_at: float) -> Callable[[Tx], tuple[bool, bool]]:
+            def op(tx: Any) -> tuple[bool, bool]:
+                tx.settle_partition("f", now, next_at, now + RECHECK)
+                return tx.wake, tx.wake_local
+
+            return op
+
+        assert here.transact_sync(settle(now + 5)) == (False, False)  # a partition parked: no one
+        assert here.transact_sync(settle(now)) == (True, False)  # left due: other processes
+        wait_for(lambda: woken["there"] == 1, 10, "the other process's wake-up")
+        assert woken["here"] == 0
+    finally:
+        here.close()
+        there.close()

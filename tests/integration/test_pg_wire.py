@@ -283,3 +283,54 @@ def test_results_read_on_other_threads_get_their_own_rows(conn: Any) -> None:
     finally:
         sys.setswitchinterval(interval)
     assert wrong == []
+
+
+def _selecting_all(text: str, params: dict[str, Any]) -> Op:
+    return lambda tx: tx.conn.execute(text, params).fetchall()
+
+
+def _scans(tx: Any, text: str, params: dict[str, Any]) -> tuple[int, int]:
+    """The sequential and index scans of ``t`` that running ``text`` cost
+    (``pg_stat_xact_user_tables``, read around it: its counts not yet flushed)."""
+    count = (
+        "SELECT seq_scan, COALESCE(idx_scan, 0) AS idx_scan FROM pg_stat_xact_user_tables WHERE relname = 't'"
+    )
+    before = tx.conn.execute(count, {}).fetchone()
+    assert len(tx.conn.execute(text, params).fetchall()) == 2
+    after = tx.conn.execute(count, {}).fetchone()
+    return after["seq_scan"] - before["seq_scan"], after["idx_scan"] - before["idx_scan"]
+
+
+def test_a_statement_planned_per_call_is_never_prepared_and_sees_its_table_grow(conn: Any) -> None:
+    """A prepared statement's plan turns generic after five calls and stays so
+    while its table grows: planned on a nearly empty table, a read by key keeps
+    a sequential scan (a lease's ``step_index`` on a new database cost 5-15 ms
+    at 15,000 steps). One whose text starts with ``PLANNED_PER_CALL`` is sent
+    unnamed, planned with the table's size of the moment."""
+    conn.execute("CREATE TABLE t (id TEXT PRIMARY KEY, v TEXT)")
+    conn.execute("INSERT INTO t SELECT 'k' || g, 'v' FROM generate_series(1, 3) AS g")
+    conn.execute("ANALYZE t")
+    select = "SELECT v FROM t WHERE id IN (%(a)s, %(b)s)"
+    per_call = pgwire.PLANNED_PER_CALL.decode() + ": a test)\n" + select
+    assert pgwire.statement(per_call).per_call and not pgwire.statement(select).per_call
+    params = {"a": "k1", "b": "k2"}
+    server_statements(conn)  # (the first listing prepares the transaction's own statements)
+    before = server_statements(conn)
+    for _ in range(7):
+        for text in (select, per_call):
+            ok, _ = alone(conn, _selecting_all(text, params))
+            assert ok
+    prepared = server_statements(conn) - before
+    assert len(prepared) == 1  # the plain one only
+    assert all(stmt.query != per_call.encode() for stmt, _ in pgwire.Wire.of(conn).prepared)
+    conn.execute("INSERT INTO t SELECT 'g' || g, 'v' FROM generate_series(1, 50000) AS g")
+    ok, generic = alone(conn, lambda tx: _scans(tx, select, params))
+    assert ok and generic[0] == 1  # the trap: the generic plan made on 3 rows scans 50,003
+    ok, planned = alone(conn, lambda tx: _scans(tx, per_call, params))
+    assert ok and planned[0] == 0 and planned[1] >= 1  # planned now: the key's index
+    agrees(conn)
+
+
+def test_a_leases_step_index_is_planned_per_call() -> None:
+    text = DIALECT.sql("step_index", {"run_ids": 3})
+    assert pgwire.statement(text, DIALECT.pyformat).per_call

@@ -26,7 +26,7 @@ import stepstone as ss
 from stepstone.errors import LeaseLostError
 from stepstone.registry import FINISHED_EVENT, Registry
 from stepstone.runtime import Sent, ingest, prepare
-from stepstone.scheduler.leasing import take_direct
+from stepstone.scheduler.leasing import pass_times, take_direct
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import (
     ENDED_STATUSES,
@@ -165,6 +165,30 @@ def test_a_take_of_several_runs_is_one_statement_and_two_reads_on_postgres(
         (run_id, RunStatus.RUNNING, 1, "v1") for run_id in ("c", "a", "b")
     ]
     assert [lr.run.started_at for lr in taken] == [NOW] * 3
+
+
+@SQL_ONLY
+def test_a_take_and_its_reads_are_one_round_trip_on_postgres(
+    db_url: str, store: Store, round_trips: Callable[[str], list[int]]
+) -> None:
+    """A lease pass's take sends its runs' events and memos behind it (they hold
+    the partition's row: every round trip of a pass is one the other worker
+    processes cannot lease in), and a run not taken after all is left out."""
+    add_runs(store, ["a", "b", "c"])
+    store.transact_sync(lambda tx: tx.save_steps([step("a", "s1")], []))
+    store.transact_sync(lambda tx: tx.take(LeaseTerms(owner="w", now=NOW, until=NOW + 60), "b"))
+    assert _close(store, Fence(run_id="b", owner="w", epoch=1), "b") is not None  # its item is gone
+    taken = store.transact_sync(
+        lambda tx: tx.take_many(
+            LeaseTerms(owner="w", now=NOW, until=NOW + 60), ["c", "b", "a"], accumulators=False
+        )
+    )
+    assert [(lr.run.id, [e.id for e in lr.events], [s.step_id for s in lr.steps]) for lr in taken] == [
+        ("c", ["ev-c"], []),
+        ("a", ["ev-a"], ["s1"]),
+    ]
+    if store.dialect == "postgres":
+        assert round_trips(_sql("take_runs", run_ids=3)) == [1]
 
 
 @SQL_ONLY
@@ -382,6 +406,37 @@ def test_a_lease_pass_ends_with_one_read_of_its_next_times(
     assert times == app.store.read_sync(lambda tx: (tx.next_due(["other", "slow"]), tx.next_deadline()))
     assert app.store.read_sync(lambda tx: tx.next_times(["other"])) == (at + 50, at + 30)
     assert app.store.read_sync(lambda tx: tx.next_times([])) == (None, at + 30)
+
+
+@SQL_ONLY
+def test_a_lease_pass_that_takes_runs_reads_its_times_with_its_commit(
+    db_url: str, store: Store, round_trips: Callable[[str], list[int]]
+) -> None:
+    """A pass that took runs has its next times read after its transaction
+    (``pass_times``: on PostgreSQL they come in with the ``COMMIT``): three
+    round trips before it (the due partitions, their items, the take with its
+    reads) for a pass that leaves its partition due, not four; one that took
+    nothing reads them at once."""
+    add_runs(store, ["a", "b"])
+
+    def lease_pass(wanted: int) -> Callable[[Tx], tuple[int, Callable[[], Any]]]:
+        def op(tx: Tx) -> tuple[int, Callable[[], Any]]:
+            leased = lease(tx, "w", wanted, NOW, NOW + 60)
+            return len(leased), pass_times(tx, ["f"], NOW, bool(leased))
+
+        return op
+
+    def stored() -> Any:
+        return store.read_sync(lambda tx: tx.next_times(["f"]))
+
+    took, times = store.transact_sync(lease_pass(1))
+    assert took == 1 and times() == (NOW, None) == stored()  # "b" is still due
+    for expected in (1, 0):
+        took, times = store.transact_sync(lease_pass(5))
+        assert took == expected and times() == stored() and times()[0] > NOW
+    if store.dialect == "postgres":
+        # (the second pass emptied the partition: it reads its times, partition_times, to settle it)
+        assert round_trips(_sql("due_partitions", function_ids=1))[:2] == [3, 4]  # main: [6, 7]
 
 
 def test_an_event_recorded_twice_is_written_once(store: Store) -> None:

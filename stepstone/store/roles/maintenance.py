@@ -3,7 +3,7 @@ workers, cron schedules and run deadlines."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from stepstone.store.rows import TimedOut
@@ -71,6 +71,14 @@ class CronTx(Protocol):
     def next_times(self, function_ids: Sequence[str]) -> tuple[float | None, float | None]:
         """``(next_due(function_ids), next_deadline())`` in one statement: what
         a worker reads at the end of every lease pass."""
+        ...
+
+    def next_times_later(
+        self, function_ids: Sequence[str]
+    ) -> Callable[[], tuple[float | None, float | None]]:
+        """``next_times``, its value read when called, after the transaction
+        (where statements are pipelined, it comes in with the ``COMMIT``: no
+        round trip of its own; elsewhere it is read now)."""
         ...
 
     def clear_deadlines(self, run_id: str) -> None:

@@ -304,15 +304,16 @@ def test_a_pass_leaving_its_partition_due_wakes_other_processes_not_its_own(db_u
         woken.update(here=0, there=0)
         now = 1000.0
 
-        def settle(next_at: float) -> Callable[[Tx], tuple[bool, bool]]:
-            def op(tx: Any) -> tuple[bool, bool]:
+        def settle(next_at: float) -> tuple[bool, bool]:
+            def op(tx: Any) -> Any:
                 tx.settle_partition("f", now, next_at, now + RECHECK)
-                return tx.wake, tx.wake_local
+                return tx
 
-            return op
+            tx = here.transact_sync(op)  # (what an operation woke is the transaction's once it is over)
+            return tx.wake, tx.wake_local
 
-        assert here.transact_sync(settle(now + 5)) == (False, False)  # a partition parked: no one
-        assert here.transact_sync(settle(now)) == (True, False)  # left due: other processes
+        assert settle(now + 5) == (False, False)  # a partition parked: no one
+        assert settle(now) == (True, False)  # left due: other processes
         wait_for(lambda: woken["there"] == 1, 10, "the other process's wake-up")
         assert woken["here"] == 0
     finally:

@@ -15,7 +15,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from stepstone.errors import LeaseLostError
 from stepstone.store.base import Store, Tx
+from stepstone.store.rows import Fence
+
+from .integration.test_store_contract import step
+
+DEADLINE = 30.0
 
 
 async def submitted_together(
@@ -40,3 +46,41 @@ async def submitted_together(
         gate.set()
         await asyncio.to_thread(holder.join, deadline)
     return futures
+
+
+def checkpoint(fence: Fence, step_id: str) -> Callable[[Tx], Any]:
+    return lambda tx: tx.checkpoint(fence, [step(fence.run_id, step_id)], [])
+
+
+def group_commit(store: Store, ops: list[Callable[[Tx], Any]]) -> list[Any]:
+    """``ops`` in one group commit; their results (or exceptions)."""
+
+    async def commit() -> list[Any]:
+        futures = await submitted_together(store, ops, DEADLINE)
+        return await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), DEADLINE)
+
+    return asyncio.run(commit())
+
+
+def stored_steps(store: Store, run_id: str) -> list[str]:
+    return [s.step_id for s in store.read_sync(lambda tx: tx.get_steps(run_id))]
+
+
+def stale_in_the_middle(store: Store, fences: list[Fence], round_: int) -> None:
+    """One group commit of three checkpoints, the middle one under a stale
+    fence: it alone is refused, the two around it commit."""
+    stale = Fence(run_id=fences[1].run_id, owner="w", epoch=fences[1].epoch - 1)
+    ops = [
+        checkpoint(fences[0], f"a{round_}"),
+        checkpoint(stale, f"x{round_}"),
+        checkpoint(fences[2], f"c{round_}"),
+    ]
+    first, refused, last = group_commit(store, ops)
+    assert isinstance(refused, LeaseLostError)
+    assert not isinstance(first, BaseException) and not isinstance(last, BaseException)
+
+
+def only_the_stale_one_lost(store: Store, fences: list[Fence], rounds: int) -> None:
+    assert stored_steps(store, fences[0].run_id) == [f"a{n}" for n in range(rounds)]
+    assert stored_steps(store, fences[1].run_id) == []
+    assert stored_steps(store, fences[2].run_id) == [f"c{n}" for n in range(rounds)]

@@ -22,11 +22,16 @@ from stepstone.store.base import Tx
 from stepstone.store.postgres import PostgresStore
 from stepstone.store.rows import ACTIVE_STATUSES, Fence, RunStatus
 
-from ..batches import submitted_together
+from ..batches import (
+    DEADLINE,
+    checkpoint,
+    group_commit,
+    only_the_stale_one_lost,
+    stale_in_the_middle,
+    stored_steps,
+)
 from .test_large_payloads import leased
-from .test_store_contract import NOW, add_runs, registry, step
-
-DEADLINE = 30.0
+from .test_store_contract import NOW, add_runs, registry
 
 
 @dataclass
@@ -98,25 +103,6 @@ def store(pg_url: str) -> Iterator[PostgresStore]:
     store.close()
 
 
-def checkpoint(fence: Fence, step_id: str) -> Callable[[Tx], Any]:
-    return lambda tx: tx.checkpoint(fence, [step(fence.run_id, step_id)], [])
-
-
-def group_commit(store: PostgresStore, ops: list[Callable[[Tx], Any]]) -> list[Any]:
-    """``ops`` in one batch of the only writer (``tests/batches.py``); their
-    results (or exceptions)."""
-
-    async def commit() -> list[Any]:
-        futures = await submitted_together(store, ops, DEADLINE)
-        return await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), DEADLINE)
-
-    return asyncio.run(commit())
-
-
-def stored_steps(store: PostgresStore, run_id: str) -> list[str]:
-    return [s.step_id for s in store.read_sync(lambda tx: tx.get_steps(run_id))]
-
-
 def test_a_group_commit_is_one_round_trip_without_savepoints(
     store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -141,21 +127,11 @@ def test_a_failing_operation_in_a_group_fails_alone_on_the_same_connection(
     writer's connection (its record of prepared statements stays right:
     every round commits on it)."""
     fences = leased(store, 3)
-    stale = Fence(run_id=fences[1].run_id, owner="w", epoch=fences[1].epoch - 1)
     wire = Wire(store, monkeypatch)
     for round_ in range(7):
-        ops = [
-            checkpoint(fences[0], f"a{round_}"),
-            checkpoint(stale, f"x{round_}"),
-            checkpoint(fences[2], f"c{round_}"),
-        ]
-        first, refused, last = group_commit(store, ops)
-        assert isinstance(refused, LeaseLostError)
-        assert not isinstance(first, BaseException) and not isinstance(last, BaseException)
+        stale_in_the_middle(store, fences, round_)
         assert any("SAVEPOINT" in s for s in wire.transactions[-1].statements)  # the second attempt
-    assert stored_steps(store, fences[0].run_id) == [f"a{n}" for n in range(7)]
-    assert stored_steps(store, fences[1].run_id) == []
-    assert stored_steps(store, fences[2].run_id) == [f"c{n}" for n in range(7)]
+    only_the_stale_one_lost(store, fences, 7)
     assert wire.connections == 0  # the writer's connection was kept throughout
     group_commit(store, [checkpoint(f, "after") for f in (fences[0], fences[2])])
     assert wire.transactions[-1].trips == 1

@@ -26,8 +26,8 @@ from stepstone.store.pgpipeline import run_alone, run_together
 from stepstone.store.postgres import DIALECT, PgTx, PostgresStore, _notify_if_woken
 from stepstone.store.rows import Fence
 
+from ..batches import checkpoint, group_commit, stored_steps
 from .test_large_payloads import leased
-from .test_pg_transport import checkpoint, group_commit, stored_steps
 
 Op = Callable[[Any], Any]
 

@@ -8,25 +8,21 @@ step's checkpoint never does."""
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import stepstone as ss
-from stepstone.errors import LeaseLostError
 from stepstone.store.base import Tx
 from stepstone.store.batching import Unsynced
-from stepstone.store.rows import Fence
 from stepstone.store.sqlite import SqliteStore
 
-from ..batches import submitted_together
+from ..batches import checkpoint, group_commit, only_the_stale_one_lost, stale_in_the_middle, stored_steps
 from ..polling import wait_for
 from .test_large_payloads import leased
-from .test_pg_transport import checkpoint
 
 DEADLINE = 30.0
 
@@ -52,20 +48,6 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(SqliteStore, "connect", traced)
     return seen
-
-
-def stored_steps(store: SqliteStore, run_id: str) -> list[str]:
-    return [s.step_id for s in store.read_sync(lambda tx: tx.get_steps(run_id))]
-
-
-def group_commit(store: SqliteStore, ops: list[Callable[[Tx], Any]]) -> list[Any]:
-    """``ops`` in one turn of a loop (one batch of its lane); their results or exceptions."""
-
-    async def commit() -> list[Any]:
-        futures = await submitted_together(store, ops, DEADLINE)
-        return await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), DEADLINE)
-
-    return asyncio.run(commit())
 
 
 def transactions(statements: list[str]) -> list[list[str]]:
@@ -99,23 +81,13 @@ def test_a_failing_operation_in_a_group_fails_alone(store: SqliteStore, statemen
     is rolled back whole, then run again with a savepoint per operation; the
     others commit once."""
     fences = leased(store, 3)
-    stale = Fence(run_id=fences[1].run_id, owner="w", epoch=fences[1].epoch - 1)
     for round_ in range(3):
         statements.clear()
-        ops = [
-            checkpoint(fences[0], f"a{round_}"),
-            checkpoint(stale, f"x{round_}"),
-            checkpoint(fences[2], f"c{round_}"),
-        ]
-        first, refused, last = group_commit(store, ops)
-        assert isinstance(refused, LeaseLostError)
-        assert not isinstance(first, BaseException) and not isinstance(last, BaseException)
+        stale_in_the_middle(store, fences, round_)
         optimistic, guarded = transactions(statements)
         assert optimistic[-1] == "ROLLBACK" and not [s for s in optimistic if "SAVEPOINT" in s]
         assert guarded[-1] == "COMMIT" and guarded.count("SAVEPOINT op") == 3
-    assert stored_steps(store, fences[0].run_id) == [f"a{n}" for n in range(3)]
-    assert stored_steps(store, fences[1].run_id) == []
-    assert stored_steps(store, fences[2].run_id) == [f"c{n}" for n in range(3)]
+    only_the_stale_one_lost(store, fences, 3)
 
 
 def test_a_batch_cut_short_leaves_no_transaction_open(store: SqliteStore) -> None:

@@ -231,11 +231,7 @@ class Worker:
         loop = self._loop
         if loop is None or loop.is_closed():
             return  # stopped: leases it holds expire and other workers resume the runs
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
+        if asyncio.events._get_running_loop() is loop:  # (None off any loop's thread)
             fn(*args)
         else:
             loop.call_soon_threadsafe(fn, *args)
@@ -515,7 +511,10 @@ class Worker:
                 self.on_run_end(item.run.id, None if outcome is None else outcome.ended)
             if self._lease_after(item.run.function_id):
                 self._want_lease = True
-            self._poke()
+            # Wake the idle loop only if this changed what it waits for (a pass,
+            # a due time, a first free slot): else it would only sleep again.
+            if self._want_lease or outcome is None or outcome.wake_at is not None or self.slots.free() <= 1:
+                self._poke()
 
     def _lease_after(self, function_id: str) -> bool:
         """Whether a run's end warrants a pass (no store wakes us then): the last

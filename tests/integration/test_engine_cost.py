@@ -6,18 +6,26 @@ the loop, objects made per run or per step).
 - a run's end wakes the worker's idle loop only if it changed what the loop
   waits for (a pass wanted, a due time learned, a first free slot): a
   sequential run's end used to wake it once, to go back to sleep (a turn of
-  the loop and a new timer per run).
+  the loop and a new timer per run);
+- ``runs.wait`` on an event loop makes no ``threading.Event`` and builds the
+  run it returns without the frozen records' ``__init__``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 import stepstone as ss
+from stepstone import runs, serde
+from stepstone.bridge import Plan, Wakeup, run_async, run_sync
+from stepstone.errors import ErrorInfo
+from stepstone.store.rows import RunRow, RunStatus, StepKind, StepRow, StepStatus
 from stepstone.worker import Worker
 
 RUNS = 20
@@ -82,3 +90,78 @@ def test_a_sequential_runs_end_does_not_wake_the_idle_worker(
     # 0 on a quiet host; a periodic duty that falls between runs wants a pass
     # (its ``_want_lease``), and that run's end then pokes, rightly.
     assert len(pokes) <= RUNS // 5, len(pokes)
+
+
+# -- runs.wait: what it makes per call ------------------------------------------------------------
+
+
+def _ended_run() -> tuple[RunRow, list[StepRow]]:
+    now = time.time()
+    row = RunRow(
+        id="r1",
+        function_id="three",
+        status=RunStatus.FAILED,
+        event_ids=["e1"],
+        output=None,
+        error=serde.dumps({"type": "Boom", "message": "no"}, what="error"),
+        created_at=now - 1,
+        started_at=now - 0.5,
+        ended_at=now,
+        attempt=2,
+        app_version="v1",
+        parent_run_id=None,
+        parent_step_id=None,
+        meta=serde.dumps({"k": "v"}, what="meta"),
+    )
+    steps = [
+        StepRow(
+            run_id="r1",
+            step_id=name,
+            position=i,
+            kind=StepKind.RUN,
+            status=StepStatus.COMPLETED,
+            attempts=1,
+            output=serde.dumps([i], what="output"),
+            started_at=now - 0.4,
+            ended_at=None if name == "c" else now - 0.3,
+        )
+        for i, name in enumerate("abc")
+    ]
+    return row, steps
+
+
+def test_a_run_read_back_is_the_record_its_constructor_makes() -> None:
+    """``to_run`` fills the frozen records without their ``__init__``: every
+    field is given (a field added to ``Run`` or ``StepRecord`` and not to
+    ``to_run`` fails here), and the records equal the constructors' own."""
+    run = runs.to_run(*_ended_run())
+    assert set(vars(run)) == {f.name for f in dataclasses.fields(runs.Run)}
+    assert run == runs.Run(**vars(run))
+    for step in run.steps:
+        assert set(vars(step)) == {f.name for f in dataclasses.fields(runs.StepRecord)}
+        assert step == runs.StepRecord(**vars(step))
+    assert run.error == ErrorInfo("Boom", "no") and run.meta == {"k": "v"} and run.attempt == 2
+    assert [s.output for s in run.steps] == [[0], [1], [2]] and run.steps[2].ended_at is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.status = "completed"  # type: ignore[misc]
+
+
+def test_a_wakeup_waited_on_a_loop_makes_no_thread_event_and_misses_no_set() -> None:
+    """The async face waits on an ``asyncio.Event`` only (a ``threading.Event``
+    per ``runs.wait`` cost ~2 µs to make and to set); a ``set`` before either
+    face waits still ends its wait at once, and the wait clears it."""
+    started = time.monotonic()
+    for face in ("async", "blocking"):
+        wakeup = Wakeup()
+        wakeup.set()
+        if face == "async":
+            asyncio.run(run_async(_waits(wakeup)))
+            assert wakeup._flag is None
+        else:
+            run_sync(_waits(wakeup))
+        assert time.monotonic() - started < 5, face  # not the 30 s of a missed set
+        assert not wakeup._set, face
+
+
+def _waits(wakeup: Wakeup) -> Plan[None]:
+    yield wakeup.wait(30)

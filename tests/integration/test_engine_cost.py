@@ -6,7 +6,8 @@ the loop, objects made per run or per step).
 - a run's end wakes the worker's idle loop only if it changed what the loop
   waits for (a pass wanted, a due time learned, a first free slot): a
   sequential run's end used to wake it once, to go back to sleep (a turn of
-  the loop and a new timer per run);
+  the loop and a new timer per run), and while runs keep ending it polls
+  the store's change token no more than when every end woke it;
 - ``runs.wait`` on an event loop makes no ``threading.Event`` and builds the
   run it returns without the frozen records' ``__init__``.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -90,6 +92,46 @@ def test_a_sequential_runs_end_does_not_wake_the_idle_worker(
     # 0 on a quiet host; a periodic duty that falls between runs wants a pass
     # (its ``_want_lease``), and that run's end then pokes, rightly.
     assert len(pokes) <= RUNS // 5, len(pokes)
+
+
+def test_runs_ending_one_after_another_cost_no_idle_poll_nor_lease_pass(app: ss.App) -> None:
+    """Unwoken by a run's end, the idle loop's poll timer fires under a steady
+    stream of runs; while runs end (their own writes moved the store's change
+    token) it polls nothing and leases nothing, as when every end woke it and
+    restarted the timer. Only a gap between two ends longer than the poll
+    interval (a slow host) may let a poll, and so a pass, in."""
+    poll = 0.2
+
+    @app.function(id="three", trigger=ss.on_event("three"))
+    async def three(ctx: ss.Context) -> list[int]:
+        return [await ctx.step.run(name, _one) for name in ("a", "b", "c")]
+
+    async def scenario() -> tuple[int, int]:
+        worker = await app.start_async(concurrency=10)
+        idle = asyncio.Event()
+        worker.on_idle = idle.set
+        await asyncio.wait_for(idle.wait(), 10)  # the start-up pass is over
+        worker.idle_poll = poll
+        passes: list[float] = []
+        lease = worker._lease
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            passes.append(time.monotonic())
+            return await lease(*args, **kwargs)
+
+        worker._lease = counted  # type: ignore[method-assign]
+        ends = [time.monotonic()]
+        while ends[-1] - ends[0] < 4 * poll:
+            [eid] = await app.send_async(ss.Event("three"))
+            [run] = await app.runs.list_async(event_id=eid)
+            assert (await app.runs.wait_async(run.id, timeout="10s")).status == "completed"
+            ends.append(time.monotonic())
+        await app.stop_async()
+        gaps = sum(1 for a, b in itertools.pairwise(ends) if b - a > poll)
+        return len(passes), gaps
+
+    passes, slow_gaps = asyncio.run(scenario())
+    assert passes <= slow_gaps, (passes, slow_gaps)  # before the fix: one pass per poll, 3 or 4
 
 
 # -- runs.wait: what it makes per call ------------------------------------------------------------

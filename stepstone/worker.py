@@ -141,7 +141,7 @@ class Worker:
         self._unsubscribe: Callable[[], None] | None = None
         self._store_ok_at: float | None = None  # time.monotonic() of the last registration or heartbeat
         self.invocations = 0
-        self.ended = 0  # invocations over (``_idle`` polls the store's token only when none ended)
+        self._ended = 0  # invocations over (``_idle`` polls the store's token only when none ended)
 
     @property
     def _function_ids(self) -> list[str]:
@@ -444,8 +444,8 @@ class Worker:
             if self._duty_due is not None and self._duty_due <= now:
                 break
             self._wake.clear()
-            ended = self.ended
-            if await wait_event(self._wake, min(deadline - now, self.idle_poll)) or self.ended != ended:
+            ended = self._ended
+            if await wait_event(self._wake, min(deadline - now, self.idle_poll)) or self._ended != ended:
                 continue  # (a local run's end moved the token: poll once runs stop ending)
             current = self.store.change_token()
             if current != token:
@@ -512,7 +512,7 @@ class Worker:
                 self.on_run_end(item.run.id, None if outcome is None else outcome.ended)
             if self._lease_after(item.run.function_id):
                 self._want_lease = True
-            self.ended += 1
+            self._ended += 1
             # Wake the idle loop only if this changed what it waits for (a pass, a due time, a free slot).
             if self._want_lease or outcome is None or outcome.wake_at is not None or self.slots.free() <= 1:
                 self._poke()

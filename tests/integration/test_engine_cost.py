@@ -9,22 +9,28 @@ the loop, objects made per run or per step).
   the loop and a new timer per run), and while runs keep ending it polls
   the store's change token no more than when every end woke it;
 - ``runs.wait`` on an event loop makes no ``threading.Event`` and builds the
-  run it returns without the frozen records' ``__init__``.
+  run it returns without the frozen records' ``__init__``;
+- a plain ``def`` step (or handler) is handed to the pool without
+  ``run_in_executor``'s two chained futures.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import itertools
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 import stepstone as ss
 from stepstone import runs, serde
+from stepstone.attempts import in_pool
 from stepstone.bridge import Plan, Wakeup, run_async, run_sync
 from stepstone.errors import ErrorInfo
 from stepstone.store.rows import RunRow, RunStatus, StepKind, StepRow, StepStatus
@@ -207,3 +213,36 @@ def test_a_wakeup_waited_on_a_loop_makes_no_thread_event_and_misses_no_set() -> 
 
 def _waits(wakeup: Wakeup) -> Plan[None]:
     yield wakeup.wait(30)
+
+
+# -- a plain step function's hand-off to the pool -------------------------------------------------
+
+
+def test_a_plain_function_handed_to_the_pool_runs_in_context_and_never_once_cancelled() -> None:
+    """``attempts.in_pool`` (``run_in_executor`` without its two chained
+    futures): the value and a failure come back, the caller's context is
+    the function's, and a call cancelled before a thread takes it never runs
+    (the invocation stopped), as with ``run_in_executor``."""
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    ran: list[str] = []
+    gate = threading.Event()
+
+    async def main() -> None:
+        threads = ThreadPoolExecutor(max_workers=1)
+        try:
+            var.set("the caller's")
+            context = contextvars.copy_context()
+            assert await in_pool(threads, var.get, (), context) == "the caller's"
+            with pytest.raises(KeyError):
+                await in_pool(threads, {}.__getitem__, ("missing",), context)
+            busy = in_pool(threads, gate.wait, (10,), context)  # holds the pool's only thread
+            queued = in_pool(threads, ran.append, ("ran",), context)
+            queued.cancel()
+            gate.set()
+            assert await busy is True
+            assert await in_pool(threads, str, ("after",), context) == "after"  # the queue is drained
+            assert ran == [] and queued.cancelled()
+        finally:
+            threads.shutdown(wait=True)
+
+    asyncio.run(main())

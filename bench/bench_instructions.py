@@ -2,6 +2,7 @@
 session 7): a load-independent measure of the engine's cost per run.
 
     .venv/bin/python bench/bench_instructions.py [--runs 400] [--mode queued|sequential|both]
+    .venv/bin/python bench/bench_instructions.py --store postgres [--database-url URL]  # sequential
     PYTHONPATH=<tree>:<tree>/bench .venv/bin/python bench/bench_instructions.py   # another tree
 
 Each mode runs twice under ``valgrind --tool=cachegrind --cache-sim=no``, once
@@ -13,7 +14,9 @@ in-process worker (concurrency 10) and drained; sequential: send,
 8): runs queued first, then drained by a process that only works them, as
 ``stepstone worker`` does (compare.py's queued figure), the sending not
 counted. All at
-``synchronous=normal`` (an fsync costs time, not instructions). Repeated, the
+``synchronous=normal`` (an fsync costs time, not instructions). ``--store
+postgres`` counts the sequential mode's client (this process; the server is
+another) on a private cluster, or on a database created on ``--database-url``. Repeated, the
 queued figure agrees within ~0.1 %, the sequential one within ~1 % (its idle
 polls scale with valgrind's slow-down). ``--child`` is the measured process.
 """
@@ -27,6 +30,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from workloads import add_three_steps
@@ -62,7 +66,9 @@ async def _queued(folder: str, runs: int) -> None:
 
 
 async def _sequential(folder: str, runs: int) -> None:
-    app = ss.App("count", database_url=f"sqlite:///{folder}/count.db?synchronous=normal")
+    """``folder``: SQLite's, or a PostgreSQL database's URL (``--store postgres``)."""
+    url = folder if folder.startswith("postgresql") else _url(folder)
+    app = ss.App("count", database_url=url)
     add_three_steps(app)
     await app.start_async(concurrency=10)
     for _ in range(WARM_UP + runs):
@@ -112,7 +118,9 @@ def _queue(folder: str, runs: int) -> None:
     sender.close()
 
 
-def _instructions(mode: str, runs: int) -> int:
+def _instructions(mode: str, runs: int, database: Callable[[str], str] | None = None) -> int:
+    if database is not None:  # PostgreSQL: a fresh database per process
+        return _counted(mode, runs, database(f"{mode}_{runs}"))
     with tempfile.TemporaryDirectory() as folder:
         if mode == "worker":
             _queue(folder, runs)
@@ -148,6 +156,8 @@ def main() -> int:
     )
     parser.add_argument("--runs", type=int, default=400)
     parser.add_argument("--mode", choices=["queued", "sequential", "worker", "both"], default="both")
+    parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--database-url", help="with --store postgres: a server to create databases on")
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--folder", help=argparse.SUPPRESS)  # the child's database folder
     args = parser.parse_args()
@@ -156,12 +166,21 @@ def main() -> int:
         asyncio.run(work(args.folder, args.runs))
         return 0
     print(f"stepstone from {Path(ss.__file__).resolve().parent}")
-    for mode in ["queued", "sequential"] if args.mode == "both" else [args.mode]:
-        base, measured = _instructions(mode, 0), _instructions(mode, args.runs)
-        print(
-            f"  {mode:10} {(measured - base) / args.runs / 1e6:.3f} M instructions per run ({args.runs} runs)"
-        )
+    modes = ["queued", "sequential"] if args.mode == "both" else [args.mode]
+    if args.store == "postgres":  # the client's instructions only (the server is another process)
+        from bench_postgres import server
+
+        with server(args.database_url) as create:
+            _report(["sequential"], args.runs, create)
+        return 0
+    _report(modes, args.runs)
     return 0
+
+
+def _report(modes: list[str], runs: int, database: Callable[[str], str] | None = None) -> None:
+    for mode in modes:
+        base, measured = _instructions(mode, 0, database), _instructions(mode, runs, database)
+        print(f"  {mode:10} {(measured - base) / runs / 1e6:.3f} M instructions per run ({runs} runs)")
 
 
 if __name__ == "__main__":

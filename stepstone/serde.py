@@ -18,7 +18,8 @@ _decode = json.JSONDecoder().decode
 def dumps(value: Any, *, what: str, limit: int | None = None) -> str:
     """Encode ``value``; raise a non-retriable error naming ``what`` if impossible."""
     try:
-        text = _encoder.encode(value)
+        # An int's JSON is its repr (json's own encoder builds an encoder per call).
+        text = int.__repr__(value) if type(value) is int else _encoder.encode(value)
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"{what} is not JSON-serialisable: {exc}") from exc
     if limit is not None and len(text) > limit // 4 and len(text.encode()) > limit:

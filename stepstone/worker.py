@@ -141,6 +141,7 @@ class Worker:
         self._unsubscribe: Callable[[], None] | None = None
         self._store_ok_at: float | None = None  # time.monotonic() of the last registration or heartbeat
         self.invocations = 0
+        self._ended = 0  # invocations over (``_idle`` polls the store's token only when none ended)
 
     @property
     def _function_ids(self) -> list[str]:
@@ -231,11 +232,7 @@ class Worker:
         loop = self._loop
         if loop is None or loop.is_closed():
             return  # stopped: leases it holds expire and other workers resume the runs
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
+        if asyncio.events._get_running_loop() is loop:  # (None off any loop's thread)
             fn(*args)
         else:
             loop.call_soon_threadsafe(fn, *args)
@@ -447,8 +444,9 @@ class Worker:
             if self._duty_due is not None and self._duty_due <= now:
                 break
             self._wake.clear()
-            if await wait_event(self._wake, min(deadline - now, self.idle_poll)):
-                continue
+            ended = self._ended
+            if await wait_event(self._wake, min(deadline - now, self.idle_poll)) or self._ended != ended:
+                continue  # (a local run's end moved the token: poll once runs stop ending)
             current = self.store.change_token()
             if current != token:
                 token = current
@@ -506,8 +504,7 @@ class Worker:
         except Exception:
             log.exception("run %s: invocation crashed; the lease will expire and it will resume", item.run.id)
         finally:
-            # After a lost lease this worker may have leased the run again: the
-            # slot then belongs to the newer invocation.
+            # (After a lost lease, the slot may belong to a newer invocation of the run.)
             if self.inflight.get(item.run.id) is asyncio.current_task():
                 del self.inflight[item.run.id]
                 self._held.pop(item.run.id, None)
@@ -515,7 +512,10 @@ class Worker:
                 self.on_run_end(item.run.id, None if outcome is None else outcome.ended)
             if self._lease_after(item.run.function_id):
                 self._want_lease = True
-            self._poke()
+            self._ended += 1
+            # Wake the idle loop only if this changed what it waits for (a pass, a due time, a free slot).
+            if self._want_lease or outcome is None or outcome.wake_at is not None or self.slots.free() <= 1:
+                self._poke()
 
     def _lease_after(self, function_id: str) -> bool:
         """Whether a run's end warrants a pass (no store wakes us then): the last

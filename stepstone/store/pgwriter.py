@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -195,7 +196,11 @@ class Writers:
                     slot.wake.set()  # its thread takes what was queued meanwhile (or stops)
                 else:
                     self.idle.append(slot)
-        self._settle([_Item(op, resolve) for op, resolve in zip(ops, resolves, strict=True)], outcomes)
+        if all(ok for ok, _ in outcomes):  # the common case: nothing to queue again
+            for resolve, (_, value) in zip(resolves, outcomes, strict=True):
+                resolve(True, value)
+        else:
+            self._settle([_Item(op, resolve) for op, resolve in zip(ops, resolves, strict=True)], outcomes)
         return True
 
     def idle_all(self) -> bool:
@@ -301,10 +306,14 @@ class LoopLane:
         queued. A user's SQL (``step.transaction``) never runs on the loop: it
         may take as long as its bound, and the heartbeat must not wait."""
         batch = self.pending
-        if any(getattr(op, "user_sql", False) for op, _ in batch):
-            return False
-        resolves = [async_resolver(self.loop, future) for _, future in batch]
-        if not self.writers.run_here([op for op, _ in batch], resolves, alone=True):
+        ops: list[Callable[[Any], Any]] = []
+        resolves: list[Resolve] = []
+        for op, future in batch:
+            if getattr(op, "user_sql", False):
+                return False
+            ops.append(op)
+            resolves.append(functools.partial(_settle_async, future))  # resolved on this thread
+        if not self.writers.run_here(ops, resolves, alone=True):
             return False  # a commit is in flight: its outcome must not wait for this one
         self.pending = self.pending[len(batch) :]
         return True

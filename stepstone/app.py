@@ -98,16 +98,26 @@ class _Direct:
     slots: int
     sent: float = dataclasses.field(default_factory=time.monotonic)  # before the write
 
-    def take(self, tx: Tx, sent: Sent, now: float) -> tuple[list[LeasedRun], bool]:
-        """The runs taken, and whether nothing else the send did needs a wake-up."""
+    def take(self, tx: Tx, sent: Sent, now: float) -> Callable[[], tuple[list[LeasedRun], bool]]:
+        """The runs taken, and whether nothing else the send did needs a
+        wake-up: given when called, after the commit (``take_direct``)."""
         worker = self.worker
         runs = [run for run in sent.queued if _starts_directly(worker.registry.get(run.function_id))]
         until = now + worker.lease_ttl
-        leased = take_direct(tx, worker.lease_owner, runs, self.slots, now, until, worker.app_version)
-        quiet = bool(leased) and len(leased) == len(sent.queued) and not sent.resolved
-        if quiet:
-            tx.taken_here()
-        return leased, quiet
+        asked, taken = take_direct(tx, worker.lease_owner, runs, self.slots, now, until, worker.app_version)
+        every = bool(asked) and len(asked) == len(sent.queued) and not sent.resolved
+        if every:  # (a run whose take finds a due item before it still wakes the workers)
+            tx.taken_here(asked)
+
+        def outcome() -> tuple[list[LeasedRun], bool]:
+            leased = taken()
+            return leased, every and len(leased) == len(asked)
+
+        return outcome
+
+
+def _nothing_taken() -> tuple[list[LeasedRun], bool]:
+    return [], False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -359,19 +369,21 @@ class App:
 
         direct = self._direct(len(prepared))
 
-        def op(tx: Tx) -> tuple[list[str], list[LeasedRun], bool, Sent]:
+        def op(tx: Tx) -> tuple[list[str], Callable[[], tuple[list[LeasedRun], bool]], Sent]:
             sent = Sent()
             ids = ingest(tx, prepared, registry, now, surveys, self._surveyed.learn, sent)
-            leased, quiet = ([], False) if direct is None else direct.take(tx, sent, now)
-            return ids, leased, quiet, sent
+            taken = _nothing_taken if direct is None else direct.take(tx, sent, now)
+            return ids, taken, sent
 
         try:
-            done: tuple[list[str], list[LeasedRun], bool, Sent] = yield write_call(store, op)
+            done: tuple[list[str], Callable[[], tuple[list[LeasedRun], bool]], Sent]
+            done = yield write_call(store, op)
+            ids, taken, sent = done
+            leased, quiet = taken()  # (PostgreSQL: the take's rows, read with the COMMIT)
         except BaseException:
             if direct is not None:
                 direct.worker.give_back(direct.slots, now + direct.worker.lease_ttl)
             raise
-        ids, leased, quiet, sent = done
         if direct is not None:
             direct.worker.hand_over(leased, direct.slots, direct.sent, now)
         self._sent_here = _SentHere.of(direct, sent, leased, quiet)

@@ -610,10 +610,22 @@ WHERE partition_key = :key AND available_at <= :now AND run_id NOT IN ({queued_i
 
 -- name: settle_taken
 -- (a direct start took every due item of the partition: it is next due at its
--- earliest item's time, a lease's expiry at the latest; queue_by_partition)
+-- earliest item's time, a lease's expiry at the latest; queue_by_partition.
+-- Only if the take took: :run_id, one of the runs it took, queued in this
+-- transaction (no other can hold it), is :owner's. So on PostgreSQL it goes
+-- out right behind its take, before the take's rows are read.)
 UPDATE partitions SET last_served = :now,
     next_at = (SELECT MIN(available_at) FROM queue WHERE partition_key = :key)
-WHERE key = :key;
+WHERE key = :key AND EXISTS (SELECT 1 FROM queue WHERE run_id = :run_id AND owner = :owner);
+
+-- name: notify_untaken
+-- (PostgreSQL: the NOTIFY of a transaction whose only work made available is
+-- runs it queued and took itself (a send's direct start), sent before its
+-- COMMIT with the takes' results not yet read: other processes' workers are
+-- woken only if one of those runs was not taken (a due item waited before
+-- it). A row back: it notified.)
+SELECT pg_notify(:channel, '') AS notified
+WHERE EXISTS (SELECT 1 FROM queue WHERE run_id IN ({run_ids}) AND owner IS NULL);
 
 -- name: live_ckey1
 SELECT COUNT(*) AS n FROM queue WHERE ckey1 = :ckey AND owner IS NOT NULL AND available_at > :now;

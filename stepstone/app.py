@@ -41,7 +41,7 @@ from stepstone.histories import from_json as history_from_json
 from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
 from stepstone.runs import Runs, read_call, write_call
-from stepstone.runtime import PreparedEvent, Sent, Survey, Surveyed, ingest, prepare, survey
+from stepstone.runtime import Awaited, PreparedEvent, Sent, Survey, Surveyed, ingest, prepare, survey
 from stepstone.scheduler.leasing import take_direct
 from stepstone.sizes import Size
 from stepstone.store import make_store
@@ -212,6 +212,7 @@ class App:
         self._store: Store | None = None
         self._lock = threading.RLock()
         self._surveyed = Surveyed()  # event names with many unindexed waits
+        self._awaited = Awaited()  # event names a wait was on (sent the usual way)
         self._local_workers: list[Worker] = []
         self._watchers: dict[str, set[Callable[[RunRead | None], Any]]] = {}
         self._sent_here: _SentHere | None = None  # the last send's runs, if it started them all here
@@ -368,16 +369,22 @@ class App:
             surveys = yield read_call(store, lambda tx: self._survey(tx, prepared, now))
 
         direct = self._direct(len(prepared))
+        at_once = len(prepared) == 1 and not surveys and prepared[0].name not in self._awaited
 
         def op(tx: Tx) -> tuple[list[str], Callable[[], tuple[list[LeasedRun], bool]], Sent]:
             sent = Sent()
-            ids = ingest(tx, prepared, registry, now, surveys, self._surveyed.learn, sent)
+            ids = ingest(tx, prepared, registry, now, surveys, self._surveyed.learn, sent, at_once=at_once)
             taken = _nothing_taken if direct is None else direct.take(tx, sent, now)
             return ids, taken, sent
 
         try:
             done: tuple[list[str], Callable[[], tuple[list[LeasedRun], bool]], Sent]
             done = yield write_call(store, op)
+            self._awaited.learn(done[2])
+            if done[2].awaited() is not None:  # nothing written: a wait is on it, sent again
+                at_once = False
+                done = yield write_call(store, op)
+                self._awaited.learn(done[2])
             ids, taken, sent = done
             leased, quiet = taken()  # (PostgreSQL: the take's rows, read with the COMMIT)
         except BaseException:

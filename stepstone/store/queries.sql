@@ -49,15 +49,46 @@ RETURNING url;
 
 -- name: claim_key
 INSERT INTO dedupe (key, ref, expires_at) VALUES (:key, :ref, :expires_at)
+{query:key_claimed};
+
+-- name: key_claimed
+-- (a fragment: a key is claimed if free or its claim expired; a row back if it was)
 ON CONFLICT (key) DO UPDATE SET ref = excluded.ref, expires_at = excluded.expires_at
 WHERE dedupe.expires_at <= :now
-RETURNING ref;
+RETURNING ref
 
 -- name: get_key
 SELECT ref FROM dedupe WHERE key = :key AND expires_at > :now;
 
 -- name: release_key
 DELETE FROM dedupe WHERE key = :key AND ref = :ref;
+
+-- name: record_event_starting
+-- (PostgreSQL: a send's one event and the one run it starts, sent with
+-- everything after it and the COMMIT, nothing read before: record_event,
+-- unless a wait is on the event's name (a wait key: the waits it may resolve
+-- are read and claimed in Python, so the send goes again the usual way), and
+-- the run's row and link to the event only if the event was written. The run's
+-- id is new: its queue item, spec and take that follow (statements of their
+-- own) find it only if it was written here. A row back: the event's seq (NULL:
+-- not written) and whether it was awaited.)
+WITH unawaited AS (
+    SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM wait_keys WHERE event_name = :name)
+), claimed AS (
+    INSERT INTO dedupe (key, ref, expires_at) SELECT :key, :ref, :expires_at FROM unawaited
+    {query:key_claimed}
+), recorded AS (
+    INSERT INTO events (id, name, data, ts, received_at, trace)
+    SELECT :id, :name, :data, CAST(:ts AS BIGINT), CAST(:now AS DOUBLE PRECISION), :trace
+    WHERE EXISTS (SELECT 1 FROM claimed)
+    RETURNING seq
+), created AS (
+    INSERT INTO runs (id, function_id, status, event_ids, created_at)
+    SELECT :run_id, :function_id, :status, :event_ids, :created_at FROM recorded
+), linked AS (
+    INSERT INTO run_events (run_id, position, event_seq) SELECT :run_id, 0, seq FROM recorded
+)
+SELECT (SELECT seq FROM recorded) AS seq, NOT EXISTS (SELECT 1 FROM unawaited) AS awaited;
 
 -- name: insert_event
 INSERT INTO events (id, name, data, ts, received_at, trace)
@@ -84,12 +115,13 @@ INSERT INTO run_events (run_id, position, event_seq) VALUES (:run_id, :position,
 
 -- name: insert_queue_item
 -- (epoch: a run queued again (replay) goes on from the last epoch it was leased
--- under, kept in runs.epoch, so no fence of an older invocation can match again)
+-- under, kept in runs.epoch, so no fence of an older invocation can match again.
+-- Only for a run that exists: one record_event_starting did not write gets none)
 INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at, start_deadline,
                    finish_timeout, ckey1, limit1, ckey2, limit2, throttle_key, epoch)
-VALUES (:run_id, :function_id, :partition_key, :available_at, :sort_at, :start_deadline,
-        :finish_timeout, :ckey1, :limit1, :ckey2, :limit2, :throttle_key,
-        COALESCE((SELECT epoch FROM runs WHERE id = :run_id), 0));
+SELECT :run_id, :function_id, :partition_key, :available_at, :sort_at, :start_deadline,
+       :finish_timeout, :ckey1, :limit1, :ckey2, :limit2, :throttle_key, epoch
+FROM runs WHERE id = :run_id;
 
 -- name: get_run
 SELECT * FROM runs WHERE id = :id;

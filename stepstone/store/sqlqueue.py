@@ -36,6 +36,8 @@ class SqlQueue(SqlPlumbing):
         # an op's savepoint rolled back) replaces its entry.
         self._new_events: dict[int, NewEvent] = {}
         self._new_runs: dict[str, Sequence[int]] = {}
+        # A run whose one event's seq is read after the COMMIT (``record_event_starting``).
+        self._later_events: dict[str, tuple[Callable[[], int | None], NewEvent]] = {}
 
     # -- queue and leases ---------------------------------------------------------------
     def due_partitions(self, function_ids: Sequence[str], now: float, limit: int) -> list[str]:
@@ -87,7 +89,7 @@ class SqlQueue(SqlPlumbing):
         if settle:  # (sent behind the take: it settles only if the take took)
             self._settle_taken(key, lease, run_ids)
         reads = None  # every statement sent before the COMMIT: nothing is read after it but rows
-        if self._written_events(run_ids) is None:
+        if not self._wrote_events(run_ids):
             reads = (self._exec("events_of_runs", None, {"run_ids": sorted(run_ids)}), None)
 
         @functools.cache
@@ -166,15 +168,31 @@ class SqlQueue(SqlPlumbing):
         ids = {"run_ids": run_ids}
         return self._exec("events_of_runs", None, ids), self._exec("step_index", None, ids)
 
+    def _wrote_events(self, run_ids: Iterable[str]) -> bool:
+        """Whether every one of the runs and their events was written in this
+        transaction (reading nothing)."""
+        for run_id in run_ids:
+            if run_id in self._later_events:
+                continue
+            seqs = self._new_runs.get(run_id)
+            if seqs is None or any(seq not in self._new_events for seq in seqs):
+                return False
+        return True
+
     def _written_events(self, run_ids: Iterable[str]) -> dict[str, list[EventRow]] | None:
         """The events of runs created in this transaction, as written (``None``
         unless every one of the runs and their events was)."""
+        if not self._wrote_events(run_ids):
+            return None
         events: dict[str, list[EventRow]] = {}
         for run_id in run_ids:
-            seqs = self._new_runs.get(run_id)
-            if seqs is None or any(seq not in self._new_events for seq in seqs):
-                return None
-            events[run_id] = [self._new_events[seq].stored(seq) for seq in seqs]
+            later = self._later_events.get(run_id)
+            if later is None:
+                events[run_id] = [self._new_events[seq].stored(seq) for seq in self._new_runs[run_id]]
+                continue
+            seq, event = later[0](), later[1]
+            assert seq is not None  # (its run was written, so was its event)
+            events[run_id] = [event.stored(seq)]
         return events
 
     def _take(

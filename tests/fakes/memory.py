@@ -77,6 +77,15 @@ class MemoryTx:
             return None
         return self.insert_event(event)
 
+    def record_event_starting(
+        self, event: NewEvent, dedupe_until: float, run: NewRun
+    ) -> Callable[[], tuple[int | None, bool]]:
+        awaited = bool(self.wait_keys(event.name))
+        seq = None if awaited else self.record_event(event, dedupe_until)
+        if seq is not None:
+            self.create_run(dataclasses.replace(run, event_seqs=[seq]))
+        return lambda: (seq, awaited)
+
     def create_run(self, run: NewRun) -> None:
         if run.id in self.s.runs:
             raise ValueError(f"run {run.id} exists")  # the primary key

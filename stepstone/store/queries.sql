@@ -68,10 +68,10 @@ DELETE FROM dedupe WHERE key = :key AND ref = :ref;
 -- everything after it and the COMMIT, nothing read before: record_event,
 -- unless a wait is on the event's name (a wait key: the waits it may resolve
 -- are read and claimed in Python, so the send goes again the usual way), and
--- the run's row and link to the event only if the event was written. The run's
--- id is new: its queue item, spec and take that follow (statements of their
--- own) find it only if it was written here. A row back: the event's seq (NULL:
--- not written) and whether it was awaited.)
+-- the run's row, its link to the event and its partition's hint lowered only
+-- if the event was written. The run's id is new: its queue item, spec and take
+-- that follow (statements of their own) find it only if it was written here.
+-- A row back: the event's seq (NULL: not written) and whether it was awaited.)
 WITH unawaited AS (
     SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM wait_keys WHERE event_name = :name)
 ), claimed AS (
@@ -87,6 +87,10 @@ WITH unawaited AS (
     SELECT :run_id, :function_id, :status, :event_ids, :created_at FROM recorded
 ), linked AS (
     INSERT INTO run_events (run_id, position, event_seq) SELECT :run_id, 0, seq FROM recorded
+), lowered AS (
+    INSERT INTO partitions (key, function_id, ckey, next_at)
+    SELECT :partition_key, :function_id, :ckey, :available_at FROM recorded
+    {query:partition_lowered}
 )
 SELECT (SELECT seq FROM recorded) AS seq, NOT EXISTS (SELECT 1 FROM unawaited) AS awaited;
 

@@ -104,9 +104,12 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
             "status": run.status,
             "event_ids": json.dumps(list(run.event_ids)),
             "created_at": run.created_at,
+            "partition_key": run.queue_spec.partition_key,
+            "ckey": run.queue_spec.ckey1,
+            "available_at": run.available_at,
         }
         sent = self._exec("record_event_starting", params)
-        self._queue_new(run)  # (its queue item only if the run's row was written)
+        self._queue_new(run, lowered=True)  # (its queue item only if the run's row was written)
 
         @functools.cache
         def read() -> tuple[int | None, bool]:
@@ -149,8 +152,9 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
             self._new_runs[run.id] = run.event_seqs
             self._queue_new(run)
 
-    def _queue_new(self, run: NewRun) -> None:
-        """A new run's queue item and queue spec (its row written before)."""
+    def _queue_new(self, run: NewRun, *, lowered: bool = False) -> None:
+        """A new run's queue item and queue spec (its row written before;
+        ``lowered``: its partition's hint too)."""
         spec = run.queue_spec
         self._enqueue(
             run.id,
@@ -160,6 +164,7 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
             run.available_at if run.sort_at is None else run.sort_at,
             run.start_deadline,
             run.finish_timeout,
+            lowered=lowered,
         )
         if run.spec is not None:
             # Its own UPDATE after the queue insert, not a column of insert_run:
@@ -178,6 +183,8 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
         sort_at: float,
         start_deadline: float | None,
         finish_timeout: float | None,
+        *,
+        lowered: bool = False,
     ) -> None:
         self._exec(
             "insert_queue_item",
@@ -196,7 +203,8 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
                 "throttle_key": spec.throttle_key,
             },
         )
-        self.lower_partition(spec.partition_key, function_id, spec.ckey1, available_at)
+        if not lowered:
+            self.lower_partition(spec.partition_key, function_id, spec.ckey1, available_at)
 
     def lower_partition(self, key: str, function_id: str, ckey: str | None, at: float) -> None:
         self._exec("lower_partition", {"key": key, "function_id": function_id, "ckey": ckey, "at": at})

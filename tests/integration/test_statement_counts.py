@@ -92,9 +92,8 @@ SEND_AT_ONCE = {  # the same, its one event starting one run: ingest's at_once
         *SEND["sqlite"][3:],
     ],
     "postgres": [
-        "record_event_starting",  # the event and the run's row; nothing read before the COMMIT
+        "record_event_starting",  # the event, the run's row, the hint; nothing read before the COMMIT
         "insert_queue_item",
-        "lower_partition",
         "set_queue_spec",
         "take_runs_in_order",
         "settle_taken",
@@ -423,6 +422,7 @@ def test_a_send_at_once_of_an_event_seen_or_awaited_writes_nothing(store: Store)
     assert _send_at_once(store, ss.Event("plain", id="e2")) == ([], "plain")
     assert store.read_sync(lambda tx: tx.list_runs(RunFilter(event_id="e2"))) == []
     assert store.transact_sync(lambda tx: tx.claim_key("event:e2", "x", NOW + 30, NOW)) is None  # not claimed
+    assert store.transact_sync(lambda tx: tx.due_partitions(["plain"], NOW + 1, 10)) == []  # no hint lowered
 
 
 def test_a_direct_start_of_several_runs_has_each_runs_own_events(store: Store) -> None:

@@ -13,12 +13,11 @@ wrote them in the same transaction: nothing is read back.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from stepstone.store.rows import EventRow, LeasedRun, LeaseTerms, NewEvent, QueueItem, RunRow, StepRow
-from stepstone.store.sqlbase import Dialect, SqlPlumbing
+from stepstone.store.sqlbase import Dialect, SqlPlumbing, once
 
 _Reads = tuple[Any, Any]  # a take's reads of its runs' events and memos, sent (results to fetch)
 
@@ -92,7 +91,7 @@ class SqlQueue(SqlPlumbing):
         if not self._wrote_events(run_ids):
             reads = (self._exec("events_of_runs", None, {"run_ids": sorted(run_ids)}), None)
 
-        @functools.cache
+        @once
         def read() -> list[LeasedRun] | None:
             rows = sent.fetchall()
             if not rows:  # (the runs were queued in this transaction: a due item waits before them)

@@ -33,6 +33,7 @@ from stepstone.store.rows import (
     StepRow,
     TimedOut,
 )
+from stepstone.store.sqlbase import once
 from stepstone.store.sqljournal import SqlJournal
 from stepstone.store.sqlqueue import SqlQueue
 from stepstone.store.sqlretention import SqlRetention
@@ -111,7 +112,7 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
         sent = self._exec("record_event_starting", params)
         self._queue_new(run, lowered=True)  # (its queue item only if the run's row was written)
 
-        @functools.cache
+        @once
         def read() -> tuple[int | None, bool]:
             row = sent.fetchone()
             return _seq(row["seq"]), bool(row["awaited"])

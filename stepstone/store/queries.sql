@@ -68,9 +68,11 @@ DELETE FROM dedupe WHERE key = :key AND ref = :ref;
 -- everything after it and the COMMIT, nothing read before: record_event,
 -- unless a wait is on the event's name (a wait key: the waits it may resolve
 -- are read and claimed in Python, so the send goes again the usual way), and
--- the run's row, its link to the event and its partition's hint lowered only
--- if the event was written. The run's id is new: its queue item, spec and take
--- that follow (statements of their own) find it only if it was written here.
+-- the run's row (its queue spec a column: not the UPDATE create_run needs on
+-- SQLite, set_queue_spec), its link to the event and its partition's hint
+-- lowered only if the event was written. The run's id is new: its queue item
+-- and take that follow (statements of their own) find it only if it was
+-- written here.
 -- A row back: the event's seq (NULL: not written) and whether it was awaited.)
 WITH unawaited AS (
     SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM wait_keys WHERE event_name = :name)
@@ -83,8 +85,8 @@ WITH unawaited AS (
     WHERE EXISTS (SELECT 1 FROM claimed)
     RETURNING seq
 ), created AS (
-    INSERT INTO runs (id, function_id, status, event_ids, created_at)
-    SELECT :run_id, :function_id, :status, :event_ids, :created_at FROM recorded
+    INSERT INTO runs (id, function_id, status, event_ids, created_at, queue_spec)
+    SELECT :run_id, :function_id, :status, :event_ids, :created_at, :queue_spec FROM recorded
 ), linked AS (
     INSERT INTO run_events (run_id, position, event_seq) SELECT :run_id, 0, seq FROM recorded
 ), lowered AS (

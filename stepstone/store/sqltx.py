@@ -105,12 +105,13 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
             "status": run.status,
             "event_ids": json.dumps(list(run.event_ids)),
             "created_at": run.created_at,
+            "queue_spec": None if run.spec is None else _spec_json(run.spec),
             "partition_key": run.queue_spec.partition_key,
             "ckey": run.queue_spec.ckey1,
             "available_at": run.available_at,
         }
         sent = self._exec("record_event_starting", params)
-        self._queue_new(run, lowered=True)  # (its queue item only if the run's row was written)
+        self._queue_new(run, with_row=True)  # (its queue item only if the run's row was written)
 
         @once
         def read() -> tuple[int | None, bool]:
@@ -153,9 +154,9 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
             self._new_runs[run.id] = run.event_seqs
             self._queue_new(run)
 
-    def _queue_new(self, run: NewRun, *, lowered: bool = False) -> None:
+    def _queue_new(self, run: NewRun, *, with_row: bool = False) -> None:
         """A new run's queue item and queue spec (its row written before;
-        ``lowered``: its partition's hint too)."""
+        ``with_row``: its spec and partition hint too, ``record_event_starting``)."""
         spec = run.queue_spec
         self._enqueue(
             run.id,
@@ -165,15 +166,14 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
             run.available_at if run.sort_at is None else run.sort_at,
             run.start_deadline,
             run.finish_timeout,
-            lowered=lowered,
+            lowered=with_row,
         )
-        if run.spec is not None:
+        if run.spec is not None and not with_row:
             # Its own UPDATE after the queue insert, not a column of insert_run:
             # written with the run, the noisy-neighbour benchmark's quiet tenant
-            # waited 42-54 ms instead of 27-30 (bench_flow.py; docs/benchmarks.md,
-            # issue 18 after session 7). Its fields are plain values: vars(), not
-            # dataclasses.asdict's deep copy of each.
-            self._exec("set_queue_spec", {"id": run.id, "spec": json.dumps(vars(spec))})
+            # (SQLite) waited 42-54 ms instead of 27-30 (bench_flow.py;
+            # docs/benchmarks.md, issue 18 after session 7).
+            self._exec("set_queue_spec", {"id": run.id, "spec": _spec_json(spec)})
 
     def _enqueue(
         self,
@@ -528,6 +528,10 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
 
 def _time(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def _spec_json(spec: QueueSpec) -> str:
+    return json.dumps(vars(spec))  # (plain values: vars(), not dataclasses.asdict's deep copy)
 
 
 def _seq(value: Any) -> int | None:

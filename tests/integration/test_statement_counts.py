@@ -92,9 +92,8 @@ SEND_AT_ONCE = {  # the same, its one event starting one run: ingest's at_once
         *SEND["sqlite"][3:],
     ],
     "postgres": [
-        "record_event_starting",  # the event, the run's row, the hint; nothing read before the COMMIT
+        "record_event_starting",  # event, run (with its spec), hint; nothing read before the COMMIT
         "insert_queue_item",
-        "set_queue_spec",
         "take_runs_in_order",
         "settle_taken",
         "notify_untaken",  # (taken_here: a NOTIFY only for a run left untaken)

@@ -53,6 +53,7 @@ from stepstone.worker import Worker
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_DATABASE_URL = "sqlite:///.stepstone/stepstone.db"
+_Taking = tuple[list[str] | None, Callable[[], list[LeasedRun]]]  # a direct start's (``_Direct.take``)
 
 
 def _jsonable(value: Any) -> Any:
@@ -98,9 +99,9 @@ class _Direct:
     slots: int
     sent: float = dataclasses.field(default_factory=time.monotonic)  # before the write
 
-    def take(self, tx: Tx, sent: Sent, now: float) -> Callable[[], tuple[list[LeasedRun], bool]]:
-        """The runs taken, and whether nothing else the send did needs a
-        wake-up: given when called, after the commit (``take_direct``)."""
+    def take(self, tx: Tx, sent: Sent, now: float) -> _Taking:
+        """The runs asked for if they are all the send made available (else
+        ``None``), and the runs taken, given when called (``take_direct``)."""
         worker = self.worker
         runs = [run for run in sent.queued if _starts_directly(worker.registry.get(run.function_id))]
         until = now + worker.lease_ttl
@@ -108,16 +109,7 @@ class _Direct:
         every = bool(asked) and len(asked) == len(sent.queued) and not sent.resolved
         if every:  # (a run whose take finds a due item before it still wakes the workers)
             tx.taken_here(asked)
-
-        def outcome() -> tuple[list[LeasedRun], bool]:
-            leased = taken()
-            return leased, every and len(leased) == len(asked)
-
-        return outcome
-
-
-def _nothing_taken() -> tuple[list[LeasedRun], bool]:
-    return [], False
+        return (asked if every else None), taken
 
 
 @dataclasses.dataclass(frozen=True)
@@ -371,22 +363,19 @@ class App:
         direct = self._direct(len(prepared))
         at_once = len(prepared) == 1 and not surveys and prepared[0].name not in self._awaited
 
-        def op(tx: Tx) -> tuple[list[str], Callable[[], tuple[list[LeasedRun], bool]], Sent]:
+        def op(tx: Tx) -> tuple[list[str], _Taking, Sent]:
             sent = Sent()
             ids = ingest(tx, prepared, registry, now, surveys, self._surveyed.learn, sent, at_once=at_once)
-            taken = _nothing_taken if direct is None else direct.take(tx, sent, now)
-            return ids, taken, sent
+            return ids, (None, list) if direct is None else direct.take(tx, sent, now), sent
 
         try:
-            done: tuple[list[str], Callable[[], tuple[list[LeasedRun], bool]], Sent]
-            done = yield write_call(store, op)
-            self._awaited.learn(done[2])
-            if done[2].awaited() is not None:  # nothing written: a wait is on it, sent again
+            done: tuple[list[str], _Taking, Sent] = yield write_call(store, op)
+            if self._awaited.learn(done[2]):  # nothing written (a wait is on its event): again
                 at_once = False
                 done = yield write_call(store, op)
-                self._awaited.learn(done[2])
-            ids, taken, sent = done
-            leased, quiet = taken()  # (PostgreSQL: the take's rows, read with the COMMIT)
+            ids, (expected, taken), sent = done
+            leased = taken()  # (PostgreSQL: the take's rows, read with the COMMIT)
+            quiet = expected is not None and len(leased) == len(expected)
         except BaseException:
             if direct is not None:
                 direct.worker.give_back(direct.slots, now + direct.worker.lease_ttl)

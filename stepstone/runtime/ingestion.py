@@ -112,8 +112,9 @@ class Awaited:
     def __contains__(self, name: str) -> bool:
         return name in self._names
 
-    def learn(self, sent: Sent) -> None:
-        """After a send's commit: what it found (``awaited``, ``unawaited``)."""
+    def learn(self, sent: Sent) -> bool:
+        """After a send's commit: what it found (``awaited``, ``unawaited``);
+        whether it is to be sent again (an ``at_once`` event was awaited)."""
         name = sent.awaited()
         with self._lock:
             self._names.difference_update(sent.unawaited)
@@ -121,6 +122,7 @@ class Awaited:
                 if len(self._names) >= self.LIMIT:
                     self._names.clear()
                 self._names.add(name)
+        return name is not None
 
 
 def _at_once(tx: Tx, events: Sequence[PreparedEvent], registry: Registry, now: float, sent: Sent) -> bool:

@@ -135,6 +135,7 @@ def _at_once(tx: Tx, events: Sequence[PreparedEvent], registry: Registry, now: f
     if run is None:
         return False
     recorded = tx.record_event_starting(event.received(now), now + limits.DEDUPE_WINDOW_SECONDS, run)
+    tx.taken_here([run.id])  # a wake-up only if it is queued untaken: none for a duplicate
     sent.awaited = lambda: event.name if recorded()[1] else None
     # As if recorded: if it was a duplicate (or awaited), its run was not written,
     # so no take takes it and the send is not quiet (nothing else reads these).

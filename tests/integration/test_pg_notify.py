@@ -113,8 +113,10 @@ def test_a_send_that_starts_its_run_here_notifies_no_one_and_one_that_queues_it_
             done: int = await ctx.step.run("a", lambda: int(gate.wait(10)))
             return done
 
-        [queued] = app.send(ss.Event("go"))  # no worker yet: queued for any process's
+        [queued] = app.send(ss.Event("go", id="q"))  # no worker yet: queued for any process's
         assert heard() == [""]
+        app.send(ss.Event("go", id="q"))  # a duplicate: nothing queued, no one woken
+        assert heard() == []
         app.start(concurrency=2)
         wait_for(lambda: app.runs.get(run_of(app, queued).id).status == "running", 10, "its lease")
         heard()

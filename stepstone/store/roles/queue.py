@@ -60,12 +60,14 @@ class QueueTx(GcraTx, Protocol):
         ...
 
     def taken_here(self, run_ids: Sequence[str]) -> None:
-        """The work the running operation made available is the runs
+        """The work the running operation made available is at most the runs
         ``run_ids``, queued in this transaction and taken in it by a worker of
         this process (a direct start), its takes' results perhaps not read
         yet: at commit, wake other processes' workers (and this process's)
-        only if one of them was left untaken (its take found a due item
-        before it). Another operation's work wakes them as usual."""
+        only if one of them is queued and was left untaken (its take found a
+        due item before it, or none was asked for). One not written at all
+        (a send's duplicate event: ``record_event_starting``) wakes no one.
+        Another operation's work wakes them as usual."""
         ...
 
     def live_leases(self, slot: int, ckey: str, now: float) -> int:

@@ -41,7 +41,7 @@ from stepstone.histories import from_json as history_from_json
 from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
 from stepstone.runs import Runs, read_call, write_call
-from stepstone.runtime import PreparedEvent, Sent, Survey, Surveyed, ingest, prepare, survey
+from stepstone.runtime import Awaited, PreparedEvent, Sent, Survey, Surveyed, ingest, prepare, survey
 from stepstone.scheduler.leasing import take_direct
 from stepstone.sizes import Size
 from stepstone.store import make_store
@@ -53,6 +53,7 @@ from stepstone.worker import Worker
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_DATABASE_URL = "sqlite:///.stepstone/stepstone.db"
+_Taking = tuple[list[str] | None, Callable[[], list[LeasedRun]]]  # a direct start's (``_Direct.take``)
 
 
 def _jsonable(value: Any) -> Any:
@@ -98,16 +99,17 @@ class _Direct:
     slots: int
     sent: float = dataclasses.field(default_factory=time.monotonic)  # before the write
 
-    def take(self, tx: Tx, sent: Sent, now: float) -> tuple[list[LeasedRun], bool]:
-        """The runs taken, and whether nothing else the send did needs a wake-up."""
+    def take(self, tx: Tx, sent: Sent, now: float) -> _Taking:
+        """The runs asked for if they are all the send made available (else
+        ``None``), and the runs taken, given when called (``take_direct``)."""
         worker = self.worker
         runs = [run for run in sent.queued if _starts_directly(worker.registry.get(run.function_id))]
         until = now + worker.lease_ttl
-        leased = take_direct(tx, worker.lease_owner, runs, self.slots, now, until, worker.app_version)
-        quiet = bool(leased) and len(leased) == len(sent.queued) and not sent.resolved
-        if quiet:
-            tx.taken_here()
-        return leased, quiet
+        asked, taken = take_direct(tx, worker.lease_owner, runs, self.slots, now, until, worker.app_version)
+        every = bool(asked) and len(asked) == len(sent.queued) and not sent.resolved
+        if every:  # (a run whose take finds a due item before it still wakes the workers)
+            tx.taken_here(asked)
+        return (asked if every else None), taken
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,6 +204,7 @@ class App:
         self._store: Store | None = None
         self._lock = threading.RLock()
         self._surveyed = Surveyed()  # event names with many unindexed waits
+        self._awaited = Awaited()  # event names a wait was on (sent the usual way)
         self._local_workers: list[Worker] = []
         self._watchers: dict[str, set[Callable[[RunRead | None], Any]]] = {}
         self._sent_here: _SentHere | None = None  # the last send's runs, if it started them all here
@@ -358,20 +361,25 @@ class App:
             surveys = yield read_call(store, lambda tx: self._survey(tx, prepared, now))
 
         direct = self._direct(len(prepared))
+        at_once = len(prepared) == 1 and not surveys and prepared[0].name not in self._awaited
 
-        def op(tx: Tx) -> tuple[list[str], list[LeasedRun], bool, Sent]:
+        def op(tx: Tx) -> tuple[list[str], _Taking, Sent]:
             sent = Sent()
-            ids = ingest(tx, prepared, registry, now, surveys, self._surveyed.learn, sent)
-            leased, quiet = ([], False) if direct is None else direct.take(tx, sent, now)
-            return ids, leased, quiet, sent
+            ids = ingest(tx, prepared, registry, now, surveys, self._surveyed.learn, sent, at_once=at_once)
+            return ids, (None, list) if direct is None else direct.take(tx, sent, now), sent
 
         try:
-            done: tuple[list[str], list[LeasedRun], bool, Sent] = yield write_call(store, op)
+            done: tuple[list[str], _Taking, Sent] = yield write_call(store, op)
+            if self._awaited.learn(done[2]):  # nothing written (a wait is on its event): again
+                at_once = False
+                done = yield write_call(store, op)
+            ids, (expected, taken), sent = done
+            leased = taken()  # (PostgreSQL: the take's rows, read with the COMMIT)
+            quiet = expected is not None and len(leased) == len(expected)
         except BaseException:
             if direct is not None:
                 direct.worker.give_back(direct.slots, now + direct.worker.lease_ttl)
             raise
-        ids, leased, quiet, sent = done
         if direct is not None:
             direct.worker.hand_over(leased, direct.slots, direct.sent, now)
         self._sent_here = _SentHere.of(direct, sent, leased, quiet)

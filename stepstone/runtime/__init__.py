@@ -29,12 +29,13 @@ from stepstone.function import FunctionDef
 from stepstone.registry import INVOKE_EVENT, Registry
 from stepstone.runtime import admission, lifecycle
 from stepstone.runtime.incoming import PreparedEvent, prepare
-from stepstone.runtime.ingestion import Sent, ingest
+from stepstone.runtime.ingestion import Awaited, Sent, ingest
 from stepstone.runtime.waits import Survey, Surveyed, survey
 from stepstone.store.base import Tx
 from stepstone.store.rows import Fence, NewRun, RunRow, RunStatus
 
 __all__ = [
+    "Awaited",
     "PreparedEvent",
     "Sent",
     "Survey",

@@ -117,7 +117,9 @@ def start_run(
         placement.skipped = verdict.reason
     for rule in fn.flow.rules:
         rule.place(adm, placement)
-    new = _new_run(adm, placement, parent)
+    seqs, event_ids = [seq for seq, _ in adm.events], [event.id for _, event in adm.events]
+    sort_at = adm.sort_at(placement.due)
+    new = _new_run(adm.run_id, fn.id, (seqs, event_ids), now, sort_at, placement, parent)
     tx.create_run(new)
     if placement.skipped is None:
         for rule in fn.flow.rules:
@@ -125,6 +127,16 @@ def start_run(
         if queued is not None:
             queued.append(new)
     return adm.run_id
+
+
+def plain_run(fn: FunctionDef, event: PreparedEvent, now: float) -> NewRun | None:
+    """The run ``start_run`` creates for ``event`` alone when ``fn`` has no flow
+    rules (else ``None``: its rules decide), before the event is recorded: its
+    seq is not known yet (``event_seqs`` empty: ``Tx.record_event_starting``
+    links it). Nothing is read or written."""
+    if fn.flow.rules:
+        return None
+    return _new_run(new_id(now), fn.id, ((), [event.id]), now, now, Placement(due=now), None)
 
 
 def _verdict(adm: _Admission, placement: Placement) -> Verdict | None:
@@ -136,16 +148,24 @@ def _verdict(adm: _Admission, placement: Placement) -> Verdict | None:
     return None
 
 
-def _new_run(adm: _Admission, placement: Placement, parent: tuple[str, str] | None) -> NewRun:
+def _new_run(
+    run_id: str,
+    function_id: str,
+    events: tuple[Sequence[int], Sequence[str]],
+    now: float,
+    sort_at: float,
+    placement: Placement,
+    parent: tuple[str, str] | None,
+) -> NewRun:
     skipped = placement.skipped
     return NewRun(
-        id=adm.run_id,
-        function_id=adm.fn.id,
-        event_seqs=[seq for seq, _ in adm.events],
-        event_ids=[event.id for _, event in adm.events],
+        id=run_id,
+        function_id=function_id,
+        event_seqs=events[0],
+        event_ids=events[1],
         available_at=placement.due,
-        sort_at=adm.sort_at(placement.due),
-        created_at=adm.now,
+        sort_at=sort_at,
+        created_at=now,
         status=RunStatus.SKIPPED if skipped else RunStatus.QUEUED,
         meta=serde.dumps({"skipped": skipped}, what="meta") if skipped else None,
         parent_run_id=parent[0] if parent else None,
@@ -153,5 +173,5 @@ def _new_run(adm: _Admission, placement: Placement, parent: tuple[str, str] | No
         start_deadline=placement.start_deadline,
         finish_timeout=placement.finish_timeout,
         singleton_key=placement.singleton_key,
-        spec=placement.queue_spec(adm.fn.id),
+        spec=placement.queue_spec(function_id),
     )

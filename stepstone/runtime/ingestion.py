@@ -11,20 +11,21 @@ publishes its system events.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from stepstone import limits, serde
 from stepstone.errors import ErrorInfo
 from stepstone.registry import Registry
-from stepstone.runtime.admission import start_run
+from stepstone.runtime.admission import plain_run, start_run
 from stepstone.runtime.incoming import PreparedEvent
 from stepstone.runtime.lifecycle import cancel_run
 from stepstone.runtime.waits import Learn, Survey, match_event
 from stepstone.store.base import Tx
 from stepstone.store.rows import NewRun, StepStatus, WaitKind, WaitRow
 
-__all__ = ["Sent", "ingest"]
+__all__ = ["Awaited", "Sent", "ingest"]
 
 
 @dataclass
@@ -39,6 +40,9 @@ class Sent:
     resolved: bool = False
     recorded: list[str] = field(default_factory=list)
     admitted: int = 0
+    awaited: Callable[[], str | None] = lambda: None  # after the commit: the name of an
+    # ``at_once`` event nothing was written for, a wait being on it: send again without
+    unawaited: list[str] = field(default_factory=list)  # names of events no wait was on
 
 
 def ingest(
@@ -49,12 +53,23 @@ def ingest(
     surveys: Mapping[str, Survey] | None = None,
     learn: Learn | None = None,
     sent: Sent | None = None,
+    *,
+    at_once: bool = False,
 ) -> list[str]:
     """Record ``events``, resolve the waits they satisfy and start the runs they
     trigger; returns their ids. ``surveys`` (by event id): unindexed waits
     already evaluated before this transaction (``waits.survey``); ``learn``
     hears how many unindexed waits an event read here; ``sent`` hears the runs
-    queued and whether a wait was resolved."""
+    queued and whether a wait was resolved.
+
+    ``at_once`` (a send, with ``sent``): one event that starts one run of a
+    function without flow rules is written reading nothing back
+    (``Tx.record_event_starting``: on PostgreSQL no round trip before the
+    ``COMMIT``), unless a wait is on its name: then nothing is written and,
+    after the commit, ``sent.awaited()`` names it: the caller sends it again
+    without ``at_once``."""
+    if at_once and sent is not None and _at_once(tx, events, registry, now, sent):
+        return [events[0].id]
     ids = []
     for event in events:
         ids.append(event.id)
@@ -71,13 +86,63 @@ def ingest(
             _resolve(tx, wait, event, registry, now)
 
         surveyed = None if surveys is None else surveys.get(event.id)
-        match_event(tx, event.name, event.data, event.variables, now, resolve, surveyed, learn, keys())
+        found = keys()
+        if sent is not None and not found:
+            sent.unawaited.append(event.name)
+        match_event(tx, event.name, event.data, event.variables, now, resolve, surveyed, learn, found)
         queued = None if sent is None else sent.queued
         for fn in registry.match(event.name, event.variables):
             start_run(tx, fn, [(seq, event)], now, registry, publish=ingest, queued=queued)
             if sent is not None:
                 sent.admitted += 1
     return ids
+
+
+class Awaited:
+    """The event names a send found a wait on: ``at_once`` would write nothing
+    for them and send again, so they are sent the usual way, until a send
+    finds no wait on them (``Sent.unawaited``). At most ``LIMIT`` names."""
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self._names: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._names
+
+    def learn(self, sent: Sent) -> bool:
+        """After a send's commit: what it found (``awaited``, ``unawaited``);
+        whether it is to be sent again (an ``at_once`` event was awaited)."""
+        name = sent.awaited()
+        with self._lock:
+            self._names.difference_update(sent.unawaited)
+            if name is not None:
+                if len(self._names) >= self.LIMIT:
+                    self._names.clear()
+                self._names.add(name)
+        return name is not None
+
+
+def _at_once(tx: Tx, events: Sequence[PreparedEvent], registry: Registry, now: float, sent: Sent) -> bool:
+    """``ingest``'s ``at_once`` shape, written (``False``: not that shape)."""
+    if len(events) != 1:
+        return False
+    [event] = events
+    functions = registry.match(event.name, event.variables)
+    run = plain_run(functions[0], event, now) if len(functions) == 1 else None
+    if run is None:
+        return False
+    recorded = tx.record_event_starting(event.received(now), now + limits.DEDUPE_WINDOW_SECONDS, run)
+    tx.taken_here([run.id])  # a wake-up only if it is queued untaken: none for a duplicate
+    sent.awaited = lambda: event.name if recorded()[1] else None
+    # As if recorded: if it was a duplicate (or awaited), its run was not written,
+    # so no take takes it and the send is not quiet (nothing else reads these).
+    sent.recorded.append(event.id)
+    sent.admitted += 1
+    sent.queued.append(run)
+    return True
 
 
 def _resolve(tx: Tx, wait: WaitRow, event: PreparedEvent, registry: Registry, now: float) -> None:

@@ -151,7 +151,7 @@ def take_direct(
     now: float,
     until: float,
     app_version: str | None = None,
-) -> list[LeasedRun]:
+) -> tuple[list[str], Callable[[], list[LeasedRun]]]:
     """Take up to ``wanted`` of the runs queued in this transaction for
     ``owner``, as a lease pass would (``take_many``), where that changes
     nothing in who runs what or when: each is due now, queued without
@@ -159,7 +159,11 @@ def take_direct(
     whose rules allow it: ``FlowConfig.starts_directly``), and no other due
     item of its partition waits (queue order: a direct start never jumps a
     queue). A partition taken from is settled as a pass leaves it; one with
-    an item waiting keeps the runs queued for a pass."""
+    an item waiting keeps the runs queued for a pass. Returns the ids of the
+    runs asked for (each partition's are taken all or none) and the runs
+    taken, given when called (``take_in_order_later``: on PostgreSQL after
+    the commit); a partition's take is read before the commit only when the
+    room left for the next one depends on it (more runs than ``wanted``)."""
     by_partition: dict[str, list[str]] = {}
     for run in runs:
         spec = run.queue_spec
@@ -167,18 +171,18 @@ def take_direct(
         if plain and run.available_at <= now and (run.sort_at is None or run.sort_at == run.available_at):
             by_partition.setdefault(spec.partition_key, []).append(run.id)
     terms = LeaseTerms(owner=owner, now=now, until=until, app_version=app_version)
-    leased: list[LeasedRun] = []
+    takes: list[Callable[[], list[LeasedRun] | None]] = []
+    asked: list[str] = []
     for key, ids in by_partition.items():
-        room = wanted - len(leased)
+        room = wanted - len(asked)
+        if room < len(ids):  # the room depends on what the earlier takes took: read them
+            room = wanted - sum(len(take() or ()) for take in takes)
         if room <= 0:
             break
-        taken = tx.take_in_order(terms, key, ids, ids[:room])
-        if taken is None:
-            continue
-        leased += taken
-        if room >= len(ids):  # else its hint stays due now, for the runs left
-            tx.settle_taken(key, now)
-    return leased
+        # settle: every run queued there taken (else its hint stays due now, for the runs left)
+        takes.append(tx.take_in_order_later(terms, key, ids, ids[:room], settle=room >= len(ids)))
+        asked += ids[:room]
+    return asked, lambda: [leased for take in takes for leased in take() or ()]
 
 
 def pass_times(

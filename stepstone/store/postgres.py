@@ -125,8 +125,10 @@ class PgTx(SqlTx):
         super().__init__(conn, dialect)
         self.wake = False  # NOTIFY at commit: an operation made work available it did not take
         self.wake_local = False  # and wake this process's workers (``WAKE_QUERIES`` but ends)
-        self.wake_here = True  # False: the work made available was taken here (``taken_here``)
-        self._op_woke = self._op_took = False  # the running operation's (``run``)
+        self.taken: list[str] = []  # runs queued and taken here: NOTIFY at commit if one was not
+        self.untaken: Any = None  # that conditional NOTIFY's result (``notify_untaken``)
+        self._op_woke = self._op_local = False  # the running operation's (``run``)
+        self._op_took: Sequence[str] | None = None
         self.results: list[Any] = []  # results (``pgwire.Result`` or driver cursors)
         self.cte_writes: list[Any] = []  # those of CTE_WRITES
 
@@ -142,21 +144,49 @@ class PgTx(SqlTx):
             self.cte_writes.append(self.results[-1])
         if name in WAKE_QUERIES:
             self._op_woke = True  # if no row changed after all, an idle worker leases in vain once
-            self.wake_local = self.wake_local or name not in REMOTE_WAKE_QUERIES
+            self._op_local = self._op_local or name not in REMOTE_WAKE_QUERIES
         return result
 
-    def taken_here(self) -> None:
-        self.wake_here, self._op_took = False, True
+    def taken_here(self, run_ids: Sequence[str]) -> None:
+        self._op_took = run_ids
 
     def run(self, op: Callable[[Any], T]) -> T:
         """``op`` in this transaction. What it made available and took itself
         (a send's direct start: ``taken_here``) needs no ``NOTIFY``: another
-        process's worker woken for it would only lease in vain. A group
-        commit's other operations still notify for their own work."""
-        self._op_woke = self._op_took = False
+        process's worker woken for it would only lease in vain. Its takes'
+        results are not read before the ``COMMIT``, so the ``NOTIFY`` is sent
+        conditional on one of its runs left untaken (``notify_untaken``). A
+        group commit's other operations still notify for their own work."""
+        self._op_woke = self._op_local = False
+        self._op_took = None
         value = op(self)
-        self.wake = self.wake or (self._op_woke and not self._op_took)
+        if self._op_took is None:
+            self.wake = self.wake or self._op_woke
+            self.wake_local = self.wake_local or self._op_local
+        elif self._op_woke:
+            self.taken += self._op_took
         return value
+
+    def notify(self) -> None:
+        """Before the ``COMMIT``: ``NOTIFY`` for the work made available and not
+        taken here; for runs queued and taken here (direct starts), only if
+        one of them is left untaken (the same notification twice in one
+        transaction is delivered once)."""
+        if self.wake:
+            self.conn.execute(f"NOTIFY {CHANNEL}")
+        if self.taken:
+            self.untaken = self._exec("notify_untaken", {"channel": CHANNEL}, {"run_ids": self.taken})
+
+    def wakes_here(self) -> bool:
+        """After the batch: whether this process's workers are to be woken: for
+        work made available and not taken here, or taken here but for a run
+        left untaken after all."""
+        if self.wake_local or self.untaken is None:
+            return self.wake_local
+        try:
+            return bool(self.untaken.rowcount > 0)
+        except psycopg.Error:  # the transaction failed: wake rather than miss
+            return True
 
     def changed(self) -> bool:
         """Whether a statement wrote a row (call after the batch: no waiting)."""
@@ -172,8 +202,7 @@ def _scoped(op: Callable[[Any], T]) -> Callable[[PgTx], T]:
 
 
 def _notify_if_woken(tx: PgTx) -> None:
-    if tx.wake:
-        tx.conn.execute(f"NOTIFY {CHANNEL}")
+    tx.notify()
 
 
 def parse_url(url: str) -> tuple[str, dict[str, int]]:
@@ -279,7 +308,7 @@ class PostgresStore:
         if txs and any(ok for ok, _ in outcomes) and txs[-1].changed():  # the last attempt's
             with self._lock:
                 self.commits += 1
-        if any(tx.wake_local and tx.wake_here for tx in txs):  # committed or not: wake rather than miss
+        if any(tx.wakes_here() for tx in txs):  # committed or not: wake rather than miss
             self._listener.wake_local()
         return outcomes
 

@@ -49,15 +49,52 @@ RETURNING url;
 
 -- name: claim_key
 INSERT INTO dedupe (key, ref, expires_at) VALUES (:key, :ref, :expires_at)
+{query:key_claimed};
+
+-- name: key_claimed
+-- (a fragment: a key is claimed if free or its claim expired; a row back if it was)
 ON CONFLICT (key) DO UPDATE SET ref = excluded.ref, expires_at = excluded.expires_at
 WHERE dedupe.expires_at <= :now
-RETURNING ref;
+RETURNING ref
 
 -- name: get_key
 SELECT ref FROM dedupe WHERE key = :key AND expires_at > :now;
 
 -- name: release_key
 DELETE FROM dedupe WHERE key = :key AND ref = :ref;
+
+-- name: record_event_starting
+-- (PostgreSQL: a send's one event and the one run it starts, sent with
+-- everything after it and the COMMIT, nothing read before: record_event,
+-- unless a wait is on the event's name (a wait key: the waits it may resolve
+-- are read and claimed in Python, so the send goes again the usual way), and
+-- the run's row (its queue spec a column: not the UPDATE create_run needs on
+-- SQLite, set_queue_spec), its link to the event and its partition's hint
+-- lowered only if the event was written. The run's id is new: its queue item
+-- and take that follow (statements of their own) find it only if it was
+-- written here.
+-- A row back: the event's seq (NULL: not written) and whether it was awaited.)
+WITH unawaited AS (
+    SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM wait_keys WHERE event_name = :name)
+), claimed AS (
+    INSERT INTO dedupe (key, ref, expires_at) SELECT :key, :ref, :expires_at FROM unawaited
+    {query:key_claimed}
+), recorded AS (
+    INSERT INTO events (id, name, data, ts, received_at, trace)
+    SELECT :id, :name, :data, CAST(:ts AS BIGINT), CAST(:now AS DOUBLE PRECISION), :trace
+    WHERE EXISTS (SELECT 1 FROM claimed)
+    RETURNING seq
+), created AS (
+    INSERT INTO runs (id, function_id, status, event_ids, created_at, queue_spec)
+    SELECT :run_id, :function_id, :status, :event_ids, :created_at, :queue_spec FROM recorded
+), linked AS (
+    INSERT INTO run_events (run_id, position, event_seq) SELECT :run_id, 0, seq FROM recorded
+), lowered AS (
+    INSERT INTO partitions (key, function_id, ckey, next_at)
+    SELECT :partition_key, :function_id, :ckey, :available_at FROM recorded
+    {query:partition_lowered}
+)
+SELECT (SELECT seq FROM recorded) AS seq, NOT EXISTS (SELECT 1 FROM unawaited) AS awaited;
 
 -- name: insert_event
 INSERT INTO events (id, name, data, ts, received_at, trace)
@@ -84,12 +121,13 @@ INSERT INTO run_events (run_id, position, event_seq) VALUES (:run_id, :position,
 
 -- name: insert_queue_item
 -- (epoch: a run queued again (replay) goes on from the last epoch it was leased
--- under, kept in runs.epoch, so no fence of an older invocation can match again)
+-- under, kept in runs.epoch, so no fence of an older invocation can match again.
+-- Only for a run that exists: one record_event_starting did not write gets none)
 INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at, start_deadline,
                    finish_timeout, ckey1, limit1, ckey2, limit2, throttle_key, epoch)
-VALUES (:run_id, :function_id, :partition_key, :available_at, :sort_at, :start_deadline,
-        :finish_timeout, :ckey1, :limit1, :ckey2, :limit2, :throttle_key,
-        COALESCE((SELECT epoch FROM runs WHERE id = :run_id), 0));
+SELECT :run_id, :function_id, :partition_key, :available_at, :sort_at, :start_deadline,
+       :finish_timeout, :ckey1, :limit1, :ckey2, :limit2, :throttle_key, epoch
+FROM runs WHERE id = :run_id;
 
 -- name: get_run
 SELECT * FROM runs WHERE id = :id;
@@ -610,10 +648,22 @@ WHERE partition_key = :key AND available_at <= :now AND run_id NOT IN ({queued_i
 
 -- name: settle_taken
 -- (a direct start took every due item of the partition: it is next due at its
--- earliest item's time, a lease's expiry at the latest; queue_by_partition)
+-- earliest item's time, a lease's expiry at the latest; queue_by_partition.
+-- Only if the take took: :run_id, one of the runs it took, queued in this
+-- transaction (no other can hold it), is :owner's. So on PostgreSQL it goes
+-- out right behind its take, before the take's rows are read.)
 UPDATE partitions SET last_served = :now,
     next_at = (SELECT MIN(available_at) FROM queue WHERE partition_key = :key)
-WHERE key = :key;
+WHERE key = :key AND EXISTS (SELECT 1 FROM queue WHERE run_id = :run_id AND owner = :owner);
+
+-- name: notify_untaken
+-- (PostgreSQL: the NOTIFY of a transaction whose only work made available is
+-- runs it queued and took itself (a send's direct start), sent before its
+-- COMMIT with the takes' results not yet read: other processes' workers are
+-- woken only if one of those runs was not taken (a due item waited before
+-- it). A row back: it notified.)
+SELECT pg_notify(:channel, '') AS notified
+WHERE EXISTS (SELECT 1 FROM queue WHERE run_id IN ({run_ids}) AND owner IS NULL);
 
 -- name: live_ckey1
 SELECT COUNT(*) AS n FROM queue WHERE ckey1 = :ckey AND owner IS NOT NULL AND available_at > :now;

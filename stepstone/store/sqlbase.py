@@ -5,11 +5,13 @@ them on a DB-API connection already inside a transaction."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.M)
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
@@ -63,6 +65,20 @@ class Dialect:
             text = _PARAM.sub(r"%(\1)s", text.replace("%", "%%"))
         self._cache[key] = text
         return text
+
+
+def once(read: Callable[[], T]) -> Callable[[], T]:
+    """``read`` called at most once, its value kept: a result read after the
+    ``COMMIT`` by whoever asks first (``functools.cache`` costs ~25 calls to
+    make, and one is made per statement sent this way)."""
+    kept: list[T] = []
+
+    def value() -> T:
+        if not kept:
+            kept.append(read())
+        return kept[0]
+
+    return value
 
 
 class SqlPlumbing:

@@ -13,11 +13,11 @@ wrote them in the same transaction: nothing is read back.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from stepstone.store.rows import EventRow, LeasedRun, LeaseTerms, NewEvent, QueueItem, RunRow, StepRow
-from stepstone.store.sqlbase import Dialect, SqlPlumbing
+from stepstone.store.sqlbase import Dialect, SqlPlumbing, once
 
 _Reads = tuple[Any, Any]  # a take's reads of its runs' events and memos, sent (results to fetch)
 
@@ -35,6 +35,8 @@ class SqlQueue(SqlPlumbing):
         # an op's savepoint rolled back) replaces its entry.
         self._new_events: dict[int, NewEvent] = {}
         self._new_runs: dict[str, Sequence[int]] = {}
+        # A run whose one event's seq is read after the COMMIT (``record_event_starting``).
+        self._later_events: dict[str, tuple[Callable[[], int | None], NewEvent]] = {}
 
     # -- queue and leases ---------------------------------------------------------------
     def due_partitions(self, function_ids: Sequence[str], now: float, limit: int) -> list[str]:
@@ -52,10 +54,7 @@ class SqlQueue(SqlPlumbing):
     def due_ahead(self, key: str, now: float, run_ids: Sequence[str]) -> bool:
         return bool(self._all("due_ahead", {"key": key, "now": now}, {"queued_ids": run_ids}))
 
-    def settle_taken(self, key: str, now: float) -> None:
-        self._exec("settle_taken", {"key": key, "now": now})
-
-    def taken_here(self) -> None:
+    def taken_here(self, run_ids: Sequence[str]) -> None:
         """Nothing to do: SQLite wakes no one at commit (``App`` pokes its workers)."""
 
     def live_leases(self, slot: int, ckey: str, now: float) -> int:
@@ -74,19 +73,39 @@ class SqlQueue(SqlPlumbing):
         items, runs, reads = self._take(lease, run_ids, new)
         return self._leased(run_ids, items, runs, accumulators=accumulators, new=new, reads=reads)
 
-    def take_in_order(
-        self, lease: LeaseTerms, key: str, queued: Sequence[str], run_ids: Sequence[str]
-    ) -> list[LeasedRun] | None:
+    def take_in_order_later(
+        self, lease: LeaseTerms, key: str, queued: Sequence[str], run_ids: Sequence[str], *, settle: bool
+    ) -> Callable[[], list[LeasedRun] | None]:
         if not self.dialect.write_ctes:
-            if self.due_ahead(key, lease.now, queued):
-                return None
-            return self.take_many(lease, run_ids, accumulators=False, new=True)
+            taken: list[LeasedRun] | None = None
+            if not self.due_ahead(key, lease.now, queued):
+                taken = self.take_many(lease, run_ids, accumulators=False, new=True)
+                if settle:
+                    self._settle_taken(key, lease, run_ids)
+            return lambda: taken
         params = {**_lease_params(lease), "key": key}
-        rows = self._all("take_runs_in_order", params, {"run_ids": run_ids, "queued_ids": queued})
-        if not rows:  # (the runs were queued in this transaction: a due item waits before them)
-            return None
-        items = {r["run_id"]: r for r in rows}
-        return self._leased(run_ids, items, {r["id"]: r for r in rows}, accumulators=False, new=True)
+        sent = self._exec("take_runs_in_order", params, {"run_ids": run_ids, "queued_ids": queued})
+        if settle:  # (sent behind the take: it settles only if the take took)
+            self._settle_taken(key, lease, run_ids)
+        reads = None  # every statement sent before the COMMIT: nothing is read after it but rows
+        if not self._wrote_events(run_ids):
+            reads = (self._exec("events_of_runs", None, {"run_ids": sorted(run_ids)}), None)
+
+        @once
+        def read() -> list[LeasedRun] | None:
+            rows = sent.fetchall()
+            if not rows:  # (the runs were queued in this transaction: a due item waits before them)
+                return None
+            items = {r["run_id"]: r for r in rows}
+            runs = {r["id"]: r for r in rows}
+            return self._leased(run_ids, items, runs, accumulators=False, new=True, reads=reads)
+
+        return read
+
+    def _settle_taken(self, key: str, lease: LeaseTerms, run_ids: Sequence[str]) -> None:
+        """A direct start took every due item of the partition (if ``run_ids``
+        are ``lease``'s): it is next due when its earliest item is."""
+        self._exec("settle_taken", {"key": key, "now": lease.now, "run_id": run_ids[0], "owner": lease.owner})
 
     def _leased(
         self,
@@ -148,15 +167,31 @@ class SqlQueue(SqlPlumbing):
         ids = {"run_ids": run_ids}
         return self._exec("events_of_runs", None, ids), self._exec("step_index", None, ids)
 
+    def _wrote_events(self, run_ids: Iterable[str]) -> bool:
+        """Whether every one of the runs and their events was written in this
+        transaction (reading nothing)."""
+        for run_id in run_ids:
+            if run_id in self._later_events:
+                continue
+            seqs = self._new_runs.get(run_id)
+            if seqs is None or any(seq not in self._new_events for seq in seqs):
+                return False
+        return True
+
     def _written_events(self, run_ids: Iterable[str]) -> dict[str, list[EventRow]] | None:
         """The events of runs created in this transaction, as written (``None``
         unless every one of the runs and their events was)."""
+        if not self._wrote_events(run_ids):
+            return None
         events: dict[str, list[EventRow]] = {}
         for run_id in run_ids:
-            seqs = self._new_runs.get(run_id)
-            if seqs is None or any(seq not in self._new_events for seq in seqs):
-                return None
-            events[run_id] = [self._new_events[seq].stored(seq) for seq in seqs]
+            later = self._later_events.get(run_id)
+            if later is None:
+                events[run_id] = [self._new_events[seq].stored(seq) for seq in self._new_runs[run_id]]
+                continue
+            seq, event = later[0](), later[1]
+            assert seq is not None  # (its run was written, so was its event)
+            events[run_id] = [event.stored(seq)]
         return events
 
     def _take(

@@ -11,6 +11,7 @@ class a DB-API connection already inside a transaction.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Callable, Sequence
@@ -32,6 +33,7 @@ from stepstone.store.rows import (
     StepRow,
     TimedOut,
 )
+from stepstone.store.sqlbase import once
 from stepstone.store.sqljournal import SqlJournal
 from stepstone.store.sqlqueue import SqlQueue
 from stepstone.store.sqlretention import SqlRetention
@@ -78,17 +80,46 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
         return seq
 
     def record_event(self, event: NewEvent, dedupe_until: float) -> int | None:
-        claim = {
-            "key": f"event:{event.id}",
-            "ref": event.id,
-            "expires_at": dedupe_until,
-            "now": event.received_at,
-        }
+        claim = _claim_params(event, dedupe_until)
         if self.dialect.write_ctes:  # the claim as a CTE: the event inserted only if it won
             return self._inserted(self._one("record_event", {**claim, **_event_params(event)}), event)
         if self._one("claim_key", claim) is None:
             return None
         return self.insert_event(event)
+
+    def record_event_starting(
+        self, event: NewEvent, dedupe_until: float, run: NewRun
+    ) -> Callable[[], tuple[int | None, bool]]:
+        if not self.dialect.write_ctes:  # (in-process: in order, each read at once)
+            if self.wait_keys(event.name):
+                return lambda: (None, True)
+            seq = self.record_event(event, dedupe_until)
+            if seq is not None:
+                self.create_run(dataclasses.replace(run, event_seqs=[seq]))
+            return lambda: (seq, False)
+        params = {
+            **_claim_params(event, dedupe_until),
+            **_event_params(event),
+            "run_id": run.id,
+            "function_id": run.function_id,
+            "status": run.status,
+            "event_ids": json.dumps(list(run.event_ids)),
+            "created_at": run.created_at,
+            "queue_spec": None if run.spec is None else _spec_json(run.spec),
+            "partition_key": run.queue_spec.partition_key,
+            "ckey": run.queue_spec.ckey1,
+            "available_at": run.available_at,
+        }
+        sent = self._exec("record_event_starting", params)
+        self._queue_new(run, with_row=True)  # (its queue item only if the run's row was written)
+
+        @once
+        def read() -> tuple[int | None, bool]:
+            row = sent.fetchone()
+            return _seq(row["seq"]), bool(row["awaited"])
+
+        self._later_events[run.id] = (lambda: read()[0], event)
+        return read
 
     def _inserted(self, row: Any, event: NewEvent) -> int | None:
         """An inserted event's seq (``None``: no row), remembered for a direct start."""
@@ -100,7 +131,6 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
 
     def create_run(self, run: NewRun) -> None:
         ended = run.status not in ACTIVE_STATUSES
-        spec = run.queue_spec
         self._exec(
             "insert_run",
             {
@@ -122,22 +152,28 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
             self._exec("insert_run_event", {"run_id": run.id, "position": position, "event_seq": seq})
         if not ended:
             self._new_runs[run.id] = run.event_seqs
-            self._enqueue(
-                run.id,
-                run.function_id,
-                spec,
-                run.available_at,
-                run.available_at if run.sort_at is None else run.sort_at,
-                run.start_deadline,
-                run.finish_timeout,
-            )
-            if run.spec is not None:
-                # Its own UPDATE after the queue insert, not a column of insert_run:
-                # written with the run, the noisy-neighbour benchmark's quiet tenant
-                # waited 42-54 ms instead of 27-30 (bench_flow.py; docs/benchmarks.md,
-                # issue 18 after session 7). Its fields are plain values: vars(), not
-                # dataclasses.asdict's deep copy of each.
-                self._exec("set_queue_spec", {"id": run.id, "spec": json.dumps(vars(spec))})
+            self._queue_new(run)
+
+    def _queue_new(self, run: NewRun, *, with_row: bool = False) -> None:
+        """A new run's queue item and queue spec (its row written before;
+        ``with_row``: its spec and partition hint too, ``record_event_starting``)."""
+        spec = run.queue_spec
+        self._enqueue(
+            run.id,
+            run.function_id,
+            spec,
+            run.available_at,
+            run.available_at if run.sort_at is None else run.sort_at,
+            run.start_deadline,
+            run.finish_timeout,
+            lowered=with_row,
+        )
+        if run.spec is not None and not with_row:
+            # Its own UPDATE after the queue insert, not a column of insert_run:
+            # written with the run, the noisy-neighbour benchmark's quiet tenant
+            # (SQLite) waited 42-54 ms instead of 27-30 (bench_flow.py;
+            # docs/benchmarks.md, issue 18 after session 7).
+            self._exec("set_queue_spec", {"id": run.id, "spec": _spec_json(spec)})
 
     def _enqueue(
         self,
@@ -148,6 +184,8 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
         sort_at: float,
         start_deadline: float | None,
         finish_timeout: float | None,
+        *,
+        lowered: bool = False,
     ) -> None:
         self._exec(
             "insert_queue_item",
@@ -166,7 +204,8 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
                 "throttle_key": spec.throttle_key,
             },
         )
-        self.lower_partition(spec.partition_key, function_id, spec.ckey1, available_at)
+        if not lowered:
+            self.lower_partition(spec.partition_key, function_id, spec.ckey1, available_at)
 
     def lower_partition(self, key: str, function_id: str, ckey: str | None, at: float) -> None:
         self._exec("lower_partition", {"key": key, "function_id": function_id, "ckey": ckey, "at": at})
@@ -489,6 +528,19 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
 
 def _time(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def _spec_json(spec: QueueSpec) -> str:
+    return json.dumps(vars(spec))  # (plain values: vars(), not dataclasses.asdict's deep copy)
+
+
+def _seq(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _claim_params(event: NewEvent, dedupe_until: float) -> dict[str, Any]:
+    """``claim_key``'s parameters for the event's id (``event:<id>``)."""
+    return {"key": f"event:{event.id}", "ref": event.id, "expires_at": dedupe_until, "now": event.received_at}
 
 
 def _event_params(event: NewEvent) -> dict[str, Any]:

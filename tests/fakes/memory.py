@@ -77,6 +77,15 @@ class MemoryTx:
             return None
         return self.insert_event(event)
 
+    def record_event_starting(
+        self, event: NewEvent, dedupe_until: float, run: NewRun
+    ) -> Callable[[], tuple[int | None, bool]]:
+        awaited = bool(self.wait_keys(event.name))
+        seq = None if awaited else self.record_event(event, dedupe_until)
+        if seq is not None:
+            self.create_run(dataclasses.replace(run, event_seqs=[seq]))
+        return lambda: (seq, awaited)
+
     def create_run(self, run: NewRun) -> None:
         if run.id in self.s.runs:
             raise ValueError(f"run {run.id} exists")  # the primary key
@@ -255,13 +264,13 @@ class MemoryTx:
             i.partition_key == key and i.due(now) and i.run_id not in run_ids for i in self.s.queue.values()
         )
 
-    def settle_taken(self, key: str, now: float) -> None:
+    def _settle_taken(self, key: str, now: float) -> None:
         part = self.s.partitions.get(key)
         times = [i.available_at for i in self.s.queue.values() if i.partition_key == key]
         if part is not None:
             part.next_at, part.last_served = min((t for t in times if t is not None), default=None), now
 
-    def taken_here(self) -> None:
+    def taken_here(self, run_ids: Sequence[str]) -> None:
         pass  # no wake-ups
 
     def live_leases(self, slot: int, ckey: str, now: float) -> int:
@@ -305,12 +314,15 @@ class MemoryTx:
         taken = [self.take(lease, run_id) for run_id in run_ids]
         return [leased for leased in taken if leased is not None]
 
-    def take_in_order(
-        self, lease: LeaseTerms, key: str, queued: Sequence[str], run_ids: Sequence[str]
-    ) -> list[LeasedRun] | None:
-        if self.due_ahead(key, lease.now, queued):
-            return None
-        return self.take_many(lease, run_ids, accumulators=False, new=True)
+    def take_in_order_later(
+        self, lease: LeaseTerms, key: str, queued: Sequence[str], run_ids: Sequence[str], *, settle: bool
+    ) -> Callable[[], list[LeasedRun] | None]:
+        taken = None
+        if not self.due_ahead(key, lease.now, queued):
+            taken = self.take_many(lease, run_ids, accumulators=False, new=True)
+            if settle:
+                self._settle_taken(key, lease.now)
+        return lambda: taken
 
     def settle_partition(self, key: str, now: float, next_at: float | None, recheck: float) -> None:
         part = self.s.partitions.get(key)

@@ -227,6 +227,7 @@ def test_a_sync_send_from_another_thread_hands_the_run_to_the_workers_loop(
 def _registry() -> Registry:
     app = ss.App("direct", database_url="sqlite:///never-opened.db")  # only its registry is used
     app.function(id="plain", trigger=ss.on_event("plain"))(lambda ctx: None)
+    app.function(id="zzz", trigger=ss.on_event("zzz"))(lambda ctx: None)
     return app.registry
 
 
@@ -235,12 +236,12 @@ def _send_taking(
 ) -> list[str]:
     prepared = prepare(events, at)
 
-    def op(tx: Tx) -> list[str]:
+    def op(tx: Tx) -> Callable[[], list[LeasedRun]]:
         sent = Sent()
         ingest(tx, prepared, registry, at, sent=sent)
-        return [lr.run.id for lr in take_direct(tx, "w", sent.queued, wanted, at, at + TTL)]
+        return take_direct(tx, "w", sent.queued, wanted, at, at + TTL)[1]
 
-    return store.transact_sync(op)
+    return [lr.run.id for lr in store.transact_sync(op)()]  # (PostgreSQL: read after the COMMIT)
 
 
 def test_a_send_rolled_back_in_a_group_commit_hands_its_events_to_no_other_start(
@@ -252,16 +253,15 @@ def test_a_send_rolled_back_in_a_group_commit_hands_its_events_to_no_other_start
     the next insert) must not hand its event to the next send's run."""
     registry = _registry()
 
-    def send(n: int, fails: bool) -> Callable[[Tx], list[Any]]:
+    def send(n: int, fails: bool) -> Callable[[Tx], Callable[[], list[LeasedRun]]]:
         prepared = prepare([ss.Event("plain", {"n": n})], NOW)
 
-        def op(tx: Tx) -> list[Any]:
+        def op(tx: Tx) -> Callable[[], list[LeasedRun]]:
             sent = Sent()
             ingest(tx, prepared, registry, NOW, sent=sent)
             if fails:
                 raise RuntimeError("after the send's writes")
-            leased = take_direct(tx, "w", sent.queued, 5, NOW, NOW + TTL)
-            return [json.loads(event.data) for lr in leased for event in lr.events]
+            return take_direct(tx, "w", sent.queued, 5, NOW, NOW + TTL)[1]
 
         return op
 
@@ -271,7 +271,7 @@ def test_a_send_rolled_back_in_a_group_commit_hands_its_events_to_no_other_start
 
     failed, taken = asyncio.run(both())
     assert isinstance(failed, RuntimeError)
-    assert taken == [{"n": 2}]
+    assert [json.loads(event.data) for lr in taken() for event in lr.events] == [{"n": 2}]
     [item] = one_writer.transact_sync(lambda tx: tx.partition_items("plain", NOW + TTL + 1, 10))
     [events] = one_writer.read_sync(lambda tx: [tx.get_events(item.run_id)])
     assert [json.loads(event.data) for event in events] == [{"n": 2}]  # as stored
@@ -282,6 +282,26 @@ def test_a_direct_start_never_jumps_a_queue(store: Store) -> None:
     store.transact_sync(lambda tx: ingest(tx, prepare([ss.Event("plain")], NOW), registry, NOW))
     assert _send_taking(store, registry, [ss.Event("plain")], NOW + 1, 5) == []  # one waits before it
     assert len(store.transact_sync(lambda tx: tx.partition_items("plain", NOW + 1, 10))) == 2
+
+
+def test_a_direct_start_settles_its_partition_only_if_it_took(store: Store) -> None:
+    """A partition a direct start took every run of is served (``settle_taken``:
+    a lease pass visits the least recently served due partition first); one
+    whose take found a due item before its runs is left as it was, although
+    on PostgreSQL the settle is sent before the take's result is read."""
+    registry = _registry()
+
+    def due() -> list[str]:
+        return store.transact_sync(lambda tx: tx.due_partitions(["plain", "zzz"], NOW + 2, 10))
+
+    store.transact_sync(lambda tx: ingest(tx, prepare([ss.Event("zzz")], NOW), registry, NOW))
+    assert len(_send_taking(store, registry, [ss.Event("plain")], NOW, 5)) == 1
+    assert due() == ["zzz"]  # "plain" served at NOW, due again at its lease's expiry
+    store.transact_sync(lambda tx: ingest(tx, prepare([ss.Event("plain")], NOW), registry, NOW))
+    store.transact_sync(lambda tx: tx.settle_partition("zzz", NOW + 0.5, None, NOW + 1))
+    assert due() == ["plain", "zzz"]  # served at NOW and NOW + 0.5
+    assert _send_taking(store, registry, [ss.Event("plain")], NOW + 1, 5) == []  # one waits before it
+    assert due() == ["plain", "zzz"]  # "plain" not served at NOW + 1
 
 
 def test_a_direct_start_takes_what_its_send_queued_within_its_slots(store: Store) -> None:

@@ -19,7 +19,9 @@ import psycopg
 import pytest
 
 import stepstone as ss
+from stepstone.ids import new_id
 from stepstone.store.postgres import CHANNEL, PostgresStore
+from stepstone.store.rows import LeaseTerms, NewRun
 from tests.conftest import run_of
 from tests.polling import wait_for
 
@@ -52,9 +54,23 @@ def _wakes(tx: Any) -> None:
     tx.wake_run("nobody", 1.0)  # a statement of WAKE_QUERIES (it changes no row here)
 
 
-def _wakes_and_takes(tx: Any) -> None:
-    _wakes(tx)
-    tx.taken_here()
+def _queues(taken: bool) -> Callable[[Any], None]:
+    """A send's direct start of one run, its take reading nothing before the
+    ``COMMIT``: taken, or left queued (as when a due item waits before it)."""
+
+    def op(tx: Any) -> None:
+        run = NewRun(
+            id=new_id(1.0), function_id="f", event_seqs=[], event_ids=[], available_at=1.0, created_at=1.0
+        )
+        tx.create_run(run)
+        if taken:
+            tx.take_many(LeaseTerms(owner="w", now=1.0, until=61.0), [run.id], accumulators=False, new=True)
+        tx.taken_here([run.id])
+
+    return op
+
+
+_wakes_and_takes = _queues(True)
 
 
 @pytest.mark.parametrize(
@@ -62,8 +78,11 @@ def _wakes_and_takes(tx: Any) -> None:
     [
         ([_wakes], True),
         ([_wakes_and_takes], False),
+        ([_queues(False)], True),
+        ([_wakes_and_takes, _queues(True)], False),
         ([_wakes_and_takes, _wakes], True),
         ([_wakes, _wakes_and_takes], True),
+        ([_queues(False), _wakes_and_takes], True),
     ],
 )
 def test_a_commit_notifies_for_the_work_it_made_available_and_did_not_take(
@@ -71,9 +90,12 @@ def test_a_commit_notifies_for_the_work_it_made_available_and_did_not_take(
 ) -> None:
     store = PostgresStore.from_url(pg_url)
     conn = store._connect_writer()
+    woken: list[bool] = []
+    store._listener.wake_local = lambda: woken.append(True)  # type: ignore[method-assign]
     try:
         assert all(ok for ok, _ in store._write(conn, list(ops)))
         assert heard() == ([""] if notified else [])
+        assert woken == ([True] if notified else [])  # this process's workers, the same
     finally:
         conn.close()
         store.close()
@@ -91,8 +113,10 @@ def test_a_send_that_starts_its_run_here_notifies_no_one_and_one_that_queues_it_
             done: int = await ctx.step.run("a", lambda: int(gate.wait(10)))
             return done
 
-        [queued] = app.send(ss.Event("go"))  # no worker yet: queued for any process's
+        [queued] = app.send(ss.Event("go", id="q"))  # no worker yet: queued for any process's
         assert heard() == [""]
+        app.send(ss.Event("go", id="q"))  # a duplicate: nothing queued, no one woken
+        assert heard() == []
         app.start(concurrency=2)
         wait_for(lambda: app.runs.get(run_of(app, queued).id).status == "running", 10, "its lease")
         heard()

@@ -3,7 +3,7 @@ and its leases (what a lease pass, which applies throttles, and a heartbeat need
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from stepstone.store.rows import LeasedRun, LeaseTerms, QueueItem
@@ -59,15 +59,15 @@ class QueueTx(GcraTx, Protocol):
         direct start must not jump it). A plain read: it takes no lock."""
         ...
 
-    def settle_taken(self, key: str, now: float) -> None:
-        """After a direct start took every due item of the partition: it is next
-        due when its earliest item is (one statement, nothing read back)."""
-        ...
-
-    def taken_here(self) -> None:
-        """The work this transaction made available was taken in it by a worker
-        of this process (a direct start): wake other processes' workers at
-        commit as usual, not this process's."""
+    def taken_here(self, run_ids: Sequence[str]) -> None:
+        """The work the running operation made available is at most the runs
+        ``run_ids``, queued in this transaction and taken in it by a worker of
+        this process (a direct start), its takes' results perhaps not read
+        yet: at commit, wake other processes' workers (and this process's)
+        only if one of them is queued and was left untaken (its take found a
+        due item before it, or none was asked for). One not written at all
+        (a send's duplicate event: ``record_event_starting``) wakes no one.
+        Another operation's work wakes them as usual."""
         ...
 
     def live_leases(self, slot: int, ckey: str, now: float) -> int:
@@ -93,14 +93,18 @@ class QueueTx(GcraTx, Protocol):
         and whose events it wrote (not read back)."""
         ...
 
-    def take_in_order(
-        self, lease: LeaseTerms, key: str, queued: Sequence[str], run_ids: Sequence[str]
-    ) -> list[LeasedRun] | None:
+    def take_in_order_later(
+        self, lease: LeaseTerms, key: str, queued: Sequence[str], run_ids: Sequence[str], *, settle: bool
+    ) -> Callable[[], list[LeasedRun] | None]:
         """A send's direct start: ``take_many(new=True, accumulators=False)`` of
         ``run_ids`` (queued in this transaction, in partition ``key``) unless
         a due item of the partition other than ``queued`` (the runs the send
         queued there) waits: then ``None``, nothing taken (``due_ahead``: a
-        direct start never jumps a queue). PostgreSQL: one statement."""
+        direct start never jumps a queue). If it took and ``settle`` (it took
+        every run queued there), the partition is next due when its earliest
+        item is, as a lease pass leaves it. The taken runs, given when called:
+        on PostgreSQL two statements read after the transaction's ``COMMIT``
+        (the take, the settle conditional on it: no round trip of their own)."""
         ...
 
     def settle_partition(self, key: str, now: float, next_at: float | None, recheck: float) -> None:

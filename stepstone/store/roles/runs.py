@@ -26,6 +26,20 @@ class RunsTx(Protocol):
         """Insert a run, its links to events and (unless it ended) its queue item."""
         ...
 
+    def record_event_starting(
+        self, event: NewEvent, dedupe_until: float, run: NewRun
+    ) -> Callable[[], tuple[int | None, bool]]:
+        """A send's one event and the one queued run it starts (``run``: its only
+        event is ``event``, whose seq it does not know: ``event_seqs`` empty):
+        ``record_event``, then ``create_run`` if the event was written; but
+        nothing at all if a wait is on the event's name (a ``wait_keys`` row:
+        the waits it may resolve are read and claimed by ``ingest``, so the
+        caller sends it again the usual way). Given when called: the event's
+        seq (``None``: not written) and whether it was awaited. PostgreSQL:
+        nothing is read before the ``COMMIT`` (the event and the run's row in
+        one statement, the run's queue item written only if the row was)."""
+        ...
+
     def get_run(self, run_id: str) -> RunRow | None:
         """The run, or ``None`` if there is no such run."""
         ...

@@ -8,6 +8,7 @@ import psycopg.errors
 from stepstone.errors import LeaseLostError, StoreError, StoreUnavailableError
 
 LEASE_LOST = "SS001"  # raised by stepstone_fence (migration 0006)
+END_NOT_ALONE = "SS002"  # raised by stepstone_end_alone (migration 0026): a wrong guess
 
 
 def translate(exc: BaseException) -> BaseException:
@@ -35,3 +36,10 @@ def is_conflict(exc: BaseException) -> bool:
     return isinstance(exc, StoreUnavailableError) and isinstance(
         exc.__cause__, psycopg.errors.DeadlockDetected | psycopg.errors.SerializationFailure
     )
+
+
+def is_end_not_alone(exc: BaseException) -> bool:
+    """A translated ``end_alone`` whose guess was wrong: its transaction rolled
+    back, and the end runs again the way that reads what it resolves."""
+    cause = exc.__cause__
+    return isinstance(cause, psycopg.Error) and cause.sqlstate == END_NOT_ALONE

@@ -320,6 +320,29 @@ WITH done AS (
     EXISTS (SELECT 1 FROM done) AS finished,
     (SELECT invoked FROM probe) AS invoked, (SELECT waited FROM probe) AS waited;
 
+-- name: end_alone
+-- (PostgreSQL: end_held_run for an end guessed to resolve nothing more than
+-- itself, sent without reading its row (migration 0026). The fenced delete of
+-- the queue item comes first (done reads it), then the run's row and its
+-- waits as in end_held_run. Aborts the transaction with SQLSTATE SS001 when
+-- the fence does not hold, and with SS002 when the guess was wrong: the run
+-- had already ended, its item held concurrency slots (wake_ckey), or
+-- run_end_probe finds a parent's invoke or a wait for the event its end
+-- publishes; the store then runs the end again through end_held_run.)
+WITH gone AS (
+{query:fence_delete}
+), done AS (
+{query:finish_run}
+    AND EXISTS (SELECT 1 FROM gone)
+    RETURNING id
+), cleared AS (
+{query:delete_run_waits} AND EXISTS (SELECT 1 FROM done)
+)
+SELECT stepstone_end_alone(:run_id, :owner, EXISTS (SELECT 1 FROM gone),
+    EXISTS (SELECT 1 FROM done) AND NOT invoked AND NOT waited
+    AND NOT EXISTS (SELECT 1 FROM gone WHERE ckey1 IS NOT NULL OR ckey2 IS NOT NULL)) AS alone
+FROM ({query:run_end_probe}) AS probe;
+
 -- name: queue_item
 SELECT * FROM queue WHERE run_id = :run_id;
 

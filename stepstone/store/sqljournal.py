@@ -9,6 +9,13 @@ of its queue item, the run's row, its waits, and what the end must still
 resolve), and so is its park (the fenced release of its queue item, its
 partition's hint, the run's row). Elsewhere (SQLite: in-process, each statement a function call) the
 same work is a few statements, each written once in ``queries.sql``.
+
+A pipelined transaction (PostgreSQL) would still wait for the end's row
+before its ``COMMIT``: what the end must resolve decides what the caller
+writes next. Most ends resolve nothing (no parent waiting, no wait for
+``function.finished``, no concurrency slot to hand on), so where a
+function's last end here was such an end, the next is sent unread
+(``end_alone``) and the server checks the guess (``EndGuesses``).
 """
 
 from __future__ import annotations
@@ -21,8 +28,32 @@ from stepstone.store.rows import CancelFlag, Fence, RunClosed, RunEnd, SpanRow, 
 from stepstone.store.sqlbase import SqlPlumbing
 
 
+class EndGuesses:
+    """Which functions' runs are expected to end alone (resolve nothing more
+    than themselves) in this process: those whose last end read here did.
+    A wrong guess costs its transaction once (``missed``); shared by one
+    store's transactions (a set's add and discard are atomic)."""
+
+    def __init__(self) -> None:
+        self._not_alone: set[str] = set()
+
+    def alone(self, function_id: str) -> bool:
+        return function_id not in self._not_alone
+
+    def saw(self, function_id: str, alone: bool) -> None:
+        if alone:
+            self._not_alone.discard(function_id)
+        else:
+            self._not_alone.add(function_id)
+
+
 class SqlJournal(SqlPlumbing):
     """Checkpoint, park and end of a held run (mixed into ``SqlTx``)."""
+
+    # Set where an end may be sent unread (a pipelined PostgreSQL transaction):
+    # the store's guesses, and the functions guessed in this transaction.
+    end_guesses: EndGuesses | None = None
+    guessed: list[str] | None = None
 
     def _released(self, row: Any, now: float) -> None:
         raise NotImplementedError  # SqlTx's: the queue's bookkeeping when an item is released
@@ -103,15 +134,25 @@ class SqlJournal(SqlPlumbing):
         run_id, fence = end.run_id, end.fence
         probe = {"child_run_id": run_id, "event_name": waited_event}
         if fence is not None and self.dialect.write_ctes:
+            guesses = self.end_guesses
+            if guesses is not None and self.guessed is not None and guesses.alone(end.function_id):
+                # not read: SS002 aborts the transaction if the guess was wrong
+                self._fence("end_alone", fence, **_end_params(end), **probe)
+                self.guessed.append(end.function_id)
+                return RunClosed(invoked=False, waited=False)
             row = self._fence("end_held_run", fence, **_end_params(end), **probe).fetchone()
             if row is None:
                 raise LeaseLostError(f"run {run_id}: lease lost by {fence.owner}")
             self._released({**dict(row), "available_at": None}, end.now)
-            return (
+            closed = (
                 RunClosed(invoked=bool(row["invoked"]), waited=bool(row["waited"]))
                 if row["finished"]
                 else None
             )
+            if guesses is not None:
+                alone = closed == RunClosed(invoked=False, waited=False)
+                guesses.saw(end.function_id, alone and row["ckey1"] is None and row["ckey2"] is None)
+            return closed
         if not self.finish_run(end):
             return None
         self._exec("delete_run_waits", {"run_id": run_id})

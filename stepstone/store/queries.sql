@@ -228,8 +228,14 @@ WHERE key IN (SELECT partition_key FROM queue WHERE owner = :owner)
 SELECT cancel_requested FROM queue WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch;
 
 -- name: fence_or_raise
--- (PostgreSQL: raises SQLSTATE SS001 when the fence does not hold; see migration 0006.)
-SELECT stepstone_fence(:run_id, :owner, :epoch) AS cancel_requested;
+-- (PostgreSQL: the fence's queue row read and held until commit (FOR SHARE, as
+-- stepstone_fence does); where it does not hold, stepstone_fence raises SQLSTATE
+-- SS001 (migration 0006). Called only then: the PL/pgSQL call costs the server
+-- about twice the plain locking read, on every checkpoint's round trip.)
+SELECT COALESCE(
+    (SELECT cancel_requested FROM queue
+     WHERE run_id = :fence_run_id AND owner = :owner AND epoch = :epoch FOR SHARE),
+    stepstone_fence(:fence_run_id, :owner, :epoch)) AS cancel_requested;
 
 -- name: upsert_step
 INSERT INTO steps (run_id, step_id, position, kind, status, attempts, output, error, wake_at,
@@ -253,7 +259,7 @@ WHERE excluded.status <> 'waiting';
 WITH saved AS (
 {query:upsert_step}
 )
-SELECT stepstone_fence(:fence_run_id, :owner, :epoch) AS cancel_requested;
+{query:fence_or_raise};
 
 -- name: insert_span
 INSERT INTO spans (run_id, kind, name, attempt, started_at, ended_at, status, error, detail)
@@ -338,10 +344,14 @@ WITH gone AS (
 ), cleared AS (
 {query:delete_run_waits} AND EXISTS (SELECT 1 FROM done)
 )
-SELECT stepstone_end_alone(:run_id, :owner, EXISTS (SELECT 1 FROM gone),
-    EXISTS (SELECT 1 FROM done) AND NOT invoked AND NOT waited
-    AND NOT EXISTS (SELECT 1 FROM gone WHERE ckey1 IS NOT NULL OR ckey2 IS NOT NULL)) AS alone
-FROM ({query:run_end_probe}) AS probe;
+SELECT CASE WHEN fenced AND alone THEN TRUE  -- (PL/pgSQL only to raise: see fence_or_raise)
+            ELSE stepstone_end_alone(:run_id, :owner, fenced, alone) END AS alone
+FROM (
+    SELECT EXISTS (SELECT 1 FROM gone) AS fenced,
+           EXISTS (SELECT 1 FROM done) AND NOT invoked AND NOT waited
+           AND NOT EXISTS (SELECT 1 FROM gone WHERE ckey1 IS NOT NULL OR ckey2 IS NOT NULL) AS alone
+    FROM ({query:run_end_probe}) AS probe
+) AS guess;
 
 -- name: queue_item
 SELECT * FROM queue WHERE run_id = :run_id;

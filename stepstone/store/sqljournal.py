@@ -67,11 +67,11 @@ class SqlJournal(SqlPlumbing):
         if self.dialect.fence_raises:
             # Not read here: a pipelined transaction sends the writes after it
             # without waiting, and the flag is read once the commit is back.
+            held = {"fence_run_id": fence.run_id, "owner": fence.owner, "epoch": fence.epoch}
             if len(steps) == 1 and not spans:  # a step's checkpoint: one statement
-                params = {**_step_params(steps[0]), "fence_run_id": fence.run_id}
-                cursor = self._exec("fenced_step", {**params, "owner": fence.owner, "epoch": fence.epoch})
+                cursor = self._exec("fenced_step", {**_step_params(steps[0]), **held})
             else:
-                cursor = self._fence("fence_or_raise", fence)
+                cursor = self._exec("fence_or_raise", held)
                 self.save_steps(steps, spans)
             return lambda: bool(cursor.fetchone()["cancel_requested"])
         row = self._fence("fence_check", fence).fetchone()

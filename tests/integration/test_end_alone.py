@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 import stepstone as ss
+from stepstone.errors import LeaseLostError
 from stepstone.registry import FINISHED_EVENT
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import (
@@ -34,7 +35,7 @@ from tests.conftest import BACKENDS, send_and_wait
 
 from .test_pg_notify import heard  # noqa: F401 - a fixture
 from .test_statement_counts import _held, statements  # noqa: F401 - a fixture
-from .test_store_contract import NOW, add_runs, lease, wait
+from .test_store_contract import NOW, add_runs, lease, step, wait
 
 SQL_ONLY = pytest.mark.parametrize("db_url", BACKENDS, indirect=True)
 PG_ONLY = pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
@@ -177,3 +178,20 @@ def test_a_plain_end_notifies_no_one_and_one_that_frees_a_slot_does(
     assert heard() == []
     assert send_and_wait(app, ss.Event("keyed", {"k": "x"})).status == "completed"
     assert "" in heard()
+
+
+@SQL_ONLY
+def test_a_checkpoint_of_several_memos_under_a_lapsed_lease_writes_nothing(db_url: str, store: Store) -> None:
+    """``fence_or_raise`` (several memos, or spans) and ``fenced_step`` (one):
+    the fence's locking read, and ``stepstone_fence`` only where it fails."""
+    fence = _held(store, "r")
+    [new] = store.transact_sync(lambda tx: lease(tx, "w2", 1, NOW + 61, NOW + 120))
+    with pytest.raises(LeaseLostError):
+        store.transact_sync(lambda tx: tx.checkpoint(fence, [step("r", "s1"), step("r", "s2")], []))
+    with pytest.raises(LeaseLostError):
+        store.transact_sync(lambda tx: tx.checkpoint(fence, [step("r", "s1")], []))
+    assert store.read_sync(lambda tx: tx.get_steps("r")) == []
+    held = Fence(run_id="r", owner="w2", epoch=new.epoch)
+    flag = store.transact_sync(lambda tx: tx.checkpoint(held, [step("r", "s1"), step("r", "s2")], []))
+    assert flag() is False
+    assert [s.step_id for s in store.read_sync(lambda tx: tx.get_steps("r"))] == ["s1", "s2"]

@@ -27,12 +27,15 @@ from stepstone.errors import LeaseLostError
 from stepstone.store.rows import CancelFlag, Fence, RunClosed, RunEnd, SpanRow, StepRow
 from stepstone.store.sqlbase import SqlPlumbing
 
+ALONE = RunClosed(invoked=False, waited=False)  # an end that resolves nothing more than itself
+
 
 class EndGuesses:
     """Which functions' runs are expected to end alone (resolve nothing more
     than themselves) in this process: those whose last end read here did.
-    A wrong guess costs its transaction once (``missed``); shared by one
-    store's transactions (a set's add and discard are atomic)."""
+    A wrong guess costs its transaction once (``PostgresStore._write`` marks
+    the function and runs it again); shared by one store's transactions (a
+    set's add and discard are atomic)."""
 
     def __init__(self) -> None:
         self._not_alone: set[str] = set()
@@ -134,30 +137,39 @@ class SqlJournal(SqlPlumbing):
         run_id, fence = end.run_id, end.fence
         probe = {"child_run_id": run_id, "event_name": waited_event}
         if fence is not None and self.dialect.write_ctes:
-            guesses = self.end_guesses
-            if guesses is not None and self.guessed is not None and guesses.alone(end.function_id):
-                # not read: SS002 aborts the transaction if the guess was wrong
+            if self._guessed_alone(end.function_id):  # not read: SS002 aborts a wrong guess
                 self._fence("end_alone", fence, **_end_params(end), **probe)
-                self.guessed.append(end.function_id)
-                return RunClosed(invoked=False, waited=False)
-            row = self._fence("end_held_run", fence, **_end_params(end), **probe).fetchone()
-            if row is None:
-                raise LeaseLostError(f"run {run_id}: lease lost by {fence.owner}")
-            self._released({**dict(row), "available_at": None}, end.now)
-            closed = (
-                RunClosed(invoked=bool(row["invoked"]), waited=bool(row["waited"]))
-                if row["finished"]
-                else None
-            )
-            if guesses is not None:
-                alone = closed == RunClosed(invoked=False, waited=False)
-                guesses.saw(end.function_id, alone and row["ckey1"] is None and row["ckey2"] is None)
-            return closed
+                return ALONE
+            return self._end_held(end, fence, probe)
         if not self.finish_run(end):
             return None
         self._exec("delete_run_waits", {"run_id": run_id})
         row = self._one("run_end_probe", probe)
         return RunClosed(invoked=bool(row["invoked"]), waited=bool(row["waited"]))
+
+    def _guessed_alone(self, function_id: str) -> bool:
+        """Whether this end goes unread (noted in ``guessed``: the store marks
+        the functions of a transaction that a wrong guess aborted)."""
+        guesses, guessed = self.end_guesses, self.guessed
+        if guesses is None or guessed is None or not guesses.alone(function_id):
+            return False
+        guessed.append(function_id)
+        return True
+
+    def _end_held(self, end: RunEnd, fence: Fence, probe: dict[str, str]) -> RunClosed | None:
+        """A held run's end in one statement, read before going on."""
+        row = self._fence("end_held_run", fence, **_end_params(end), **probe).fetchone()
+        if row is None:
+            raise LeaseLostError(f"run {end.run_id}: lease lost by {fence.owner}")
+        self._released({**dict(row), "available_at": None}, end.now)
+        if not row["finished"]:  # it had ended already
+            closed = None
+        else:
+            closed = RunClosed(invoked=bool(row["invoked"]), waited=bool(row["waited"]))
+        if self.end_guesses is not None:
+            alone = closed == ALONE and row["ckey1"] is None and row["ckey2"] is None
+            self.end_guesses.saw(end.function_id, alone)
+        return closed
 
     def written_by(self, run_id: str) -> str | None:
         row = self._one("written_by", {"id": run_id})

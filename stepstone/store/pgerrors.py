@@ -30,12 +30,20 @@ def translate(exc: BaseException) -> BaseException:
     return err
 
 
+_RUN_AGAIN = (
+    psycopg.errors.DeadlockDetected,
+    psycopg.errors.SerializationFailure,
+    psycopg.errors.InvalidSqlStatementName,
+)
+
+
 def is_conflict(exc: BaseException) -> bool:
     """A translated deadlock or serialisation failure: the transaction (or the
-    operation's savepoint) was rolled back and may simply run again."""
-    return isinstance(exc, StoreUnavailableError) and isinstance(
-        exc.__cause__, psycopg.errors.DeadlockDetected | psycopg.errors.SerializationFailure
-    )
+    operation's savepoint) was rolled back and may simply run again. So may
+    one that met a prepared statement gone from the server (``pgwire``, which
+    then forgets the rest): psycopg deallocates every statement of the
+    connection after a ``ROLLBACK`` on its own path once it prepared one."""
+    return isinstance(exc, StoreError) and isinstance(exc.__cause__, _RUN_AGAIN)
 
 
 def is_end_not_alone(exc: BaseException) -> bool:

@@ -47,7 +47,7 @@ def is_conflict(exc: BaseException) -> bool:
 
 
 def is_end_not_alone(exc: BaseException) -> bool:
-    """A translated ``end_alone`` whose guess was wrong: its transaction rolled
-    back, and the end runs again the way that reads what it resolves."""
-    cause = exc.__cause__
-    return isinstance(cause, psycopg.Error) and cause.sqlstate == END_NOT_ALONE
+    """A statement error of ``end_alone`` whose guess was wrong: its
+    transaction rolled back, and the end runs again the way that reads what
+    it resolves."""
+    return isinstance(exc, psycopg.Error) and exc.sqlstate == END_NOT_ALONE

@@ -273,18 +273,23 @@ class PostgresStore:
             txs.append(PgTx(c, DIALECT, self._end_guesses))
             return txs[-1]
 
+        def wrong_guess(failure: BaseException) -> bool:
+            """An end sent unread resolved more (``end_alone``): its function's
+            ends are read from now on, and the transaction runs again so."""
+            if not is_end_not_alone(failure):
+                return False
+            for function_id in txs[-1].guessed or ():
+                self._end_guesses.saw(function_id, False)
+            return True
+
         user_sql = any(getattr(op, "user_sql", False) for op in ops)
         ops = [_scoped(op) for op in ops]
         if user_sql:
             outcomes = run_batch(conn, ops, make_tx, "BEGIN", translate, _notify_if_woken)
         elif len(ops) == 1:
-            outcomes = [run_alone(conn, ops[0], make_tx, _notify_if_woken, translate)]
-            if not outcomes[0][0] and is_end_not_alone(outcomes[0][1]):
-                for function_id in txs[-1].guessed or ():  # (a batch that fails reads instead)
-                    self._end_guesses.saw(function_id, False)
-                outcomes = [run_alone(conn, ops[0], make_tx, _notify_if_woken, translate)]
+            outcomes = [run_alone(conn, ops[0], make_tx, _notify_if_woken, translate, again=wrong_guess)]
         else:
-            outcomes = run_together(conn, ops, make_tx, _notify_if_woken, translate)
+            outcomes = run_together(conn, ops, make_tx, _notify_if_woken, translate, again=wrong_guess)
         if txs and any(ok for ok, _ in outcomes) and txs[-1].changed():  # the last attempt's
             with self._lock:
                 self.commits += 1

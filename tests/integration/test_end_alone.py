@@ -11,6 +11,7 @@ end is read first, until one reads alone again. Nothing is guessed on SQLite
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 import pytest
@@ -137,19 +138,32 @@ def test_an_end_guessed_alone_is_read_when_its_run_had_already_ended_or_held_a_s
 
 
 @PG_ONLY
-def test_a_wrong_guess_in_a_group_commit_fails_no_other_operation(db_url: str, one_writer: Store) -> None:
-    """A batch whose guessed end was wrong runs again with a savepoint per
-    operation (``pgpipeline.run_together``), where the end reads: every
-    operation commits, the end reports its parent."""
+def test_a_wrong_guess_in_a_group_commit_fails_no_other_operation(
+    db_url: str, one_writer: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch whose guessed end was wrong runs again whole, pipelined, the
+    end read (not with a savepoint per operation): every operation commits,
+    the end reports its parent."""
+    from stepstone.store import batching, pgpipeline
+
     store = one_writer
     plain, child = _held(store, "plain"), _held(store, "child")
     _invoked_by_a_parent(store, "child")
+    fallbacks: list[int] = []
+    run_batch = batching.run_batch
+
+    def counted(*args: Any) -> Any:
+        fallbacks.append(1)
+        return run_batch(*args)
+
+    monkeypatch.setattr(pgpipeline, "run_batch", counted)
     flag, closed = group_commit(
         store, [checkpoint(plain, "s"), lambda tx: tx.close_run(_run_end(child), FINISHED_EVENT)]
     )
     assert flag() is False
     assert closed == RunClosed(invoked=True, waited=False)
     assert [s.step_id for s in store.read_sync(lambda tx: tx.get_steps("plain"))] == ["s"]
+    assert fallbacks == []
 
 
 @PG_ONLY

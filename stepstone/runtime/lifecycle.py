@@ -49,7 +49,15 @@ def end_run(
         error = None if flagged is None else ErrorInfo.from_json(serde.loads(flagged))
     error_json = None if error is None else serde.dumps(error.to_json(), what="error")
     closed = tx.close_run(
-        RunEnd(fence=fence, run_id=run.id, status=status, output=output, error=error_json, now=now),
+        RunEnd(
+            fence=fence,
+            run_id=run.id,
+            status=status,
+            output=output,
+            error=error_json,
+            now=now,
+            function_id=run.function_id,
+        ),
         FINISHED_EVENT,
     )
     if closed is None:

@@ -37,12 +37,16 @@ def run_alone(
     translate: Callable[[BaseException], BaseException],
     begin: str = "BEGIN",
     ready: Callable[[Any], Any] | None = None,
+    again: Callable[[BaseException], bool] = lambda failure: False,
 ) -> OpResult:
     """``op`` in its own pipelined transaction (opened by ``begin``). Any failure
     (the operation's own error, a statement's, the ``COMMIT``'s) rolls everything
     back. ``ready(value)``, if given, is called once every result is in,
-    before the ``COMMIT`` is sent (a read's caller need not wait for it)."""
+    before the ``COMMIT`` is sent (a read's caller need not wait for it).
+    A failure ``again`` accepts runs the transaction once more."""
     values, failure = _attempt(conn, [op], make_tx, before_commit, begin, ready)
+    if failure is not None and again(failure):
+        values, failure = _attempt(conn, [op], make_tx, before_commit, begin, ready)
     if failure is None:
         return True, values[0]
     return False, translate(failure)
@@ -54,6 +58,7 @@ def run_together(
     make_tx: Callable[[Any], Any],
     before_commit: Callable[[Any], Any],
     translate: Callable[[BaseException], BaseException],
+    again: Callable[[BaseException], bool] = lambda failure: False,
 ) -> list[OpResult]:
     """``ops`` in one pipelined transaction without savepoints, the common case
     of a group commit: nothing fails, and the batch costs the round trips its
@@ -63,8 +68,11 @@ def run_together(
     nothing took effect: the batch runs again the old way, a savepoint per
     operation (``batching.run_batch``), so that only the failing operation
     fails. (Operations may run twice, as a deadlock victim's retry does: they
-    are written to be run again after a rollback.)"""
+    are written to be run again after a rollback.) A failure ``again`` accepts
+    runs the batch whole once more first."""
     values, failure = _attempt(conn, ops, make_tx, before_commit, "BEGIN")
+    if failure is not None and again(failure):
+        values, failure = _attempt(conn, ops, make_tx, before_commit, "BEGIN")
     if failure is None:
         return [(True, value) for value in values]
     return run_batch(conn, ops, make_tx, "BEGIN", translate, before_commit)

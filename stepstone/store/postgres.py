@@ -37,11 +37,13 @@ from stepstone.store import faults
 from stepstone.store.base import Tx
 from stepstone.store.batching import OpResult, run_batch
 from stepstone.store.migrate import migration_files
-from stepstone.store.pgerrors import is_conflict, translate
+from stepstone.store.pgerrors import is_conflict, is_end_not_alone, translate
 from stepstone.store.pglisten import Listener
 from stepstone.store.pgpipeline import run_alone, run_together
+from stepstone.store.pgwire import Wire
 from stepstone.store.pgwriter import Backoff, LoopLane, Writers, async_resolver, sync_resolver
 from stepstone.store.sqlbase import Dialect
+from stepstone.store.sqljournal import EndGuesses
 from stepstone.store.sqltx import SqlTx
 
 T = TypeVar("T")
@@ -112,7 +114,7 @@ REMOTE_WAKE_QUERIES = frozenset({"fence_delete", "end_held_run", "settle_partiti
 _WRITE_VERBS = ("INSERT", "UPDATE", "DELETE")
 # Statements that write through a data-modifying CTE under a SELECT (its status
 # names no write): one that returned a row counts as a change.
-CTE_WRITES = frozenset({"fenced_step", "park_held_run"})
+CTE_WRITES = frozenset({"fenced_step", "park_held_run", "end_alone"})
 
 
 class PgTx(SqlTx):
@@ -121,8 +123,10 @@ class PgTx(SqlTx):
     batch is over whether it changed data. Reading a result here would cost a
     round trip per statement (see ``pgpipeline``)."""
 
-    def __init__(self, conn: Any, dialect: Dialect) -> None:
+    def __init__(self, conn: Any, dialect: Dialect, guesses: EndGuesses | None = None) -> None:
         super().__init__(conn, dialect)
+        self.end_guesses = guesses  # learnt from every end read
+        self.guessed = [] if isinstance(conn, Wire) else None  # pipelined: an end may go unread
         self.wake = False  # NOTIFY at commit: an operation made work available it did not take
         self.wake_local = False  # and wake this process's workers (``WAKE_QUERIES`` but ends)
         self.taken: list[str] = []  # runs queued and taken here: NOTIFY at commit if one was not
@@ -245,6 +249,7 @@ class PostgresStore:
         )
         self._lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopLane]
         self._lanes = weakref.WeakKeyDictionary()  # an event loop's writes (``submit``)
+        self._end_guesses = EndGuesses()  # which functions' ends go unread (``sqljournal``)
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -294,17 +299,26 @@ class PostgresStore:
         txs: list[PgTx] = []
 
         def make_tx(c: Any) -> PgTx:
-            txs.append(PgTx(c, DIALECT))
+            txs.append(PgTx(c, DIALECT, self._end_guesses))
             return txs[-1]
+
+        def wrong_guess(failure: BaseException) -> bool:
+            """An end sent unread resolved more (``end_alone``): its function's
+            ends are read from now on, and the transaction runs again so."""
+            if not is_end_not_alone(failure):
+                return False
+            for function_id in txs[-1].guessed or ():
+                self._end_guesses.saw(function_id, False)
+            return True
 
         user_sql = any(getattr(op, "user_sql", False) for op in ops)
         ops = [_scoped(op) for op in ops]
         if user_sql:
             outcomes = run_batch(conn, ops, make_tx, "BEGIN", translate, _notify_if_woken)
         elif len(ops) == 1:
-            outcomes = [run_alone(conn, ops[0], make_tx, _notify_if_woken, translate)]
+            outcomes = [run_alone(conn, ops[0], make_tx, _notify_if_woken, translate, again=wrong_guess)]
         else:
-            outcomes = run_together(conn, ops, make_tx, _notify_if_woken, translate)
+            outcomes = run_together(conn, ops, make_tx, _notify_if_woken, translate, again=wrong_guess)
         if txs and any(ok for ok, _ in outcomes) and txs[-1].changed():  # the last attempt's
             with self._lock:
                 self.commits += 1

@@ -266,8 +266,14 @@ WHERE key IN (SELECT partition_key FROM queue WHERE owner = :owner)
 SELECT cancel_requested FROM queue WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch;
 
 -- name: fence_or_raise
--- (PostgreSQL: raises SQLSTATE SS001 when the fence does not hold; see migration 0006.)
-SELECT stepstone_fence(:run_id, :owner, :epoch) AS cancel_requested;
+-- (PostgreSQL: the fence's queue row read and held until commit (FOR SHARE, as
+-- stepstone_fence does); where it does not hold, stepstone_fence raises SQLSTATE
+-- SS001 (migration 0006). Called only then: the PL/pgSQL call costs the server
+-- about twice the plain locking read, on every checkpoint's round trip.)
+SELECT COALESCE(
+    (SELECT cancel_requested FROM queue
+     WHERE run_id = :fence_run_id AND owner = :owner AND epoch = :epoch FOR SHARE),
+    stepstone_fence(:fence_run_id, :owner, :epoch)) AS cancel_requested;
 
 -- name: upsert_step
 INSERT INTO steps (run_id, step_id, position, kind, status, attempts, output, error, wake_at,
@@ -291,7 +297,7 @@ WHERE excluded.status <> 'waiting';
 WITH saved AS (
 {query:upsert_step}
 )
-SELECT stepstone_fence(:fence_run_id, :owner, :epoch) AS cancel_requested;
+{query:fence_or_raise};
 
 -- name: insert_span
 INSERT INTO spans (run_id, kind, name, attempt, started_at, ended_at, status, error, detail)
@@ -357,6 +363,33 @@ WITH done AS (
 {query:fence_delete},
     EXISTS (SELECT 1 FROM done) AS finished,
     (SELECT invoked FROM probe) AS invoked, (SELECT waited FROM probe) AS waited;
+
+-- name: end_alone
+-- (PostgreSQL: end_held_run for an end guessed to resolve nothing more than
+-- itself, sent without reading its row (migration 0026). The fenced delete of
+-- the queue item comes first (done reads it), then the run's row and its
+-- waits as in end_held_run. Aborts the transaction with SQLSTATE SS001 when
+-- the fence does not hold, and with SS002 when the guess was wrong: the run
+-- had already ended, its item held concurrency slots (wake_ckey), or
+-- run_end_probe finds a parent's invoke or a wait for the event its end
+-- publishes; the store then runs the end again through end_held_run.)
+WITH gone AS (
+{query:fence_delete}
+), done AS (
+{query:finish_run}
+    AND EXISTS (SELECT 1 FROM gone)
+    RETURNING id
+), cleared AS (
+{query:delete_run_waits} AND EXISTS (SELECT 1 FROM done)
+)
+SELECT CASE WHEN fenced AND alone THEN TRUE  -- (PL/pgSQL only to raise: see fence_or_raise)
+            ELSE stepstone_end_alone(:run_id, :owner, fenced, alone) END AS alone
+FROM (
+    SELECT EXISTS (SELECT 1 FROM gone) AS fenced,
+           EXISTS (SELECT 1 FROM done) AND NOT invoked AND NOT waited
+           AND NOT EXISTS (SELECT 1 FROM gone WHERE ckey1 IS NOT NULL OR ckey2 IS NOT NULL) AS alone
+    FROM ({query:run_end_probe}) AS probe
+) AS guess;
 
 -- name: queue_item
 SELECT * FROM queue WHERE run_id = :run_id;

@@ -465,6 +465,7 @@ class RunEnd:
     output: str | None = None
     error: str | None = None
     now: float
+    function_id: str = ""  # the run's: a pipelined store guesses by it what the end resolves
 
 
 @dataclass(frozen=True, kw_only=True)

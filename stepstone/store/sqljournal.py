@@ -9,6 +9,13 @@ of its queue item, the run's row, its waits, and what the end must still
 resolve), and so is its park (the fenced release of its queue item, its
 partition's hint, the run's row). Elsewhere (SQLite: in-process, each statement a function call) the
 same work is a few statements, each written once in ``queries.sql``.
+
+A pipelined transaction (PostgreSQL) would still wait for the end's row
+before its ``COMMIT``: what the end must resolve decides what the caller
+writes next. Most ends resolve nothing (no parent waiting, no wait for
+``function.finished``, no concurrency slot to hand on), so where a
+function's last end here was such an end, the next is sent unread
+(``end_alone``) and the server checks the guess (``EndGuesses``).
 """
 
 from __future__ import annotations
@@ -20,9 +27,36 @@ from stepstone.errors import LeaseLostError
 from stepstone.store.rows import CancelFlag, Fence, RunClosed, RunEnd, SpanRow, StepRow
 from stepstone.store.sqlbase import SqlPlumbing
 
+ALONE = RunClosed(invoked=False, waited=False)  # an end that resolves nothing more than itself
+
+
+class EndGuesses:
+    """Which functions' runs are expected to end alone (resolve nothing more
+    than themselves) in this process: those whose last end read here did.
+    A wrong guess costs its transaction once (``PostgresStore._write`` marks
+    the function and runs it again); shared by one store's transactions (a
+    set's add and discard are atomic)."""
+
+    def __init__(self) -> None:
+        self._not_alone: set[str] = set()
+
+    def alone(self, function_id: str) -> bool:
+        return function_id not in self._not_alone
+
+    def saw(self, function_id: str, alone: bool) -> None:
+        if alone:
+            self._not_alone.discard(function_id)
+        else:
+            self._not_alone.add(function_id)
+
 
 class SqlJournal(SqlPlumbing):
     """Checkpoint, park and end of a held run (mixed into ``SqlTx``)."""
+
+    # Set where an end may be sent unread (a pipelined PostgreSQL transaction):
+    # the store's guesses, and the functions guessed in this transaction.
+    end_guesses: EndGuesses | None = None
+    guessed: list[str] | None = None
 
     def _released(self, row: Any, now: float) -> None:
         raise NotImplementedError  # SqlTx's: the queue's bookkeeping when an item is released
@@ -36,11 +70,11 @@ class SqlJournal(SqlPlumbing):
         if self.dialect.fence_raises:
             # Not read here: a pipelined transaction sends the writes after it
             # without waiting, and the flag is read once the commit is back.
+            held = {"fence_run_id": fence.run_id, "owner": fence.owner, "epoch": fence.epoch}
             if len(steps) == 1 and not spans:  # a step's checkpoint: one statement
-                params = {**_step_params(steps[0]), "fence_run_id": fence.run_id}
-                cursor = self._exec("fenced_step", {**params, "owner": fence.owner, "epoch": fence.epoch})
+                cursor = self._exec("fenced_step", {**_step_params(steps[0]), **held})
             else:
-                cursor = self._fence("fence_or_raise", fence)
+                cursor = self._exec("fence_or_raise", held)
                 self.save_steps(steps, spans)
             return lambda: bool(cursor.fetchone()["cancel_requested"])
         row = self._fence("fence_check", fence).fetchone()
@@ -103,20 +137,39 @@ class SqlJournal(SqlPlumbing):
         run_id, fence = end.run_id, end.fence
         probe = {"child_run_id": run_id, "event_name": waited_event}
         if fence is not None and self.dialect.write_ctes:
-            row = self._fence("end_held_run", fence, **_end_params(end), **probe).fetchone()
-            if row is None:
-                raise LeaseLostError(f"run {run_id}: lease lost by {fence.owner}")
-            self._released({**dict(row), "available_at": None}, end.now)
-            return (
-                RunClosed(invoked=bool(row["invoked"]), waited=bool(row["waited"]))
-                if row["finished"]
-                else None
-            )
+            if self._guessed_alone(end.function_id):  # not read: SS002 aborts a wrong guess
+                self._fence("end_alone", fence, **_end_params(end), **probe)
+                return ALONE
+            return self._end_held(end, fence, probe)
         if not self.finish_run(end):
             return None
         self._exec("delete_run_waits", {"run_id": run_id})
         row = self._one("run_end_probe", probe)
         return RunClosed(invoked=bool(row["invoked"]), waited=bool(row["waited"]))
+
+    def _guessed_alone(self, function_id: str) -> bool:
+        """Whether this end goes unread (noted in ``guessed``: the store marks
+        the functions of a transaction that a wrong guess aborted)."""
+        guesses, guessed = self.end_guesses, self.guessed
+        if guesses is None or guessed is None or not guesses.alone(function_id):
+            return False
+        guessed.append(function_id)
+        return True
+
+    def _end_held(self, end: RunEnd, fence: Fence, probe: dict[str, str]) -> RunClosed | None:
+        """A held run's end in one statement, read before going on."""
+        row = self._fence("end_held_run", fence, **_end_params(end), **probe).fetchone()
+        if row is None:
+            raise LeaseLostError(f"run {end.run_id}: lease lost by {fence.owner}")
+        self._released({**dict(row), "available_at": None}, end.now)
+        if not row["finished"]:  # it had ended already
+            closed = None
+        else:
+            closed = RunClosed(invoked=bool(row["invoked"]), waited=bool(row["waited"]))
+        if self.end_guesses is not None:
+            alone = closed == ALONE and row["ckey1"] is None and row["ckey2"] is None
+            self.end_guesses.saw(end.function_id, alone)
+        return closed
 
     def written_by(self, run_id: str) -> str | None:
         row = self._one("written_by", {"id": run_id})

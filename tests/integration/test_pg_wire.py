@@ -149,6 +149,33 @@ def test_a_batch_refused_midway_keeps_the_record_true(store: PostgresStore, pg_u
     assert sorted(stored_steps(store, fences[1].run_id)) == ["again", "b"]
 
 
+class _UserSql:
+    """An operation that runs a user's SQL (``step.transaction``): psycopg's path."""
+
+    user_sql = True
+
+    def __init__(self, fail: bool) -> None:
+        self.fail = fail
+
+    def __call__(self, tx: Any) -> None:
+        tx.conn.execute("SELECT 1/0" if self.fail else "SELECT 1")
+
+
+def test_psycopgs_deallocation_on_its_path_does_not_fail_the_next_write(store: PostgresStore) -> None:
+    """psycopg's own path (a user's SQL, a refused batch's savepoints) prepares
+    a statement it ran five times; a ``ROLLBACK`` it then runs for the first
+    time makes it deallocate every prepared statement of the connection, the
+    statement path's too. The next write that meets a statement gone runs
+    again (it failed before its ``COMMIT``) instead of failing its caller."""
+    fences = leased(store, 1)
+    for _ in range(6):
+        store.transact_sync(_UserSql(fail=False))
+    with pytest.raises(StoreError, match="division by zero"):
+        store.transact_sync(_UserSql(fail=True))
+    store.transact_sync(checkpoint(fences[0], "after"))
+    assert stored_steps(store, fences[0].run_id) == ["after"]
+
+
 def _listed(tx: Any) -> list[str]:
     return [r["name"] for r in tx.conn.execute(LIST).fetchall()]
 

@@ -52,7 +52,7 @@ from .test_store_contract import NOW, add_runs, lease, step, wait
 SQL_ONLY = pytest.mark.parametrize("db_url", BACKENDS, indirect=True)
 END = {
     "sqlite": ["fence_delete", "finish_run", "delete_run_waits", "run_end_probe"],
-    "postgres": ["end_held_run"],
+    "postgres": ["end_alone"],  # guessed to resolve nothing more: not read before its COMMIT
 }
 CHECKPOINT = {"sqlite": ["fence_check", "upsert_step"], "postgres": ["fenced_step"]}
 PARK = {"sqlite": ["fence_park_wake", "lower_partition", "park_run"], "postgres": ["park_held_run"]}
@@ -255,11 +255,12 @@ def test_a_three_step_run_checkpoints_and_ends_in_four_statements_on_postgres(
         "upsert_step",
         *END["sqlite"],
         *END["postgres"],
+        "end_held_run",
     }
     journal.add("child_waits")  # (not wait_keys: the send reads it to match the event)
     counted = Counter(name for name in statements if name in journal)
     if app.store.dialect == "postgres":
-        assert counted == {"fenced_step": 2, "upsert_step": 1, "end_held_run": 1}
+        assert counted == {"fenced_step": 2, "upsert_step": 1, "end_alone": 1}
     else:
         assert counted == {"fence_check": 2, "upsert_step": 3, **dict.fromkeys(END["sqlite"], 1)}
 
@@ -553,11 +554,11 @@ def test_a_list_by_event_reads_its_runs_steps_with_them(
 
 
 @SQL_ONLY
-def test_a_sequential_run_sent_listed_and_waited_for_here_costs_five_round_trips_on_postgres(
+def test_a_sequential_run_sent_listed_and_waited_for_here_costs_four_round_trips_on_postgres(
     db_url: str, make_app: Callable[..., ss.App], round_trips: Callable[[str], list[int]]
 ) -> None:
     """Send (its COMMIT only: ``ingest``'s ``at_once``), two checkpoints (1 each), the last step with
-    the end (1 wait + its COMMIT, the run read back in it for the waiter), and
+    the end (its COMMIT only, the run read back in it for the waiter), and
     no read: ``runs.list(event_id=)`` and ``runs.wait`` are answered in-process
     (``test_local_answers.py``); a read would send ``get_run`` in a
     transaction of its own. (A transaction a group commit shares with another
@@ -584,6 +585,6 @@ def test_a_sequential_run_sent_listed_and_waited_for_here_costs_five_round_trips
     if app.store.dialect == "postgres":
         assert min(round_trips(_sql("record_event_starting"))) == 0
         assert min(round_trips(_sql("fenced_step"))) == 0
-        ends = round_trips(_sql("end_held_run"))
-        assert min(ends) == 1 and len(ends) == 5
+        ends = round_trips(_sql("end_alone"))
+        assert min(ends) == 0 and len(ends) == 5  # sent with its COMMIT: nothing read before it
         assert len(round_trips(_sql("get_run"))) == 5  # the ends' read-backs: no read of their own

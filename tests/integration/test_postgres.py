@@ -378,8 +378,9 @@ def test_a_deadlock_victim_is_run_again(pg_url: str, pg_store: PostgresStore) ->
     for thread in threads:
         thread.join(30)
     assert results == [None, None]  # both committed, neither caller saw the deadlock
-    # the victim ran again (under load it may lose a second time), the other once
-    assert sorted(attempts.count(op) for op in ("x", "y"))[0] == 1 and len(attempts) >= 3, attempts
+    # the victim ran again. (Not "the other once": under load, with the test
+    # cluster's 100 ms deadlock_timeout, both were seen to lose a round.)
+    assert len(attempts) >= 3, attempts
 
 
 @contextlib.contextmanager

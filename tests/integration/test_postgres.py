@@ -360,11 +360,11 @@ def test_a_deadlock_victim_is_run_again(pg_url: str, pg_store: PostgresStore) ->
         def op(tx: Tx) -> None:
             attempts.append(first)
             conn = tx.conn  # type: ignore[attr-defined]
-            mark = "UPDATE runs SET meta = 'touched' WHERE id = %(id)s"
-            assert conn.execute(mark, {"id": first}).rowcount == 1  # holds the row lock
+            mark = "UPDATE runs SET meta = COALESCE(meta, '') || %(op)s WHERE id = %(id)s"
+            assert conn.execute(mark, {"id": first, "op": first}).rowcount == 1  # holds the row lock
             if attempts.count(first) == 1:
                 barrier.wait()  # both hold one row; each now wants the other's
-            assert conn.execute(mark, {"id": second}).rowcount == 1
+            assert conn.execute(mark, {"id": second, "op": first}).rowcount == 1
 
         return op
 
@@ -381,6 +381,9 @@ def test_a_deadlock_victim_is_run_again(pg_url: str, pg_store: PostgresStore) ->
     # the victim ran again. (Not "the other once": under load, with the test
     # cluster's 100 ms deadlock_timeout, both were seen to lose a round.)
     assert len(attempts) >= 3, attempts
+    # and each committed once: both rows carry each operation's mark exactly once
+    marks = [pg_store.read_sync(lambda tx, r=r: tx.get_run(r)).meta for r in ("x", "y")]
+    assert [sorted(m or "") for m in marks] == [["x", "y"], ["x", "y"]], (marks, attempts)
 
 
 @contextlib.contextmanager

@@ -349,8 +349,8 @@ class App:
     def _send(self, events: Event | Sequence[Event]) -> Plan[list[str]]:
         """Record events and start the runs they trigger; returns the event ids.
         An event whose ``id`` was seen in the last 24 h starts nothing new."""
-        hooks = Hooks(self.middleware)
-        if hooks.has("before_send_events"):
+        hooks = Hooks(self.middleware) if self.middleware else None  # (none: nothing to look up)
+        if hooks is not None and hooks.has("before_send_events"):
             events = yield coroutine_call(hooks.before_send_events(None, _as_list(events)), self._portal)
         now = self.clock.now()
         prepared = prepare(events, now)
@@ -385,7 +385,7 @@ class App:
         self._sent_here = _SentHere.of(direct, sent, leased, quiet)
         if not quiet:
             self._notify_workers()
-        if hooks.has("after_send_events"):
+        if hooks is not None and hooks.has("after_send_events"):
             yield coroutine_call(hooks.after_send_events(None, ids), self._portal)
         return ids
 

@@ -129,7 +129,9 @@ class _SentHere:
     def of(cls, direct: _Direct | None, sent: Sent, leased: list[LeasedRun], quiet: bool) -> _SentHere | None:
         if direct is None or not quiet or len(sent.recorded) != 1 or sent.admitted != len(leased):
             return None  # (quiet: every run queued was taken, no wait resolved)
-        runs = sorted((item.run for item in leased), key=lambda run: run.id, reverse=True)
+        runs = [item.run for item in leased]
+        if len(runs) > 1:
+            runs.sort(key=lambda run: run.id, reverse=True)
         return cls(sent.recorded[0], runs, direct.worker)
 
     def listed(self, where: RunFilter) -> list[RunRow] | None:
@@ -404,7 +406,9 @@ class App:
         """Slots for a direct start of the send's runs, on the local worker with
         the most free (``None``: no running local worker has one free)."""
         with self._lock:
-            workers = sorted(self._local_workers, key=lambda w: -w.slots.offered())
+            workers = list(self._local_workers)
+        if len(workers) > 1:  # (one worker, the usual: nothing to compare)
+            workers.sort(key=lambda w: -w.slots.offered())
         for worker in workers:
             slots = worker.reserve(events)
             if slots:

@@ -129,7 +129,9 @@ class _SentHere:
     def of(cls, direct: _Direct | None, sent: Sent, leased: list[LeasedRun], quiet: bool) -> _SentHere | None:
         if direct is None or not quiet or len(sent.recorded) != 1 or sent.admitted != len(leased):
             return None  # (quiet: every run queued was taken, no wait resolved)
-        runs = sorted((item.run for item in leased), key=lambda run: run.id, reverse=True)
+        runs = [item.run for item in leased]
+        if len(runs) > 1:
+            runs.sort(key=lambda run: run.id, reverse=True)
         return cls(sent.recorded[0], runs, direct.worker)
 
     def listed(self, where: RunFilter) -> list[RunRow] | None:
@@ -349,8 +351,8 @@ class App:
     def _send(self, events: Event | Sequence[Event]) -> Plan[list[str]]:
         """Record events and start the runs they trigger; returns the event ids.
         An event whose ``id`` was seen in the last 24 h starts nothing new."""
-        hooks = Hooks(self.middleware)
-        if hooks.has("before_send_events"):
+        hooks = Hooks(self.middleware) if self.middleware else None  # (none: nothing to look up)
+        if hooks is not None and hooks.has("before_send_events"):
             events = yield coroutine_call(hooks.before_send_events(None, _as_list(events)), self._portal)
         now = self.clock.now()
         prepared = prepare(events, now)
@@ -385,7 +387,7 @@ class App:
         self._sent_here = _SentHere.of(direct, sent, leased, quiet)
         if not quiet:
             self._notify_workers()
-        if hooks.has("after_send_events"):
+        if hooks is not None and hooks.has("after_send_events"):
             yield coroutine_call(hooks.after_send_events(None, ids), self._portal)
         return ids
 
@@ -404,7 +406,9 @@ class App:
         """Slots for a direct start of the send's runs, on the local worker with
         the most free (``None``: no running local worker has one free)."""
         with self._lock:
-            workers = sorted(self._local_workers, key=lambda w: -w.slots.offered())
+            workers = list(self._local_workers)
+        if len(workers) > 1:  # (one worker, the usual: nothing to compare)
+            workers.sort(key=lambda w: -w.slots.offered())
         for worker in workers:
             slots = worker.reserve(events)
             if slots:

@@ -48,7 +48,7 @@ def validate_event(event: Any, *, max_depth: int | None = limits.MAX_EVENT_DEPTH
         )
     if not isinstance(event.data, dict):
         raise InvalidEventError(f"event {event.name!r}: data must be an object (dict)")
-    if max_depth is not None and nesting_depth(event.data, max_depth) > max_depth:
+    if max_depth is not None and event.data and nesting_depth(event.data, max_depth) > max_depth:
         raise InvalidEventError(f"event {event.name!r}: data is nested more than {max_depth} levels deep")
     if event.id is not None and (not isinstance(event.id, str) or not event.id):
         raise InvalidEventError(f"event {event.name!r}: id must be a non-empty string")

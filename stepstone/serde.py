@@ -18,8 +18,14 @@ _decode = json.JSONDecoder().decode
 def dumps(value: Any, *, what: str, limit: int | None = None) -> str:
     """Encode ``value``; raise a non-retriable error naming ``what`` if impossible."""
     try:
-        # An int's JSON is its repr (json's own encoder builds an encoder per call).
-        text = int.__repr__(value) if type(value) is int else _encoder.encode(value)
+        # An int's JSON is its repr, an empty object's ``{}`` (an event without
+        # data): json's own encoder builds an encoder per call.
+        if type(value) is int:
+            text = int.__repr__(value)
+        elif type(value) is dict and not value:
+            text = "{}"
+        else:
+            text = _encoder.encode(value)
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"{what} is not JSON-serialisable: {exc}") from exc
     if limit is not None and len(text) > limit // 4 and len(text.encode()) > limit:

@@ -21,6 +21,7 @@ them.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -94,6 +95,8 @@ class Placement:
     def queue_spec(self, function_id: str) -> QueueSpec:
         """The run's partition is its function and first concurrency key (so a
         full key parks only its own partition)."""
+        if not self.slots and self.throttle_key is None:
+            return _plain_spec(function_id)
         padded: list[tuple[str | None, int | None]] = [*self.slots, (None, None), (None, None)]
         (ckey1, limit1), (ckey2, limit2) = padded[:2]
         return QueueSpec(
@@ -104,6 +107,13 @@ class Placement:
             limit2=limit2,
             throttle_key=self.throttle_key,
         )
+
+
+@functools.lru_cache(maxsize=4096)
+def _plain_spec(function_id: str) -> QueueSpec:
+    """The spec of a run queued without keys or throttle: its function's
+    partition. Made once per function (the spec is frozen: shared by its runs)."""
+    return QueueSpec(partition_key=function_id)
 
 
 @dataclass(frozen=True, kw_only=True)

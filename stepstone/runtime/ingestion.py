@@ -116,6 +116,8 @@ class Awaited:
         """After a send's commit: what it found (``awaited``, ``unawaited``);
         whether it is to be sent again (an ``at_once`` event was awaited)."""
         name = sent.awaited()
+        if name is None and not self._names:
+            return False  # (the usual send: nothing to learn, no lock taken)
         with self._lock:
             self._names.difference_update(sent.unawaited)
             if name is not None:

@@ -382,8 +382,14 @@ def test_a_deadlock_victim_is_run_again(pg_url: str, pg_store: PostgresStore) ->
     # cluster's 100 ms deadlock_timeout, both were seen to lose a round.)
     assert len(attempts) >= 3, attempts
     # and each committed once: both rows carry each operation's mark exactly once
-    marks = [pg_store.read_sync(lambda tx, r=r: tx.get_run(r)).meta for r in ("x", "y")]
+    marks = [_meta(pg_store, run_id) for run_id in ("x", "y")]
     assert [sorted(m or "") for m in marks] == [["x", "y"], ["x", "y"]], (marks, attempts)
+
+
+def _meta(store: PostgresStore, run_id: str) -> str | None:
+    run = store.read_sync(lambda tx: tx.get_run(run_id))
+    assert run is not None
+    return run.meta
 
 
 @contextlib.contextmanager

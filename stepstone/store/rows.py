@@ -84,13 +84,13 @@ class WaitKind(StrEnum):
     SIGNAL = "signal"  #: a signal sent to the run (step.wait_for_signal; ``match_value``: its name)
 
 
-def _filled(cls: type[T], **fields: Any) -> T:
-    """An instance of frozen dataclass ``cls`` given every one of its fields,
-    built without its ``__init__``: a frozen dataclass sets each field through
-    ``object.__setattr__``, ~3 us a run's row and ~2 a step's, paid for every
-    row read back (a sequential run reads its run twice and each step once).
-    Only for classes without ``__post_init__`` or slots; ``test_rows`` checks
-    each user gives every field."""
+def filled(cls: type[T], **fields: Any) -> T:
+    """``cls(**fields)`` for a frozen dataclass given every one of its fields,
+    without its ``__init__``, which sets each through ``object.__setattr__``
+    (~1 µs a run's row or a step's more, paid for every row read back and
+    every record ``runs.wait`` makes). Only for classes without
+    ``__post_init__`` or slots; tests/unit/test_rows.py and
+    test_engine_cost.py check that each user gives every field."""
     made = object.__new__(cls)
     made.__dict__.update(fields)
     return made
@@ -248,7 +248,7 @@ class StepRow:
 
     @classmethod
     def from_row(cls, row: Row) -> StepRow:
-        return _filled(
+        return filled(
             cls,
             run_id=row["run_id"],
             step_id=row["step_id"],
@@ -314,7 +314,7 @@ class RunRow:
 
     @classmethod
     def from_row(cls, row: Row) -> RunRow:
-        return _filled(
+        return filled(
             cls,
             id=row["id"],
             function_id=row["function_id"],

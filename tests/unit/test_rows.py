@@ -21,7 +21,7 @@ def test_every_word_queries_sql_spells_is_an_enum_member() -> None:
 
 def test_rows_read_back_have_every_field_as_their_constructor_sets_it() -> None:
     """``from_row`` builds a run's and a step's row without the dataclass's
-    ``__init__`` (``rows._filled``): each must still give every field, so the
+    ``__init__`` (``rows.filled``): each must still give every field, so the
     row equals the one the constructor makes."""
     columns = {
         "id": "r",

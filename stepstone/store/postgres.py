@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import threading
 import time
 import weakref
@@ -205,8 +206,9 @@ class PgTx(SqlTx):
 
 
 def _scoped(op: Callable[[Any], T]) -> Callable[[PgTx], T]:
-    """``op`` run through ``PgTx.run`` (what it woke and took is its own)."""
-    return lambda tx: tx.run(op)
+    """``op`` run through ``PgTx.run`` (what it woke and took is its own; a
+    ``partial`` adds no Python call to each operation, a lambda would)."""
+    return functools.partial(PgTx.run, op=op)
 
 
 def _notify_if_woken(tx: PgTx) -> None:
@@ -336,8 +338,10 @@ class PostgresStore:
         if txs and txs[-1].counting and any(ok for ok, _ in outcomes) and txs[-1].changed():
             with self._lock:  # (the last attempt's)
                 self._commits += 1
-        if any(tx.wakes_here() for tx in txs):  # committed or not: wake rather than miss
-            self._listener.wake_local()
+        for tx in txs:  # committed or not: wake rather than miss
+            if tx.wakes_here():
+                self._listener.wake_local()
+                break
         return outcomes
 
     def submit(self, op: Callable[[Tx], T]) -> asyncio.Future[T]:

@@ -116,7 +116,7 @@ def test_a_sequential_run_costs_a_bounded_number_of_python_calls(app: ss.App) ->
     few dozen). Counted here before session 9: 1,401 on SQLite, 1,771 on
     PostgreSQL; after it 1,261 and 1,614; after pgpy's (a store not asked
     for ``commits`` reads no statement's status, rows read back without their
-    ``__init__``) ~1,281 and ~1,503-1,541, against 1,290 and 1,568 before it."""
+    ``__init__``) ~1,281 and ~1,488-1,537, against 1,290 and 1,568 before it."""
     profile = cProfile.Profile()
     _sequential(app, during=profile.enable, after=profile.disable)
     per_run = pstats.Stats(profile).total_calls / RUNS  # type: ignore[attr-defined]

@@ -39,6 +39,7 @@ from stepstone.store.rows import (
     StepKind,
     StepRow,
     StepStatus,
+    filled,
 )
 
 if TYPE_CHECKING:
@@ -105,21 +106,12 @@ class Run:
         return self.status in ENDED_STATUSES
 
 
-def _record(cls: type[T], **fields: Any) -> T:
-    """``cls(**fields)`` for a frozen dataclass given every one of its fields,
-    without its ``__init__``, which sets each through ``object.__setattr__``
-    (~1 µs a record more: ``runs.wait`` makes a run and a record per step)."""
-    record = object.__new__(cls)
-    record.__dict__.update(fields)
-    return record
-
-
 def _error(text: str | None) -> ErrorInfo | None:
     return None if text is None else ErrorInfo.from_json(serde.loads(text))
 
 
 def _step_record(row: StepRow) -> StepRecord:
-    return _record(
+    return filled(
         StepRecord,
         id=row.step_id,
         status=row.status,
@@ -133,7 +125,7 @@ def _step_record(row: StepRow) -> StepRecord:
 
 
 def to_run(row: RunRow, steps: list[StepRow]) -> Run:
-    return _record(
+    return filled(
         Run,
         id=row.id,
         function_id=row.function_id,

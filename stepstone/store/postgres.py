@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import threading
 import time
 import weakref
@@ -123,8 +124,11 @@ class PgTx(SqlTx):
     batch is over whether it changed data. Reading a result here would cost a
     round trip per statement (see ``pgpipeline``)."""
 
-    def __init__(self, conn: Any, dialect: Dialect, guesses: EndGuesses | None = None) -> None:
+    def __init__(
+        self, conn: Any, dialect: Dialect, guesses: EndGuesses | None = None, *, counting: bool = False
+    ) -> None:
         super().__init__(conn, dialect)
+        self.counting = counting  # keep results for ``changed`` (only while the store counts)
         self.end_guesses = guesses  # learnt from every end read
         self.guessed = [] if isinstance(conn, Wire) else None  # pipelined: an end may go unread
         self.wake = False  # NOTIFY at commit: an operation made work available it did not take
@@ -143,9 +147,10 @@ class PgTx(SqlTx):
         lists: Mapping[str, Sequence[Any]] | None = None,
     ) -> Any:
         result = super()._exec(name, params, lists)
-        self.results.append(result)
-        if name in CTE_WRITES:
-            self.cte_writes.append(self.results[-1])
+        if self.counting:
+            self.results.append(result)
+            if name in CTE_WRITES:
+                self.cte_writes.append(result)
         if name in WAKE_QUERIES:
             self._op_woke = True  # if no row changed after all, an idle worker leases in vain once
             self._op_local = self._op_local or name not in REMOTE_WAKE_QUERIES
@@ -201,8 +206,9 @@ class PgTx(SqlTx):
 
 
 def _scoped(op: Callable[[Any], T]) -> Callable[[PgTx], T]:
-    """``op`` run through ``PgTx.run`` (what it woke and took is its own)."""
-    return lambda tx: tx.run(op)
+    """``op`` run through ``PgTx.run`` (what it woke and took is its own; a
+    ``partial`` adds no Python call to each operation, a lambda would)."""
+    return functools.partial(PgTx.run, op=op)
 
 
 def _notify_if_woken(tx: PgTx) -> None:
@@ -236,7 +242,8 @@ class PostgresStore:
     def __init__(self, conninfo: str, *, writers: int = 2, readers: int = 4) -> None:
         self.conninfo = conninfo
         self.readers = readers
-        self.commits = 0  # write transactions that changed data (for tests and benchmarks)
+        self._commits = 0  # write transactions that changed data, once counting (``commits``)
+        self._counting = False
         self.reads_here = 0  # event loops' reads run on the loop's thread (for tests and benchmarks)
         self._lock = threading.Lock()
         self._closed = False
@@ -250,6 +257,15 @@ class PostgresStore:
         self._lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopLane]
         self._lanes = weakref.WeakKeyDictionary()  # an event loop's writes (``submit``)
         self._end_guesses = EndGuesses()  # which functions' ends go unread (``sqljournal``)
+
+    @property
+    def commits(self) -> int:
+        """Write transactions that changed data since the first time this was
+        read (for tests and benchmarks: read it before and after). Telling
+        whether a transaction changed data reads every statement's status
+        (~10 µs a transaction), so a store nobody asks does not."""
+        self._counting = True
+        return self._commits
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -299,7 +315,7 @@ class PostgresStore:
         txs: list[PgTx] = []
 
         def make_tx(c: Any) -> PgTx:
-            txs.append(PgTx(c, DIALECT, self._end_guesses))
+            txs.append(PgTx(c, DIALECT, self._end_guesses, counting=self._counting))
             return txs[-1]
 
         def wrong_guess(failure: BaseException) -> bool:
@@ -319,11 +335,13 @@ class PostgresStore:
             outcomes = [run_alone(conn, ops[0], make_tx, _notify_if_woken, translate, again=wrong_guess)]
         else:
             outcomes = run_together(conn, ops, make_tx, _notify_if_woken, translate, again=wrong_guess)
-        if txs and any(ok for ok, _ in outcomes) and txs[-1].changed():  # the last attempt's
-            with self._lock:
-                self.commits += 1
-        if any(tx.wakes_here() for tx in txs):  # committed or not: wake rather than miss
-            self._listener.wake_local()
+        if txs and txs[-1].counting and any(ok for ok, _ in outcomes) and txs[-1].changed():
+            with self._lock:  # (the last attempt's)
+                self._commits += 1
+        for tx in txs:  # committed or not: wake rather than miss
+            if tx.wakes_here():
+                self._listener.wake_local()
+                break
         return outcomes
 
     def submit(self, op: Callable[[Tx], T]) -> asyncio.Future[T]:

@@ -9,9 +9,10 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 Row = Mapping[str, Any]  # a database row by column name
+T = TypeVar("T")
 
 # The domain's words. Members are ``str``s: stored values, JSON and comparisons
 # with plain strings are unchanged. queries.sql spells some of them as SQL
@@ -81,6 +82,18 @@ class WaitKind(StrEnum):
     CANCEL = "cancel"  #: a cancel_on event that cancels the run
     INVOKE = "invoke"  #: the end of a child run (step.invoke)
     SIGNAL = "signal"  #: a signal sent to the run (step.wait_for_signal; ``match_value``: its name)
+
+
+def filled(cls: type[T], **fields: Any) -> T:
+    """``cls(**fields)`` for a frozen dataclass given every one of its fields,
+    without its ``__init__``, which sets each through ``object.__setattr__``
+    (~1 µs a run's row or a step's more, paid for every row read back and
+    every record ``runs.wait`` makes). Only for classes without
+    ``__post_init__`` or slots; tests/unit/test_rows.py and
+    test_engine_cost.py check that each user gives every field."""
+    made = object.__new__(cls)
+    made.__dict__.update(fields)
+    return made
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -235,7 +248,8 @@ class StepRow:
 
     @classmethod
     def from_row(cls, row: Row) -> StepRow:
-        return cls(
+        return filled(
+            cls,
             run_id=row["run_id"],
             step_id=row["step_id"],
             position=row["position"],
@@ -300,7 +314,8 @@ class RunRow:
 
     @classmethod
     def from_row(cls, row: Row) -> RunRow:
-        return cls(
+        return filled(
+            cls,
             id=row["id"],
             function_id=row["function_id"],
             status=RunStatus(row["status"]),

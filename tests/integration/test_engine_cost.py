@@ -121,11 +121,13 @@ def test_a_sequential_run_costs_a_bounded_number_of_python_calls(app: ss.App) ->
     count the host's load barely moves (an idle poll under a slow host adds a
     few dozen). Counted here before session 9: 1,401 on SQLite, 1,771 on
     PostgreSQL; after it 1,261 and 1,614; after the send's cuts (below) 1,220
-    and 1,540-1,545."""
+    and 1,540-1,545; after pgpy's (a store not asked for ``commits`` reads no
+    statement's status, rows read back without their ``__init__``) 1,225-1,248 and 1,454-1,461. The bounds leave room for a
+    loaded host (an idle poll, a slower loop: up to ~+50 seen)."""
     profile = cProfile.Profile()
     _sequential(app, during=profile.enable, after=profile.disable)
     per_run = pstats.Stats(profile).total_calls / RUNS  # type: ignore[attr-defined]
-    bound = 1_280 if app.database_url.startswith("sqlite") else 1_620
+    bound = 1_320 if app.database_url.startswith("sqlite") else 1_560
     assert per_run <= bound, per_run
 
 

@@ -361,3 +361,26 @@ def test_a_statement_planned_per_call_is_never_prepared_and_sees_its_table_grow(
 def test_a_leases_step_index_is_planned_per_call() -> None:
     text = DIALECT.sql("step_index", {"run_ids": 3})
     assert pgwire.statement(text, DIALECT.pyformat).per_call
+
+
+def test_a_store_reads_whether_a_commit_changed_data_only_once_asked(store: PostgresStore) -> None:
+    """Telling whether a transaction changed data reads every statement's
+    status after its commit: a store whose ``commits`` nobody has read keeps
+    no results for it; once read, it counts the commits that changed data."""
+    seen: list[PgTx] = []
+
+    def lower(key: str) -> Callable[[Any], None]:
+        def op(tx: Any) -> None:
+            seen.append(tx)
+            tx.lower_partition(key, "f", None, 1.0)  # writes a row every time
+
+        return op
+
+    store.transact_sync(lower("p1"))
+    assert not seen[-1].counting and seen[-1].results == []
+    before = store.commits
+    store.transact_sync(lower("p2"))
+    assert seen[-1].counting and seen[-1].results
+    assert store.commits - before == 1
+    store.transact_sync(lambda tx: tx.get_run("nobody"))  # changes nothing
+    assert store.commits - before == 1

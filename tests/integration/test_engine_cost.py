@@ -122,8 +122,9 @@ def test_a_sequential_run_costs_a_bounded_number_of_python_calls(app: ss.App) ->
     few dozen). Counted here before session 9: 1,401 on SQLite, 1,771 on
     PostgreSQL; after it 1,261 and 1,614; after the send's cuts (below) 1,220
     and 1,540-1,545; after pgpy's (a store not asked for ``commits`` reads no
-    statement's status, rows read back without their ``__init__``) 1,225-1,248 and 1,454-1,461. The bounds leave room for a
-    loaded host (an idle poll, a slower loop: up to ~+50 seen)."""
+    statement's status, rows read back without their ``__init__``)
+    1,225-1,248 and 1,454-1,461. The bounds leave room for a loaded host (an
+    idle poll, a slower loop: up to ~+50 seen)."""
     profile = cProfile.Profile()
     _sequential(app, during=profile.enable, after=profile.disable)
     per_run = pstats.Stats(profile).total_calls / RUNS  # type: ignore[attr-defined]
@@ -139,11 +140,12 @@ def test_a_send_starting_one_run_costs_a_bounded_number_of_python_calls(app: ss.
     (a plain run's queue spec and its JSON made once per function, no
     ``Hooks`` without middleware, no encoder for ``{}``, no
     ``dataclasses.replace`` of the run on SQLite, ``Awaited`` unlocked when
-    empty, one local worker not sorted); after it 373-377 and 422-433."""
+    empty, one local worker not sorted); after it 373-377 and 422-433; after
+    pgpy's 361-366 and 400 (376 and 402 with the host loaded)."""
     profile = cProfile.Profile()
     _sequential(app, sends=profile)
     per_send = pstats.Stats(profile).total_calls / RUNS  # type: ignore[attr-defined]
-    bound = 395 if app.database_url.startswith("sqlite") else 445
+    bound = 405 if app.database_url.startswith("sqlite") else 445
     assert per_send <= bound, per_send
 
 

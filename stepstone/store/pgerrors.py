@@ -8,7 +8,7 @@ import psycopg.errors
 from stepstone.errors import LeaseLostError, StoreError, StoreUnavailableError
 
 LEASE_LOST = "SS001"  # raised by stepstone_fence (migration 0006)
-END_NOT_ALONE = "SS002"  # raised by stepstone_end_alone (migration 0026): a wrong guess
+END_NOT_ALONE = "SS002"  # raised by stepstone_end_alone (migration 0025): a wrong guess
 
 
 def translate(exc: BaseException) -> BaseException:

@@ -366,7 +366,7 @@ WITH done AS (
 
 -- name: end_alone
 -- (PostgreSQL: end_held_run for an end guessed to resolve nothing more than
--- itself, sent without reading its row (migration 0026). The fenced delete of
+-- itself, sent without reading its row (migration 0025). The fenced delete of
 -- the queue item comes first (done reads it), then the run's row and its
 -- waits as in end_held_run. Aborts the transaction with SQLSTATE SS001 when
 -- the fence does not hold, and with SS002 when the guess was wrong: the run

@@ -1,4 +1,4 @@
-"""A held run's end sent unread on PostgreSQL (``end_alone``, migration 0026):
+"""A held run's end sent unread on PostgreSQL (``end_alone``, migration 0025):
 most ends resolve nothing more than themselves (no parent's ``step.invoke``
 waiting, no wait for ``function.finished``, no concurrency slot to hand on),
 so where a function's last end read in this process was such an end, the

@@ -180,6 +180,49 @@ def test_an_ambiguous_commit_ending_a_run_is_recognised_as_done(
         app.close()
 
 
+def test_an_ambiguous_commit_of_an_end_sent_unread_is_recognised_as_done(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On PostgreSQL a plain run's end goes out unread with its ``COMMIT``
+    (``end_alone``). Its retry after an ambiguous ``COMMIT`` finds the queue
+    item gone (the server raises a lost lease, not a wrong guess) and asks the
+    run whose end it was: its own, so the run ended once and its step ran once."""
+    app = virtual_app(db_url)
+    ran: list[str] = []
+
+    @app.function(id="plain", trigger=ss.on_event("go"), retries=0)
+    async def plain(ctx: ss.Context) -> int:
+        def once() -> int:
+            ran.append(ctx.run_id)
+            return 1
+
+        return await ctx.step.run("only", once)
+
+    guesses = getattr(app.store, "_end_guesses", None)
+
+    async def main() -> str:
+        driver = Driver(app)
+        assert guesses is None or guesses.alone("plain")  # PostgreSQL: this end is sent unread
+        with faults.inject(FINISH_SITE, "after") as plan:
+            [event_id] = await driver.send([ss.Event("go", {}, id="go-1")])
+            [run] = await app.runs.list_async(event_id=event_id)
+            await driver.settle(lambda: ended(app, run.id))
+        assert plan.fired, plan.sites
+        return run.id
+
+    caplog.set_level(logging.WARNING, "stepstone")
+    try:
+        run_id = asyncio.run(main())
+        done = app.runs.get(run_id)
+        assert (done.status, done.output) == ("completed", 1)
+        assert ran == [run_id]
+        assert count(db_url, f"SELECT COUNT(*) FROM steps WHERE run_id = '{run_id}'") == 1
+        assert count(db_url, "SELECT COUNT(*) FROM queue") == 0  # nothing left to lease
+        assert not [r for r in caplog.records if "lease lost" in r.getMessage()]
+    finally:
+        app.close()
+
+
 def test_an_ambiguous_commit_parking_a_run_is_recognised_as_done(
     db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -196,7 +196,8 @@ def test_an_ambiguous_commit_of_an_end_sent_unread_is_recognised_as_done(
             ran.append(ctx.run_id)
             return 1
 
-        return await ctx.step.run("only", once)
+        result: int = await ctx.step.run("only", once)
+        return result
 
     guesses = getattr(app.store, "_end_guesses", None)
 

@@ -270,8 +270,7 @@ class Worker:
     # -- leasing: only when there may be work (a wake-up, a due time, a run's end:
     # ``_lease_after``); never on a fixed timer but the ``max_idle_sleep`` net.
     async def _lease_once(self) -> None:
-        """One turn of the lease loop: duties if due, else a lease pass if
-        warranted, else wait until one is."""
+        """A turn of the lease loop: duties if due, else a warranted lease pass, else wait for one."""
         if self._duty_due is not None and self._duty_due <= self.clock.now():
             await self._duties()  # then lease: duties never starve leasing
             if self._stopping:
@@ -428,6 +427,7 @@ class Worker:
         assert self._wake is not None
         if self.on_idle is not None and not self.inflight:
             self.on_idle()
+        polled = time.monotonic()  # the token is polled at least every max_idle_sleep
         while not self._stopping:
             now = self.clock.now()
             free = self.slots.free()  # none while abandoned step threads are at their bound
@@ -445,17 +445,17 @@ class Worker:
                 break
             self._wake.clear()
             ended = self._ended
-            if await wait_event(self._wake, min(deadline - now, self.idle_poll)) or self._ended != ended:
+            woken = await wait_event(self._wake, min(deadline - now, self.idle_poll)) or self._ended != ended
+            if woken and time.monotonic() - polled < self.max_idle_sleep:
                 continue  # (a local run's end moved the token: poll once runs stop ending)
-            current = self.store.change_token()
+            polled, current = time.monotonic(), self.store.change_token()
             if current != token:
                 token = current
                 self._want_lease = True
         return token
 
     async def drain(self) -> None:
-        """Run every duty and invocation due now, in the foreground, until nothing
-        more is due (``stepstone.testing`` drives workers this way)."""
+        """Run every duty and invocation due now, in the foreground (``stepstone.testing``)."""
         env = self._env()
         while True:
             await self._duties()

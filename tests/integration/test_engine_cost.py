@@ -166,7 +166,7 @@ def test_runs_ending_one_after_another_cost_no_idle_poll_nor_lease_pass(app: ss.
         idle = asyncio.Event()
         worker.on_idle = idle.set
         await asyncio.wait_for(idle.wait(), 10)  # the start-up pass is over
-        worker.idle_poll = poll
+        worker.idle_poll, worker.max_idle_sleep = poll, 60.0  # (the net: the test below)
         passes: list[float] = []
         lease = worker._lease
 
@@ -187,6 +187,51 @@ def test_runs_ending_one_after_another_cost_no_idle_poll_nor_lease_pass(app: ss.
 
     passes, slow_gaps = asyncio.run(scenario())
     assert passes <= slow_gaps, (passes, slow_gaps)  # before the fix: one pass per poll, 3 or 4
+
+
+def test_work_another_process_queued_starts_while_local_runs_keep_ending(
+    make_app: Callable[..., ss.App],
+) -> None:
+    """While local runs keep ending the idle loop skips its change-token poll
+    (their own writes moved the token), but never past ``max_idle_sleep``: a
+    run another process queued on the same database (SQLite has no
+    ``NOTIFY``) starts while the local stream goes on. Before the net, it
+    waited for the stream to stop."""
+    here, there = make_app(), make_app()  # ``there`` starts no worker: its send only queues
+    for each in (here, there):
+
+        @each.function(id="local", trigger=ss.on_event("local"))
+        async def local(ctx: ss.Context) -> int:
+            return int(await ctx.step.run("a", _one))
+
+        @each.function(id="queued", trigger=ss.on_event("queued"))
+        async def queued(ctx: ss.Context) -> int:
+            return int(await ctx.step.run("a", _one))
+
+    async def one_local_run() -> None:
+        [eid] = await here.send_async(ss.Event("local"))
+        [run] = await here.runs.list_async(event_id=eid)
+        assert (await here.runs.wait_async(run.id, timeout="10s")).status == "completed"
+
+    async def scenario() -> float | None:
+        worker = await here.start_async(concurrency=10)
+        worker.max_idle_sleep = 0.5
+        for _ in range(3):
+            await one_local_run()
+        [eid] = await there.send_async(ss.Event("queued"))
+        [other] = await there.runs.list_async(event_id=eid)
+        sent = time.monotonic()
+        try:
+            while time.monotonic() - sent < 6:
+                await one_local_run()
+                if (await there.runs.get_async(other.id)).ended:
+                    return time.monotonic() - sent
+            return None
+        finally:
+            await here.stop_async()
+
+    waited = asyncio.run(scenario())
+    assert waited is not None and waited < 4, waited  # the net is 0.5 s; main waited out the stream
 
 
 # -- runs.wait: what it makes per call ------------------------------------------------------------

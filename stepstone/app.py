@@ -483,8 +483,7 @@ class App:
         return run_id in self._watchers
 
     def _held_here(self, run_id: str) -> bool:
-        """Whether a local worker's invocation of the run is under way (it then
-        calls ``_run_changed`` when it is over)."""
+        """Whether a local worker's invocation of the run is under way (then ``_run_changed`` follows)."""
         return any(run_id in worker.inflight for worker in list(self._local_workers))
 
     # -- workers -----------------------------------------------------------------------------------

@@ -138,10 +138,17 @@ class Unsynced(Generic[T]):
 
     @property
     def site(self) -> str:
-        """The operation's own name (``store/faults.py``, which imports this module)."""
-        from stepstone.store import faults
+        """The operation's own name (fault plans match it)."""
+        return site(self.op)
 
-        return faults.site(self.op)
+
+def site(op: Callable[[Any], Any]) -> str:
+    """The stable name of a write operation (``store/faults.py`` matches plans on it)."""
+    named = getattr(op, "site", None)
+    if isinstance(named, str):
+        return named
+    name = getattr(op, "__qualname__", type(op).__qualname__)
+    return str(name).replace(".<locals>", "")
 
 
 def unsynced(ops: Sequence[Callable[[Any], Any]]) -> bool:

@@ -38,20 +38,12 @@ from typing import Any, Literal
 
 from stepstone.errors import StoreUnavailableError
 from stepstone.store.batching import OpResult
+from stepstone.store.batching import site as site  # a write operation's name, which plans match
 
 When = Literal["before", "inside", "after"]
 Op = Callable[[Any], Any]
 
 active: Plan | None = None  # read by the stores on every write transaction
-
-
-def site(op: Op) -> str:
-    """The stable name of a write operation."""
-    named = getattr(op, "site", None)
-    if isinstance(named, str):
-        return named
-    name = getattr(op, "__qualname__", type(op).__qualname__)
-    return str(name).replace(".<locals>", "")
 
 
 @dataclass(frozen=True)

@@ -76,15 +76,17 @@ class Timings:
 
 def server_times(conn: psycopg.Connection[Any], runs: int) -> str:
     rows = conn.execute(
-        "SELECT calls, total_exec_time, query FROM pg_stat_statements"
+        "SELECT calls, total_exec_time, plans, total_plan_time, query FROM pg_stat_statements"
         " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
         " AND calls >= %s ORDER BY total_exec_time DESC",
         (runs,),
     ).fetchall()
-    lines = [f"  server execution per run: {sum(ms for _, ms, _ in rows) / runs * 1e3:.0f} us"]
-    for calls, ms, query in rows[:12]:
+    executed, planned = (sum(row[i] for row in rows) / runs * 1e3 for i in (1, 3))
+    lines = [f"  server execution per run: {executed:.0f} us, planning {planned:.0f} us (plans per call, plan us)"]
+    for calls, ms, plans, plan_ms, query in rows[:12]:
         lines.append(
-            f"  {calls / runs:4.2f}/run {ms / calls * 1e3:6.1f} us  {' '.join(str(query).split())[:90]}"
+            f"  {calls / runs:4.2f}/run {ms / calls * 1e3:6.1f} us {plans / calls:4.2f} {plan_ms / max(plans, 1) * 1e3:6.1f} us"
+            f"  {' '.join(str(query).split())[:70]}"
         )
     return "\n".join(lines)
 

@@ -66,7 +66,11 @@ def server(url: str | None, statements: bool = False) -> Iterator[Any]:
         return
     from tests.pgcluster import PgCluster
 
-    settings = {"shared_preload_libraries": "pg_stat_statements"} if statements else {}
+    settings = (
+        {"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.track_planning": "on"}
+        if statements
+        else {}
+    )
     cluster = PgCluster.start_new(settings=settings)  # PostgreSQL's durable defaults
     try:
         yield lambda name: cluster.create_database(name)

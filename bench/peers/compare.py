@@ -159,12 +159,17 @@ def compare(store: str, databases: Databases, args: argparse.Namespace) -> list[
     peer_options = ["--polling", str(args.dbos_polling)]
     if args.dbos_concurrency:
         peer_options += ["--concurrency", str(args.dbos_concurrency)]
+    rows = [
+        f"| {store} | three-step run p50 | {s50 * 1e3:.2f} ms | {d50 * 1e3:.2f} ms | {s50 / d50:.2f} (DBOS/Stepstone {d50 / s50:.1f}x) |",
+        f"| {store} | three-step run p90 | {s90 * 1e3:.2f} ms | {d90 * 1e3:.2f} ms | {s90 / d90:.2f} (DBOS/Stepstone {d90 / s90:.1f}x) |",
+    ]
+    if args.queued <= 0:
+        return rows
     s_sec = stepstone_queued(databases("queued_stepstone"), args.queued, args.concurrency)
     d_sec = dbos_queued(databases("queued_dbos"), args.queued, peer_options)
     s_rate, d_rate = 3 * args.queued / s_sec, 3 * args.queued / d_sec
     return [
-        f"| {store} | three-step run p50 | {s50 * 1e3:.2f} ms | {d50 * 1e3:.2f} ms | {s50 / d50:.2f} (DBOS/Stepstone {d50 / s50:.1f}x) |",
-        f"| {store} | three-step run p90 | {s90 * 1e3:.2f} ms | {d90 * 1e3:.2f} ms | {s90 / d90:.2f} (DBOS/Stepstone {d90 / s90:.1f}x) |",
+        *rows,
         f"| {store} | {args.queued:,} queued runs, one process | {s_rate:,.0f} steps/s | {d_rate:,.0f} steps/s | {s_rate / d_rate:.1f}x |",
     ]
 
@@ -176,7 +181,7 @@ def main() -> int:
     parser.add_argument("--store", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument("--runs", type=int, default=300, help="sequential three-step runs per engine")
     parser.add_argument("--rounds", type=int, default=3, help="alternations of the latency workload")
-    parser.add_argument("--queued", type=int, default=5000)
+    parser.add_argument("--queued", type=int, default=5000, help="queued runs (0: latency only)")
     parser.add_argument("--concurrency", type=int, default=10, help="Stepstone worker concurrency")
     parser.add_argument("--dbos-polling", type=float, default=0.05, help="DBOS queue polling interval (s)")
     parser.add_argument(

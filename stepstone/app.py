@@ -6,10 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import inspect
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Literal, TypeVar
@@ -21,6 +19,7 @@ from stepstone.catalog import Catalog
 from stepstone.checking import CheckReport, check_app
 from stepstone.clock import SYSTEM_CLOCK, Clock, DatabaseClock, SystemClock
 from stepstone.clocksync import sync_at_start
+from stepstone.direct import SentHere, Taking, reserve
 from stepstone.durations import Duration, parse_duration
 from stepstone.errors import ConfigError
 from stepstone.events import Event
@@ -42,18 +41,16 @@ from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
 from stepstone.runs import Runs, read_call, write_call
 from stepstone.runtime import Awaited, PreparedEvent, Sent, Survey, Surveyed, ingest, prepare, survey
-from stepstone.scheduler.leasing import take_direct
 from stepstone.sizes import Size
 from stepstone.store import make_store
 from stepstone.store.base import FunctionsTx, Store, Tx, WorkersTx
-from stepstone.store.rows import LeasedRun, RunFilter, RunRead, RunRow
+from stepstone.store.rows import RunRead
 from stepstone.store.viewrows import WorkerRow
 from stepstone.triggers import Trigger
 from stepstone.worker import Worker
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_DATABASE_URL = "sqlite:///.stepstone/stepstone.db"
-_Taking = tuple[list[str] | None, Callable[[], list[LeasedRun]]]  # a direct start's (``_Direct.take``)
 
 
 def _jsonable(value: Any) -> Any:
@@ -85,74 +82,6 @@ class Workers:
             return tx.list_workers(since)
 
         return self._app._store_ready().read_sync(op)
-
-
-@dataclasses.dataclass
-class _Direct:
-    """A send's direct start: free slots reserved on a running local worker
-    before the write; in it, the runs queued for the app's functions that
-    allow it are taken for that worker as its lease pass would take them
-    (``leasing.take_direct``); after the commit they are handed over in
-    memory. No lease pass and no wake-up is needed for them."""
-
-    worker: Worker
-    slots: int
-    sent: float = dataclasses.field(default_factory=time.monotonic)  # before the write
-
-    def take(self, tx: Tx, sent: Sent, now: float) -> _Taking:
-        """The runs asked for if they are all the send made available (else
-        ``None``), and the runs taken, given when called (``take_direct``)."""
-        worker = self.worker
-        runs = [run for run in sent.queued if _starts_directly(worker.registry.get(run.function_id))]
-        until = now + worker.lease_ttl
-        asked, taken = take_direct(tx, worker.lease_owner, runs, self.slots, now, until, worker.app_version)
-        every = bool(asked) and len(asked) == len(sent.queued) and not sent.resolved
-        if every:  # (a run whose take finds a due item before it still wakes the workers)
-            tx.taken_here(asked)
-        return (asked if every else None), taken
-
-
-@dataclasses.dataclass(frozen=True)
-class _SentHere:
-    """The runs of a send's one new event when the send started every one of
-    them on a local worker: as the send's transaction left them (the rows its
-    take returned), newest first as a list by event orders them. Until their
-    invocations begin nothing else writes them (their lease is this worker's;
-    an operator's cancel only flags a held run), so ``runs.list(event_id=)``
-    right after the send is answered with them, reading nothing."""
-
-    event_id: str
-    runs: list[RunRow]
-    worker: Worker
-
-    @classmethod
-    def of(cls, direct: _Direct | None, sent: Sent, leased: list[LeasedRun], quiet: bool) -> _SentHere | None:
-        if direct is None or not quiet or len(sent.recorded) != 1 or sent.admitted != len(leased):
-            return None  # (quiet: every run queued was taken, no wait resolved)
-        runs = [item.run for item in leased]
-        if len(runs) > 1:
-            runs.sort(key=lambda run: run.id, reverse=True)
-        return cls(sent.recorded[0], runs, direct.worker)
-
-    def listed(self, where: RunFilter) -> list[RunRow] | None:
-        """What a read of ``where`` returns now, if this knows it."""
-        if where != RunFilter(event_id=self.event_id, limit=where.limit):
-            return None
-        if not all(_unstarted(self.worker, run.id) for run in self.runs):
-            return None
-        return self.runs[: where.limit]
-
-
-def _unstarted(worker: Worker, run_id: str) -> bool:
-    """Whether the run is in flight on ``worker`` and its invocation has not
-    begun: nothing of it was written since it was taken (from any thread)."""
-    task = worker.inflight.get(run_id)
-    coro = None if task is None else task.get_coro()
-    return inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED
-
-
-def _starts_directly(fn: FunctionDef | None) -> bool:
-    return fn is not None and fn.flow.starts_directly
 
 
 DEFAULT_RETENTION = "30d"
@@ -209,7 +138,7 @@ class App:
         self._awaited = Awaited()  # event names a wait was on (sent the usual way)
         self._local_workers: list[Worker] = []
         self._watchers: dict[str, set[Callable[[RunRead | None], Any]]] = {}
-        self._sent_here: _SentHere | None = None  # the last send's runs, if it started them all here
+        self._sent_here: SentHere | None = None  # the last send's runs, if it started them all here
         self._portal_: Portal | None = None
 
     # -- functions -------------------------------------------------------------------------
@@ -362,16 +291,18 @@ class App:
         if any(self._surveyed.wanted(event.name) for event in prepared):  # many unindexed waits
             surveys = yield read_call(store, lambda tx: self._survey(tx, prepared, now))
 
-        direct = self._direct(len(prepared))
+        with self._lock:
+            workers = list(self._local_workers)
+        direct = reserve(workers, len(prepared))
         at_once = len(prepared) == 1 and not surveys and prepared[0].name not in self._awaited
 
-        def op(tx: Tx) -> tuple[list[str], _Taking, Sent]:
+        def op(tx: Tx) -> tuple[list[str], Taking, Sent]:
             sent = Sent()
             ids = ingest(tx, prepared, registry, now, surveys, self._surveyed.learn, sent, at_once=at_once)
             return ids, (None, list) if direct is None else direct.take(tx, sent, now), sent
 
         try:
-            done: tuple[list[str], _Taking, Sent] = yield write_call(store, op)
+            done: tuple[list[str], Taking, Sent] = yield write_call(store, op)
             if self._awaited.learn(done[2]):  # nothing written (a wait is on its event): again
                 at_once = False
                 done = yield write_call(store, op)
@@ -380,11 +311,11 @@ class App:
             quiet = expected is not None and len(leased) == len(expected)
         except BaseException:
             if direct is not None:
-                direct.worker.give_back(direct.slots, now + direct.worker.lease_ttl)
+                direct.give_back(now)
             raise
         if direct is not None:
-            direct.worker.hand_over(leased, direct.slots, direct.sent, now)
-        self._sent_here = _SentHere.of(direct, sent, leased, quiet)
+            direct.hand_over(leased, now)
+        self._sent_here = SentHere.of(direct, sent, leased, quiet)
         if not quiet:
             self._notify_workers()
         if hooks is not None and hooks.has("after_send_events"):
@@ -401,19 +332,6 @@ class App:
                 if done is not None:
                     found[event.id] = done
         return found
-
-    def _direct(self, events: int) -> _Direct | None:
-        """Slots for a direct start of the send's runs, on the local worker with
-        the most free (``None``: no running local worker has one free)."""
-        with self._lock:
-            workers = list(self._local_workers)
-        if len(workers) > 1:  # (one worker, the usual: nothing to compare)
-            workers.sort(key=lambda w: -w.slots.offered())
-        for worker in workers:
-            slots = worker.reserve(events)
-            if slots:
-                return _Direct(worker, slots)
-        return None
 
     send = sync_face(_send)
     send_async = async_face(_send)

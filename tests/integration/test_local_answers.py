@@ -26,7 +26,7 @@ import pytest
 
 import stepstone as ss
 from stepstone import runs
-from stepstone.app import _unstarted
+from stepstone.direct import unstarted
 from stepstone.errors import NonRetriableError
 from stepstone.runs import _list_op
 from stepstone.store.rows import RunFilter
@@ -207,7 +207,7 @@ def test_a_list_by_event_once_the_run_began_reads_it(app: ss.App, lists_read: li
     _blocked(app, gate)
     app.start(concurrency=2)
     [event_id] = app.send(ss.Event("go"))
-    wait_for(lambda: not _unstarted(app._local_workers[0], run_of(app, event_id).id), 10, "its start")
+    wait_for(lambda: not unstarted(app._local_workers[0], run_of(app, event_id).id), 10, "its start")
     lists_read.clear()
     [run] = app.runs.list(event_id=event_id)
     assert lists_read == ["_list_op.<locals>.op"] and run.status == "running"

@@ -1,0 +1,114 @@
+"""A send's direct start: the runs a send queues taken in its own write
+transaction for a running local worker, handed over in memory after the
+commit, with no lease pass and no wake-up; and what the send then knows
+without reading (``runs.list(event_id=)`` right after it).
+
+``App._send`` reserves the slots (``reserve``) before its write, takes in the
+write (``DirectStart.take``), and hands the taken runs over or gives the slots
+back after it. The take itself is ``scheduler.leasing.take_direct``: the same
+order and rules as a lease pass."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import time
+from collections.abc import Callable, Sequence
+
+from stepstone.function import FunctionDef
+from stepstone.runtime import Sent
+from stepstone.scheduler.leasing import take_direct
+from stepstone.store.base import Tx
+from stepstone.store.rows import LeasedRun, RunFilter, RunRow
+from stepstone.worker import Worker
+
+Taking = tuple[list[str] | None, Callable[[], list[LeasedRun]]]
+"""A direct start's take: the runs asked for if they are all the send made
+available (else ``None``), and the runs taken, given when called."""
+
+
+def reserve(workers: Sequence[Worker], events: int) -> DirectStart | None:
+    """Slots for a direct start of a send's runs, on the local worker with the
+    most free (``None``: no running local worker has one free)."""
+    if len(workers) > 1:  # (one worker, the usual: nothing to compare)
+        workers = sorted(workers, key=lambda w: -w.slots.offered())
+    for worker in workers:
+        slots = worker.reserve(events)
+        if slots:
+            return DirectStart(worker, slots)
+    return None
+
+
+@dataclasses.dataclass
+class DirectStart:
+    """Free slots reserved on a running local worker before a send's write; in
+    it, the runs queued for the app's functions that allow it are taken for that
+    worker as its lease pass would take them (``leasing.take_direct``); after
+    the commit they are handed over in memory (or the slots given back)."""
+
+    worker: Worker
+    slots: int
+    sent: float = dataclasses.field(default_factory=time.monotonic)  # before the write
+
+    def take(self, tx: Tx, sent: Sent, now: float) -> Taking:
+        worker = self.worker
+        runs = [run for run in sent.queued if _starts_directly(worker.registry.get(run.function_id))]
+        until = now + worker.lease_ttl
+        asked, taken = take_direct(tx, worker.lease_owner, runs, self.slots, now, until, worker.app_version)
+        every = bool(asked) and len(asked) == len(sent.queued) and not sent.resolved
+        if every:  # (a run whose take finds a due item before it still wakes the workers)
+            tx.taken_here(asked)
+        return (asked if every else None), taken
+
+    def hand_over(self, leased: list[LeasedRun], now: float) -> None:
+        """After the commit: the taken runs to the worker, the rest of the slots freed."""
+        self.worker.hand_over(leased, self.slots, self.sent, now)
+
+    def give_back(self, now: float) -> None:
+        """After a failed write: the reserved slots freed."""
+        self.worker.give_back(self.slots, now + self.worker.lease_ttl)
+
+
+@dataclasses.dataclass(frozen=True)
+class SentHere:
+    """The runs of a send's one new event when the send started every one of
+    them on a local worker: as the send's transaction left them (the rows its
+    take returned), newest first as a list by event orders them. Until their
+    invocations begin nothing else writes them (their lease is this worker's;
+    an operator's cancel only flags a held run), so ``runs.list(event_id=)``
+    right after the send is answered with them, reading nothing."""
+
+    event_id: str
+    runs: list[RunRow]
+    worker: Worker
+
+    @classmethod
+    def of(
+        cls, direct: DirectStart | None, sent: Sent, leased: list[LeasedRun], quiet: bool
+    ) -> SentHere | None:
+        if direct is None or not quiet or len(sent.recorded) != 1 or sent.admitted != len(leased):
+            return None  # (quiet: every run queued was taken, no wait resolved)
+        runs = [item.run for item in leased]
+        if len(runs) > 1:
+            runs.sort(key=lambda run: run.id, reverse=True)
+        return cls(sent.recorded[0], runs, direct.worker)
+
+    def listed(self, where: RunFilter) -> list[RunRow] | None:
+        """What a read of ``where`` returns now, if this knows it."""
+        if where != RunFilter(event_id=self.event_id, limit=where.limit):
+            return None
+        if not all(unstarted(self.worker, run.id) for run in self.runs):
+            return None
+        return self.runs[: where.limit]
+
+
+def unstarted(worker: Worker, run_id: str) -> bool:
+    """Whether the run is in flight on ``worker`` and its invocation has not
+    begun: nothing of it was written since it was taken (from any thread)."""
+    task = worker.inflight.get(run_id)
+    coro = None if task is None else task.get_coro()
+    return inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED
+
+
+def _starts_directly(fn: FunctionDef | None) -> bool:
+    return fn is not None and fn.flow.starts_directly

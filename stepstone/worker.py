@@ -37,12 +37,12 @@ from stepstone import metrics
 from stepstone.attempts import DEFAULT_MAX_ABANDONED, AbandonedThreads
 from stepstone.bridge import wait_event
 from stepstone.clock import Clock
-from stepstone.clocksync import resync
 from stepstone.errors import StoreError
 from stepstone.executor import ExecEnv, Outcome, execute
 from stepstone.function import FunctionDef
 from stepstone.loops import forever
 from stepstone.middleware import Middleware
+from stepstone.presence import Presence
 from stepstone.registry import Registry
 from stepstone.scheduler.leasing import RECHECK, lease, pass_times
 from stepstone.scheduler.maintenance import (
@@ -54,7 +54,7 @@ from stepstone.scheduler.maintenance import (
 )
 from stepstone.scheduler.retention import pace_for, prune_plan
 from stepstone.slots import Slots
-from stepstone.store.base import Store, Tx, WorkersTx
+from stepstone.store.base import Store, Tx
 from stepstone.store.batching import Unsynced
 from stepstone.store.rows import ENDED_STATUSES, LeasedRun, RunRead
 from stepstone.store.viewrows import WorkerRow
@@ -119,14 +119,12 @@ class Worker:
         # Threads of timed-out sync steps still running: at the bound, lease nothing.
         self.abandoned = AbandonedThreads(max_abandoned_threads, on_change=self.notify)
         self.inflight: dict[str, asyncio.Task[Any]] = {}
-        # run id -> time.monotonic() until which its lease is known to be live:
-        # taken or extended at least then, measured from before the write.
-        self._held: dict[str, float] = {}
+        self.started_at = clock.now()
+        self.presence = Presence(store, clock, self._row, self.lease_owner, lease_ttl)  # the leases held
         # Free slots, claimed by lease passes and by direct starts (a send in
         # this process taking runs for this worker: ``reserve``/``hand_over``).
         self.slots = Slots(concurrency, lambda: concurrency if self.abandoned.full else len(self.inflight))
         self._unclaimed: asyncio.Event | None = None
-        self.started_at = clock.now()
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
@@ -137,9 +135,7 @@ class Worker:
         self._duty_due: float | None = clock.now()  # run duties (cron, timeouts) at start
         self._tasks: list[asyncio.Task[Any]] = []
         self._token: Any = None  # the store's change token as the lease loop last saw it
-        self._suspects: set[str] = set()  # runs whose lease the last heartbeat did not extend
         self._unsubscribe: Callable[[], None] | None = None
-        self._store_ok_at: float | None = None  # time.monotonic() of the last registration or heartbeat
         self.invocations = 0
         self._ended = 0  # invocations over (``_idle`` polls the store's token only when none ended)
 
@@ -158,7 +154,7 @@ class Worker:
         self._unclaimed = asyncio.Event()
         self._unsubscribe = self.store.subscribe(self.notify)
         metrics.load()  # prometheus_client's import belongs to the start, not to the first run
-        await self._register()
+        await self.presence.register()
         self._token = self.store.change_token()
         self._tasks = [
             asyncio.create_task(
@@ -180,7 +176,7 @@ class Worker:
         """Readiness for a probe (thread-safe): registered, not draining, every
         background loop alive, and its last heartbeat reached the database
         within one lease TTL."""
-        ok_at = self._store_ok_at
+        ok_at = self.presence.ok_at
         since = None if ok_at is None else round(time.monotonic() - ok_at, 3)
         dead = self.dead_loops()
         full = self.abandoned.full
@@ -334,7 +330,7 @@ class Worker:
     def _adopt(self, leased: Sequence[LeasedRun], reserved: int, sent: float, now: float) -> None:
         try:
             for item in leased:
-                self._held[item.run.id] = sent + self.lease_ttl
+                self.presence.hold(item.run.id, sent)
                 metrics.run_started(item.run.function_id, now - item.run.created_at)
                 self._spawn(item)
         finally:
@@ -368,7 +364,7 @@ class Worker:
         leased, times, cron = await self.store.transact(Unsynced(op))
         due, deadline = times()  # (read with the commit: ``pass_times``)
         for item in leased:
-            self._held[item.run.id] = sent + self.lease_ttl
+            self.presence.hold(item.run.id, sent)
             if item.run.started_at == now:  # its first start: the lease set started_at
                 metrics.run_started(item.run.function_id, now - item.run.created_at)
         return leased, due, _earliest(cron, deadline)  # (the next duty: as ``next_duty``)
@@ -464,7 +460,7 @@ class Worker:
                 return
             await asyncio.gather(*(self.execute(item, env) for item in leased))
             for item in leased:
-                self._held.pop(item.run.id, None)
+                self.presence.drop(item.run.id)
 
     def _env(self) -> ExecEnv:
         return ExecEnv(
@@ -476,15 +472,10 @@ class Worker:
             self.threads,
             self.matcher,
             self.middleware,
-            self._lease_held,
+            self.presence.live,
             self.abandoned,
             self.watched,
         )
-
-    def _lease_held(self, run_id: str) -> bool:
-        """Whether this worker's lease on the run is still known to be live: a
-        step must not start on a lapsed one (another worker may own the run)."""
-        return time.monotonic() < self._held.get(run_id, float("inf"))
 
     def _spawn(self, item: LeasedRun) -> None:
         task = asyncio.create_task(self._invoke(item, self._env()), name=f"stepstone-run-{item.run.id}")
@@ -507,7 +498,7 @@ class Worker:
             # (After a lost lease, the slot may belong to a newer invocation of the run.)
             if self.inflight.get(item.run.id) is asyncio.current_task():
                 del self.inflight[item.run.id]
-                self._held.pop(item.run.id, None)
+                self.presence.drop(item.run.id)
             if self.on_run_end is not None:
                 self.on_run_end(item.run.id, None if outcome is None else outcome.ended)
             if self._lease_after(item.run.function_id):
@@ -526,72 +517,22 @@ class Worker:
             return True
         return fn is None or not fn.flow.starts_directly
 
-    # -- heartbeats ----------------------------------------------------------------------
-    async def _register(self) -> None:
-        await resync(self.store, self.clock)
-        now = self.clock.now()
-        row = WorkerRow(
+    # -- presence: the registry row and the held leases (presence.py) ----------------------
+    def _row(self, heartbeat_at: float) -> WorkerRow:
+        return WorkerRow(
             id=self.id,
             app=self.app_name,
             app_version=self.app_version,
             concurrency=self.concurrency,
             started_at=self.started_at,
-            heartbeat_at=now,
+            heartbeat_at=heartbeat_at,
             functions=self._function_ids,
         )
-
-        def op(tx: WorkersTx) -> bool:
-            twin = any(w.id == self.id for w in tx.list_workers(now - self.lease_ttl))
-            tx.upsert_worker(row)
-            return twin
-
-        twin = await self.store.transact(op)
-        self._store_ok_at = time.monotonic()
-        if twin:
-            log.warning(
-                "worker %s: another live worker has this instance id; both will work, "
-                "but app.workers.list() shows them as one: give each its own --instance-id",
-                self.id,
-            )
 
     async def _heartbeat_once(self) -> None:
-        """Every third of the lease TTL: measure the database's clock again,
-        extend the leases held and refresh this worker's row."""
+        """Every third of the lease TTL: the leases held extended, the row refreshed."""
         await asyncio.sleep(self.lease_ttl / 3)
-        await resync(self.store, self.clock)
-        held = list(self.inflight)
-        owner = self.lease_owner
-        row = WorkerRow(
-            id=self.id,
-            app=self.app_name,
-            app_version=self.app_version,
-            concurrency=self.concurrency,
-            started_at=self.started_at,
-            heartbeat_at=self.clock.now(),
-            functions=self._function_ids,
-        )
-
-        def op(tx: Tx) -> list[str]:
-            tx.upsert_worker(row)
-            # The time is read when the transaction runs, not when it was
-            # queued: a lease that lapsed meanwhile must not be extended.
-            now = self.clock.now()
-            return tx.extend_leases(owner, held, now + self.lease_ttl, now)
-
-        sent = time.monotonic()
-        kept = await self.store.transact(op)
-        self._store_ok_at = time.monotonic()
-        for run_id in kept:
-            if run_id in self._held:
-                self._held[run_id] = sent + self.lease_ttl
-        # A lease the heartbeat skipped because the run is being parked or
-        # finished right now looks lost once; one still missing at the next
-        # beat while the run is in flight is (its next commit will be refused).
-        missing = set(held) - set(kept)
-        for run_id in missing & self._suspects:
-            if run_id in self.inflight:
-                log.warning("worker %s: lease on run %s lost", self.id, run_id)
-        self._suspects = missing
+        await self.presence.beat(list(self.inflight), self.inflight)
 
 
 def _earliest(a: float | None, b: float | None) -> float | None:

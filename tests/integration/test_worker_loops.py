@@ -30,7 +30,7 @@ T = TypeVar("T")
 
 # Operations of each loop, by the qualified name of the function the worker
 # hands the store: a lease pass, a heartbeat, the timeouts duty.
-LOOPS = {"lease": "Worker._lease.", "heartbeat": "Worker._heartbeat", "duties": "timeouts_op."}
+LOOPS = {"lease": "Worker._lease.", "heartbeat": "Presence.beat.", "duties": "timeouts_op."}
 
 
 class Injected(RuntimeError):

@@ -2,7 +2,8 @@
 
 A worker is an asyncio task family: one loop that leases up to
 ``concurrency`` runs and spawns an invocation per run, and one heartbeat that
-extends the leases it holds and keeps its row in the worker registry. A worker
+extends the leases it holds and keeps its row in the worker registry (both
+kept by ``presence.Presence``). A worker
 that dies loses its leases after ``lease_ttl``; other workers then resume its
 runs from their last checkpoint.
 

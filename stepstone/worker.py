@@ -424,13 +424,15 @@ class Worker:
         assert self._wake is not None
         if self.on_idle is not None and not self.inflight:
             self.on_idle()
-        polled = time.monotonic()  # the token is polled at least every max_idle_sleep
+        # The net: the token is polled, and a pass made, at least every
+        # max_idle_sleep, whatever woke the worker or did not (a lost NOTIFY).
+        polled = began = time.monotonic()
         while not self._stopping:
             now = self.clock.now()
             free = self.slots.free()  # none while abandoned step threads are at their bound
             if free > 0 and self._want_lease:
                 break
-            deadline = now + self.max_idle_sleep
+            deadline = now + self.max_idle_sleep - (time.monotonic() - began)
             if self._due is not None and free > 0:
                 deadline = min(deadline, self._due)
             if self._duty_due is not None:

@@ -153,7 +153,9 @@ def measure_postgres(runs: int) -> str:
             [end] = conn.execute("SELECT pg_current_wal_lsn()").fetchone() or [None]
             records = conn.execute(WAL_RECORDS, (start, end)).fetchall()
             names = dict(conn.execute("SELECT pg_relation_filenode(oid), relname FROM pg_class").fetchall())
-            [db] = conn.execute("SELECT oid FROM pg_database WHERE datname = current_database()").fetchone() or [0]
+            [db] = conn.execute(
+                "SELECT oid FROM pg_database WHERE datname = current_database()"
+            ).fetchone() or [0]
     return wal_report(records, names, int(db), runs)
 
 

@@ -568,9 +568,10 @@ WHERE q.start_deadline <= :now OR q.finish_deadline <= :now
 LIMIT :limit;
 
 -- name: next_deadline
+-- (the deadline indexes are partial: IS NOT NULL lets the planner use them)
 SELECT MIN(d) AS due FROM (
-    SELECT MIN(start_deadline) AS d FROM queue
-    UNION ALL SELECT MIN(finish_deadline) AS d FROM queue) AS deadlines;
+    SELECT MIN(start_deadline) AS d FROM queue WHERE start_deadline IS NOT NULL
+    UNION ALL SELECT MIN(finish_deadline) AS d FROM queue WHERE finish_deadline IS NOT NULL) AS deadlines;
 
 -- name: next_times
 -- (the end of a lease pass: next_due and next_deadline in one statement)
@@ -787,9 +788,13 @@ UPDATE run_events SET event_seq = :event_seq WHERE run_id = :run_id AND position
 UPDATE runs SET queue_spec = :spec WHERE id = :id;
 
 -- name: run_backlog
-SELECT function_id, COUNT(*) AS due, MIN(available_at) AS oldest FROM queue
-WHERE available_at <= :now
-GROUP BY function_id;
+-- (each partition's due items through queue_by_partition: every queued item's
+-- partition has a row, and a lease pass drops a row only once it has none;
+-- CROSS JOIN: SQLite, planning without statistics, keeps partitions outside)
+SELECT q.function_id, COUNT(*) AS due, MIN(q.available_at) AS oldest
+FROM partitions p CROSS JOIN queue q
+WHERE q.partition_key = p.key AND q.available_at <= :now
+GROUP BY q.function_id;
 
 -- name: count_active_runs
 SELECT function_id, status, COUNT(*) AS n FROM runs

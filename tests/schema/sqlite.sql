@@ -34,11 +34,8 @@ CREATE INDEX queue_by_ckey1 ON queue (ckey1, owner) WHERE ckey1 IS NOT NULL;
 -- index queue_by_ckey2
 CREATE INDEX queue_by_ckey2 ON queue (ckey2, owner) WHERE ckey2 IS NOT NULL;
 
--- index queue_by_due
-CREATE INDEX queue_by_due ON queue (available_at);
-
 -- index queue_by_finish_deadline
-CREATE INDEX queue_by_finish_deadline ON queue (finish_deadline);
+CREATE INDEX queue_by_finish_deadline ON queue (finish_deadline) WHERE finish_deadline IS NOT NULL;
 
 -- index queue_by_owner
 CREATE INDEX queue_by_owner ON queue (owner);
@@ -53,7 +50,7 @@ CREATE INDEX queue_by_partition_fresh ON queue (partition_key, sort_at, run_id) 
 CREATE INDEX queue_by_partition_resumed ON queue (partition_key, available_at) WHERE fresh = 0;
 
 -- index queue_by_start_deadline
-CREATE INDEX queue_by_start_deadline ON queue (start_deadline);
+CREATE INDEX queue_by_start_deadline ON queue (start_deadline) WHERE start_deadline IS NOT NULL;
 
 -- index run_events_by_event
 CREATE INDEX run_events_by_event ON run_events (event_seq);

@@ -1,0 +1,13 @@
+-- Fewer index pages per run (issue 18, session 10): a commit writes one page
+-- per B-tree its rows touch, and a sequential run's commits are mostly those.
+--  * The deadline indexes hold only the items that have a deadline (most runs
+--    have no timeout): an item without one is in neither. The timeout scan
+--    (start_deadline <= :now OR finish_deadline <= :now) and next_deadline
+--    (MIN(...) WHERE ... IS NOT NULL) still read them.
+--  * queue_by_due goes: its one reader (run_backlog, the metrics endpoint)
+--    reads each partition's due items through queue_by_partition instead.
+DROP INDEX queue_by_start_deadline;
+DROP INDEX queue_by_finish_deadline;
+DROP INDEX queue_by_due;
+CREATE INDEX queue_by_start_deadline ON queue (start_deadline) WHERE start_deadline IS NOT NULL;
+CREATE INDEX queue_by_finish_deadline ON queue (finish_deadline) WHERE finish_deadline IS NOT NULL;

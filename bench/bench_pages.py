@@ -77,8 +77,8 @@ class WalFrames:
             finally:
                 frames.count("+".join(site(op) for op in ops), before)
 
-        SqliteStore.connect = connect_growing  # type: ignore[method-assign]
-        SqliteStore._write = counted_write  # type: ignore[method-assign]
+        SqliteStore.connect = connect_growing  # type: ignore[method-assign,assignment]
+        SqliteStore._write = counted_write  # type: ignore[method-assign,assignment]
 
     def count(self, kind: str, before: int) -> None:
         size = self.page_size + FRAME_HEADER
@@ -152,7 +152,8 @@ def measure_postgres(runs: int) -> str:
             asyncio.run(three_step_latencies(ss.App("bench", database_url=url), runs, 0))
             [end] = conn.execute("SELECT pg_current_wal_lsn()").fetchone() or [None]
             records = conn.execute(WAL_RECORDS, (start, end)).fetchall()
-            names = dict(conn.execute("SELECT pg_relation_filenode(oid), relname FROM pg_class").fetchall())
+            rows = conn.execute("SELECT pg_relation_filenode(oid), relname FROM pg_class").fetchall()
+            names: dict[Any, str] = {node: name for node, name in rows}
             [db] = conn.execute(
                 "SELECT oid FROM pg_database WHERE datname = current_database()"
             ).fetchone() or [0]

@@ -75,8 +75,19 @@ STEP_READS: dict[str, dict[str, Any]] = {  # a read's steps, sent with the read 
     "steps_of_event_runs": {**LIST_PAGE, "event_id": "e7"},
     "steps_if_ended": {"run_id": "r7", "statuses_0": "completed", "statuses_1": "failed"},
 }
-READS = {**LEASE_READS, **STEP_READS}
+QUEUE_READS: dict[str, dict[str, Any]] = {  # the queue's readers of the indexes migration 0026 changed
+    "timed_out": {"now": 1e10, "limit": 100},  # partial deadline indexes
+    "next_deadline": {},
+    "run_backlog": {"now": 0.5},  # queue_by_due dropped: each partition's due items
+}
+READS = {**LEASE_READS, **STEP_READS, **QUEUE_READS}
 Plans = Callable[[str], list[str]]
+# one item in a hundred has a deadline, one in a hundred has a finish deadline
+DEADLINES = (
+    "UPDATE queue SET start_deadline = CASE WHEN run_id LIKE '%00' THEN 5 END,"
+    " finish_deadline = CASE WHEN run_id LIKE '%50' THEN 5 END"
+)
+PARTITION = "INSERT INTO partitions (key, function_id, next_at) VALUES ('f', 'f', 1)"
 
 
 def sqlite_plans(path: str) -> Plans:
@@ -100,6 +111,8 @@ def sqlite_plans(path: str) -> Plans:
         "INSERT INTO events (seq, id, name, data, ts, received_at) VALUES (7, 'e7', 'n', '{}', 1, 1)"
     )
     conn.execute("INSERT INTO run_events (run_id, position, event_seq) VALUES ('r7', 0, 7)")
+    conn.execute(DEADLINES)
+    conn.execute(PARTITION)
     conn.commit()
 
     def plan(name: str) -> list[str]:
@@ -136,7 +149,9 @@ def postgres_plans(url: str) -> Plans:
             "INSERT INTO events (seq, id, name, data, ts, received_at) VALUES (7, 'e7', 'n', '{}', 1, 1)"
         )
         conn.execute("INSERT INTO run_events (run_id, position, event_seq) VALUES ('r7', 0, 7)")
-        for table in ("queue", "runs", "steps", "events", "run_events"):
+        conn.execute(DEADLINES)
+        conn.execute(PARTITION)
+        for table in ("queue", "runs", "steps", "events", "run_events", "partitions"):
             conn.execute(f"ANALYZE {table}".encode())  # as autovacuum does after a bulk insert
 
     def plan(name: str) -> list[str]:
@@ -246,3 +261,25 @@ def test_a_reads_steps_sent_with_its_runs_are_found_by_key(plans: Plans, name: s
     plan = plans(name)
     assert lines_with(plan, ("SCAN steps", "SCAN s ", "Seq Scan on steps")) == [], plan
     assert lines_with(plan, ("steps_pkey", "sqlite_autoindex_steps_1")), plan
+
+
+@pytest.mark.parametrize(
+    ("name", "index"),
+    [
+        ("timed_out", "queue_by_start_deadline"),
+        ("timed_out", "queue_by_finish_deadline"),
+        ("next_deadline", "queue_by_start_deadline"),
+        ("next_deadline", "queue_by_finish_deadline"),
+        ("run_backlog", "queue_by_partition"),
+    ],
+)
+def test_the_queues_timeout_and_backlog_reads_use_an_index_whatever_the_depth(
+    plans: Plans, name: str, index: str
+) -> None:
+    """Migration 0026 made the deadline indexes partial (an item without a
+    deadline is in neither) and dropped queue_by_due: the timeout scan, the
+    next deadline and the metrics' backlog still read an index, never the
+    whole queue."""
+    plan = plans(name)
+    assert lines_with(plan, ("SCAN queue", "SCAN q ", "Seq Scan on queue")) == [], plan
+    assert lines_with(plan, (f"{index} ",)), plan

@@ -123,11 +123,11 @@ CREATE TABLE debounces (
 );
 
 -- table dedupe
-CREATE TABLE dedupe (
+CREATE TABLE "dedupe" (
     key         TEXT PRIMARY KEY,
     ref         TEXT NOT NULL,
     expires_at  REAL NOT NULL
-);
+) WITHOUT ROWID;
 
 -- table events
 CREATE TABLE events (
@@ -178,7 +178,7 @@ CREATE TABLE partitions (
 );
 
 -- table queue
-CREATE TABLE queue (
+CREATE TABLE "queue" (
     run_id            TEXT PRIMARY KEY,
     function_id       TEXT NOT NULL,
     partition_key     TEXT NOT NULL DEFAULT '',
@@ -187,16 +187,26 @@ CREATE TABLE queue (
     owner             TEXT,
     epoch             INTEGER NOT NULL DEFAULT 0,
     cancel_requested  INTEGER NOT NULL DEFAULT 0,
-    start_deadline    REAL
-, wake_requested INTEGER NOT NULL DEFAULT 0, finish_timeout REAL, finish_deadline REAL, ckey1 TEXT, limit1 INTEGER, ckey2 TEXT, limit2 INTEGER, throttle_key TEXT, fresh INTEGER NOT NULL DEFAULT 1, cancel_reason TEXT);
+    start_deadline    REAL,
+    wake_requested    INTEGER NOT NULL DEFAULT 0,
+    finish_timeout    REAL,
+    finish_deadline   REAL,
+    ckey1             TEXT,
+    limit1            INTEGER,
+    ckey2             TEXT,
+    limit2            INTEGER,
+    throttle_key      TEXT,
+    fresh             INTEGER NOT NULL DEFAULT 1,
+    cancel_reason     TEXT
+) WITHOUT ROWID;
 
 -- table run_events
-CREATE TABLE run_events (
+CREATE TABLE "run_events" (
     run_id     TEXT NOT NULL,
     position   INTEGER NOT NULL,
     event_seq  INTEGER NOT NULL,
     PRIMARY KEY (run_id, position)
-);
+) WITHOUT ROWID;
 
 -- table runs
 CREATE TABLE runs (

@@ -788,13 +788,19 @@ UPDATE run_events SET event_seq = :event_seq WHERE run_id = :run_id AND position
 UPDATE runs SET queue_spec = :spec WHERE id = :id;
 
 -- name: run_backlog
--- (each partition's due items through queue_by_partition: every queued item's
--- partition has a row, and a lease pass drops a row only once it has none;
--- CROSS JOIN: SQLite, planning without statistics, keeps partitions outside)
-SELECT q.function_id, COUNT(*) AS due, MIN(q.available_at) AS oldest
-FROM partitions p CROSS JOIN queue q
-WHERE q.partition_key = p.key AND q.available_at <= :now
-GROUP BY q.function_id;
+-- (each partition's due items, counted through queue_by_partition: every
+-- queued item's partition has a row, a lease pass drops one only once it has
+-- no item, and a partition is one function's. A read per partition, never a
+-- pass over the queue or a sort of its due items.)
+SELECT function_id, SUM(due) AS due, MIN(oldest) AS oldest FROM (
+    SELECT p.function_id,
+           (SELECT COUNT(*) FROM queue q
+            WHERE q.partition_key = p.key AND q.available_at <= :now) AS due,
+           (SELECT MIN(q.available_at) FROM queue q
+            WHERE q.partition_key = p.key AND q.available_at <= :now) AS oldest
+    FROM partitions p) AS per_partition
+GROUP BY function_id
+HAVING SUM(due) > 0;
 
 -- name: count_active_runs
 SELECT function_id, status, COUNT(*) AS n FROM runs

@@ -79,6 +79,7 @@ QUEUE_READS: dict[str, dict[str, Any]] = {  # the queue's readers of the indexes
     "timed_out": {"now": 1e10, "limit": 100},  # partial deadline indexes
     "next_deadline": {},
     "run_backlog": {"now": 0.5},  # queue_by_due dropped: each partition's due items
+    "wake_ckey": {"ckey": "k7", "now": 1e10},  # partitions_by_ckey partial
 }
 READS = {**LEASE_READS, **STEP_READS, **QUEUE_READS}
 Plans = Callable[[str], list[str]]
@@ -88,6 +89,9 @@ DEADLINES = (
     " finish_deadline = CASE WHEN run_id LIKE '%50' THEN 5 END"
 )
 PARTITION = "INSERT INTO partitions (key, function_id, next_at) VALUES ('f', 'f', 1)"
+# other functions' partitions, one in ten of a concurrency key
+PARTITIONS = "INSERT INTO partitions (key, function_id, ckey, next_at) VALUES ({key}, 'g', {ckey}, 1)"
+PARTITION_COUNT = 5000
 
 
 def sqlite_plans(path: str) -> Plans:
@@ -113,6 +117,10 @@ def sqlite_plans(path: str) -> Plans:
     conn.execute("INSERT INTO run_events (run_id, position, event_seq) VALUES ('r7', 0, 7)")
     conn.execute(DEADLINES)
     conn.execute(PARTITION)
+    conn.executemany(
+        PARTITIONS.format(key="?", ckey="?"),
+        ((f"p{i}", None if i % 10 else f"k{i}") for i in range(PARTITION_COUNT)),
+    )
     conn.commit()
 
     def plan(name: str) -> list[str]:
@@ -151,6 +159,12 @@ def postgres_plans(url: str) -> Plans:
         conn.execute("INSERT INTO run_events (run_id, position, event_seq) VALUES ('r7', 0, 7)")
         conn.execute(DEADLINES)
         conn.execute(PARTITION)
+        conn.execute(
+            PARTITIONS.format(key="'p' || g", ckey="CASE WHEN mod(g, 10) = 0 THEN 'k' || g END").replace(
+                "VALUES (", "SELECT "
+            )[:-1]
+            + f" FROM generate_series(1, {PARTITION_COUNT}) g"
+        )
         for table in ("queue", "runs", "steps", "events", "run_events", "partitions"):
             conn.execute(f"ANALYZE {table}".encode())  # as autovacuum does after a bulk insert
 
@@ -271,15 +285,19 @@ def test_a_reads_steps_sent_with_its_runs_are_found_by_key(plans: Plans, name: s
         ("next_deadline", "queue_by_start_deadline"),
         ("next_deadline", "queue_by_finish_deadline"),
         ("run_backlog", "queue_by_partition"),
+        ("wake_ckey", "partitions_by_ckey"),
     ],
 )
 def test_the_queues_timeout_and_backlog_reads_use_an_index_whatever_the_depth(
     plans: Plans, name: str, index: str
 ) -> None:
-    """Migration 0026 made the deadline indexes partial (an item without a
-    deadline is in neither) and dropped queue_by_due: the timeout scan, the
-    next deadline and the metrics' backlog still read an index, never the
-    whole queue."""
+    """Migration 0026 made the deadline indexes and partitions_by_ckey partial
+    (an item without a deadline, a partition without a concurrency key, is in
+    none) and dropped queue_by_due: the timeout scan, the next deadline, the
+    metrics' backlog and a concurrency key's wake-up still read an index,
+    never the whole queue (the backlog reads every partition, then its due
+    items by index)."""
     plan = plans(name)
-    assert lines_with(plan, ("SCAN queue", "SCAN q ", "Seq Scan on queue")) == [], plan
+    assert lines_with(plan, ("SCAN queue", "SCAN q ", "Seq Scan on queue", "SCAN partitions ")) == [], plan
+    assert lines_with(plan, ("Seq Scan on partitions",)) == [] or name == "run_backlog", plan
     assert lines_with(plan, (f"{index} ",)), plan

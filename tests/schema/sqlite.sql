@@ -23,7 +23,7 @@ CREATE INDEX events_by_received ON events (received_at);
 CREATE INDEX jobs_by_status ON jobs (status, updated_at);
 
 -- index partitions_by_ckey
-CREATE INDEX partitions_by_ckey ON partitions (ckey);
+CREATE INDEX partitions_by_ckey ON partitions (ckey) WHERE ckey IS NOT NULL;
 
 -- index partitions_by_next
 CREATE INDEX partitions_by_next ON partitions (next_at);

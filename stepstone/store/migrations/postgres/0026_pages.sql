@@ -6,8 +6,13 @@
 --    (MIN(...) WHERE ... IS NOT NULL) still read them.
 --  * queue_by_due goes: its one reader (run_backlog, the metrics endpoint)
 --    reads each partition's due items through queue_by_partition instead.
+--  * partitions_by_ckey holds only the partitions of a concurrency key (its
+--    one reader, wake_ckey, looks a key up). On PostgreSQL an update of a
+--    partition's next_at (two a send) writes an entry in each of its indexes.
 DROP INDEX queue_by_start_deadline;
 DROP INDEX queue_by_finish_deadline;
 DROP INDEX queue_by_due;
 CREATE INDEX queue_by_start_deadline ON queue (start_deadline) WHERE start_deadline IS NOT NULL;
 CREATE INDEX queue_by_finish_deadline ON queue (finish_deadline) WHERE finish_deadline IS NOT NULL;
+DROP INDEX partitions_by_ckey;
+CREATE INDEX partitions_by_ckey ON partitions (ckey) WHERE ckey IS NOT NULL;

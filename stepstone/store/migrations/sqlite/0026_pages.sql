@@ -6,6 +6,11 @@
 --    (MIN(...) WHERE ... IS NOT NULL) still read them.
 --  * queue_by_due goes: its one reader (run_backlog, the metrics endpoint)
 --    reads each partition's due items through queue_by_partition instead.
+--  * partitions_by_ckey holds only the partitions of a concurrency key (its
+--    one reader, wake_ckey, looks a key up). On PostgreSQL an update of a
+--    partition's next_at (two a send) writes an entry in each of its indexes.
+DROP INDEX partitions_by_ckey;
+CREATE INDEX partitions_by_ckey ON partitions (ckey) WHERE ckey IS NOT NULL;
 -- SQLite: a table keyed by TEXT is two B-trees, its rows and its key's index,
 -- so every row written is two pages. queue, dedupe and run_events (small rows,
 -- found by their key) become WITHOUT ROWID: the key's B-tree holds the row,

@@ -41,13 +41,10 @@ CREATE INDEX queue_by_finish_deadline ON queue (finish_deadline) WHERE finish_de
 CREATE INDEX queue_by_owner ON queue (owner);
 
 -- index queue_by_partition
-CREATE INDEX queue_by_partition ON queue (partition_key, available_at);
+CREATE INDEX queue_by_partition ON queue (partition_key, fresh, available_at);
 
 -- index queue_by_partition_fresh
 CREATE INDEX queue_by_partition_fresh ON queue (partition_key, sort_at, run_id) WHERE fresh = 1;
-
--- index queue_by_partition_resumed
-CREATE INDEX queue_by_partition_resumed ON queue (partition_key, available_at) WHERE fresh = 0;
 
 -- index queue_by_start_deadline
 CREATE INDEX queue_by_start_deadline ON queue (start_deadline) WHERE start_deadline IS NOT NULL;

@@ -6,6 +6,11 @@
 --    (MIN(...) WHERE ... IS NOT NULL) still read them.
 --  * queue_by_due goes: its one reader (run_backlog, the metrics endpoint)
 --    reads each partition's due items through queue_by_partition instead.
+--  * queue_by_partition is (partition_key, fresh, available_at) and
+--    queue_by_partition_resumed goes: an item leased before (fresh = 0: a
+--    running, sleeping or waiting run) is in one index by partition, not two.
+--    A lease pass's resumed runs, by due time, are a range of it; a
+--    partition's earliest time is a seek per value of fresh.
 --  * partitions_by_ckey holds only the partitions of a concurrency key (its
 --    one reader, wake_ckey, looks a key up). On PostgreSQL an update of a
 --    partition's next_at (two a send) writes an entry in each of its indexes.
@@ -16,3 +21,6 @@ CREATE INDEX queue_by_start_deadline ON queue (start_deadline) WHERE start_deadl
 CREATE INDEX queue_by_finish_deadline ON queue (finish_deadline) WHERE finish_deadline IS NOT NULL;
 DROP INDEX partitions_by_ckey;
 CREATE INDEX partitions_by_ckey ON partitions (ckey) WHERE ckey IS NOT NULL;
+DROP INDEX queue_by_partition;
+DROP INDEX queue_by_partition_resumed;
+CREATE INDEX queue_by_partition ON queue (partition_key, fresh, available_at);

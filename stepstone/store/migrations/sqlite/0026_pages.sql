@@ -6,6 +6,11 @@
 --    (MIN(...) WHERE ... IS NOT NULL) still read them.
 --  * queue_by_due goes: its one reader (run_backlog, the metrics endpoint)
 --    reads each partition's due items through queue_by_partition instead.
+--  * queue_by_partition is (partition_key, fresh, available_at) and
+--    queue_by_partition_resumed goes: an item leased before (fresh = 0: a
+--    running, sleeping or waiting run) is in one index by partition, not two.
+--    A lease pass's resumed runs, by due time, are a range of it; a
+--    partition's earliest time is a seek per value of fresh.
 --  * partitions_by_ckey holds only the partitions of a concurrency key (its
 --    one reader, wake_ckey, looks a key up). On PostgreSQL an update of a
 --    partition's next_at (two a send) writes an entry in each of its indexes.
@@ -48,11 +53,10 @@ FROM queue;
 DROP TABLE queue;
 ALTER TABLE queue_new RENAME TO queue;
 CREATE INDEX queue_by_owner ON queue (owner);
-CREATE INDEX queue_by_partition ON queue (partition_key, available_at);
+CREATE INDEX queue_by_partition ON queue (partition_key, fresh, available_at);
 CREATE INDEX queue_by_ckey1 ON queue (ckey1, owner) WHERE ckey1 IS NOT NULL;
 CREATE INDEX queue_by_ckey2 ON queue (ckey2, owner) WHERE ckey2 IS NOT NULL;
 CREATE INDEX queue_by_partition_fresh ON queue (partition_key, sort_at, run_id) WHERE fresh = 1;
-CREATE INDEX queue_by_partition_resumed ON queue (partition_key, available_at) WHERE fresh = 0;
 CREATE INDEX queue_by_start_deadline ON queue (start_deadline) WHERE start_deadline IS NOT NULL;
 CREATE INDEX queue_by_finish_deadline ON queue (finish_deadline) WHERE finish_deadline IS NOT NULL;
 

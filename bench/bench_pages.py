@@ -5,9 +5,12 @@ by table or index; on PostgreSQL the WAL records per run, by kind and relation
 
     PYTHONPATH=<tree>:<tree>/bench .venv/bin/python <tree>/bench/bench_pages.py [--runs 200]
     .venv/bin/python bench/bench_pages.py --store sqlite --by-index   # each page's table or index
+    .venv/bin/python bench/bench_pages.py --queued 2000   # runs sent first, then drained
 
 The ``workloads`` run (send, ``runs.list(event_id=)``, ``runs.wait``; an
-in-process worker), one run at a time, after a warm-up.
+in-process worker), one run at a time, after a warm-up; or (``--queued``) the
+runs sent in batches of 500 and then drained by an in-process worker
+(concurrency 10), the sends and the drain counted together.
 
 SQLite: every connection runs with ``wal_autocheckpoint = 0`` so the WAL only
 grows (a checkpoint would restart it and hide frames); a write transaction's
@@ -33,9 +36,11 @@ import os
 import sqlite3
 import struct
 import tempfile
+import time
+from collections.abc import Callable
 from typing import Any
 
-from workloads import three_step_latencies
+from workloads import add_three_steps, three_step_latencies
 
 import stepstone as ss
 from stepstone.store.batching import site
@@ -43,6 +48,12 @@ from stepstone.store.sqlite import SqliteStore
 
 FRAME_HEADER = 24
 WAL_HEADER = 32
+
+
+def kind(ops: list[Any]) -> str:
+    """A write transaction's operations' names, a name repeated counted once: ``name x10``."""
+    names = collections.Counter(site(op) for op in ops)
+    return "+".join(name if n == 1 else f"{name} x{n}" for name, n in names.items())
 
 
 class WalFrames:
@@ -75,7 +86,7 @@ class WalFrames:
             try:
                 return write(store, conn, ops)
             finally:
-                frames.count("+".join(site(op) for op in ops), before)
+                frames.count(kind(ops), before)
 
         SqliteStore.connect = connect_growing  # type: ignore[method-assign,assignment]
         SqliteStore._write = counted_write  # type: ignore[method-assign,assignment]
@@ -121,7 +132,37 @@ class WalFrames:
         return "\n".join(lines)
 
 
-def measure_sqlite(runs: int, by_index: bool) -> WalFrames:
+async def queued_runs(app: ss.App, runs: int, completed: Callable[[], int]) -> None:
+    """``runs`` three-step runs sent in batches, then drained by an in-process
+    worker until ``completed()`` (a plain read) counts them; closes ``app``."""
+    add_three_steps(app)
+    for start in range(0, runs, 500):
+        await app.send_async([ss.Event("three") for _ in range(min(500, runs - start))])
+    before = completed()
+    await app.start_async(concurrency=10)
+    await asyncio.to_thread(until, lambda: completed() >= before + runs)
+    await app.stop_async()
+    app.close()
+
+
+def until(done: Callable[[], bool], every: float = 0.02) -> None:
+    while not done():
+        time.sleep(every)
+
+
+def workload(url: str, runs: int, queued: bool, completed: Callable[[], int]) -> None:
+    app = ss.App("bench", database_url=url)
+    if queued:
+        asyncio.run(queued_runs(app, runs, completed))
+    else:
+        asyncio.run(three_step_latencies(app, runs, 0))
+
+
+def completed_sql() -> str:
+    return "SELECT COUNT(*) FROM runs WHERE status = 'completed'"
+
+
+def measure_sqlite(runs: int, by_index: bool, queued: bool) -> WalFrames:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "pages.db")
         frames = WalFrames(path, by_index)
@@ -129,7 +170,12 @@ def measure_sqlite(runs: int, by_index: bool) -> WalFrames:
         url = f"sqlite:///{path}"
         asyncio.run(three_step_latencies(ss.App("warm", database_url=url), 20))
         frames.counting = True
-        asyncio.run(three_step_latencies(ss.App("bench", database_url=url), runs, 0))
+
+        def completed() -> int:
+            with sqlite3.connect(path) as conn:
+                return int(conn.execute(completed_sql()).fetchone()[0])
+
+        workload(url, runs, queued, completed)
         frames.counting = False
     return frames
 
@@ -139,7 +185,7 @@ SELECT resource_manager, record_type, block_ref, record_length FROM pg_get_wal_r
 """
 
 
-def measure_postgres(runs: int) -> str:
+def measure_postgres(runs: int, queued: bool) -> str:
     import psycopg
     from bench_postgres import server
 
@@ -149,7 +195,11 @@ def measure_postgres(runs: int) -> str:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
             asyncio.run(three_step_latencies(ss.App("warm", database_url=url), 20))
             [start] = conn.execute("SELECT pg_current_wal_lsn()").fetchone() or [None]
-            asyncio.run(three_step_latencies(ss.App("bench", database_url=url), runs, 0))
+
+            def completed() -> int:
+                return int((conn.execute(completed_sql()).fetchone() or [0])[0])
+
+            workload(url, runs, queued, completed)
             [end] = conn.execute("SELECT pg_current_wal_lsn()").fetchone() or [None]
             records = conn.execute(WAL_RECORDS, (start, end)).fetchall()
             rows = conn.execute("SELECT pg_relation_filenode(oid), relname FROM pg_class").fetchall()
@@ -196,11 +246,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--store", choices=("sqlite", "postgres", "both"), default="both")
     parser.add_argument("--by-index", action="store_true", help="SQLite: name each page's B-tree")
+    parser.add_argument("--queued", type=int, default=0, help="runs sent first, then drained (0: sequential)")
     args = parser.parse_args()
+    runs = args.queued or args.runs
     if args.store in ("sqlite", "both"):
-        print(measure_sqlite(args.runs, args.by_index).report(args.runs))
+        print(measure_sqlite(runs, args.by_index, args.queued > 0).report(runs))
     if args.store in ("postgres", "both"):
-        print(measure_postgres(args.runs))
+        print(measure_postgres(runs, args.queued > 0))
 
 
 if __name__ == "__main__":

@@ -193,7 +193,7 @@ CREATE TABLE "queue" (
     ckey2             TEXT,
     limit2            INTEGER,
     throttle_key      TEXT,
-    fresh             INTEGER NOT NULL DEFAULT 1,
+    fresh             INTEGER NOT NULL DEFAULT 1 CHECK (fresh IN (0, 1)),
     cancel_reason     TEXT
 ) WITHOUT ROWID;
 

@@ -10,7 +10,8 @@
 --    queue_by_partition_resumed goes: an item leased before (fresh = 0: a
 --    running, sleeping or waiting run) is in one index by partition, not two.
 --    A lease pass's resumed runs, by due time, are a range of it; a
---    partition's earliest time is a seek per value of fresh.
+--    partition's earliest time is a seek per value of fresh, which the
+--    queue's check keeps to 0 (taken before) or 1 (never taken).
 --  * partitions_by_ckey holds only the partitions of a concurrency key (its
 --    one reader, wake_ckey, looks a key up). On PostgreSQL an update of a
 --    partition's next_at (two a send) writes an entry in each of its indexes.
@@ -24,3 +25,4 @@ CREATE INDEX partitions_by_ckey ON partitions (ckey) WHERE ckey IS NOT NULL;
 DROP INDEX queue_by_partition;
 DROP INDEX queue_by_partition_resumed;
 CREATE INDEX queue_by_partition ON queue (partition_key, fresh, available_at);
+ALTER TABLE queue ADD CONSTRAINT queue_fresh CHECK (fresh IN (0, 1));

@@ -568,9 +568,10 @@ WHERE q.start_deadline <= :now OR q.finish_deadline <= :now
 LIMIT :limit;
 
 -- name: next_deadline
+-- (the deadline indexes are partial: IS NOT NULL lets the planner use them)
 SELECT MIN(d) AS due FROM (
-    SELECT MIN(start_deadline) AS d FROM queue
-    UNION ALL SELECT MIN(finish_deadline) AS d FROM queue) AS deadlines;
+    SELECT MIN(start_deadline) AS d FROM queue WHERE start_deadline IS NOT NULL
+    UNION ALL SELECT MIN(finish_deadline) AS d FROM queue WHERE finish_deadline IS NOT NULL) AS deadlines;
 
 -- name: next_times
 -- (the end of a lease pass: next_due and next_deadline in one statement)
@@ -655,8 +656,9 @@ LIMIT :limit {lock};
 -- Two reads merged (migration 0020): never-leased runs in queue order through
 -- queue_by_partition_fresh (the unary + keeps the planner off the available_at
 -- range, which would read and sort every due item), and resumed runs by due
--- time through queue_by_partition_resumed (sleeping and waiting ones are not
--- read). Each is cheap at any depth; tests/integration/test_depth_plans.py
+-- time through queue_by_partition (partition_key, fresh, available_at: since
+-- migration 0026; sleeping and waiting ones are not read). Each is cheap at
+-- any depth; tests/integration/test_depth_plans.py
 -- holds the plans on both databases.
 SELECT run_id, function_id, ckey1, limit1, ckey2, limit2, throttle_key, fresh, sort_at FROM (
     SELECT run_id, function_id, ckey1, limit1, ckey2, limit2, throttle_key, fresh, sort_at
@@ -675,18 +677,20 @@ LIMIT :limit;
 -- name: due_ahead
 -- (a direct start's queue-order check: is a due item of the partition other
 -- than the runs the send queued waiting? A plain read through queue_by_partition,
--- stopping at the first.)
+-- (partition_key, fresh, available_at): a seek per value of fresh, stopping at
+-- the first.)
 SELECT run_id FROM queue
-WHERE partition_key = :key AND available_at <= :now AND run_id NOT IN ({queued_ids}) LIMIT 1;
+WHERE partition_key = :key AND fresh IN (0, 1) AND available_at <= :now
+  AND run_id NOT IN ({queued_ids})
+LIMIT 1;
 
 -- name: settle_taken
 -- (a direct start took every due item of the partition: it is next due at its
--- earliest item's time, a lease's expiry at the latest; queue_by_partition.
+-- earliest item's time, a lease's expiry at the latest: partition_first.
 -- Only if the take took: :run_id, one of the runs it took, queued in this
 -- transaction (no other can hold it), is :owner's. So on PostgreSQL it goes
 -- out right behind its take, before the take's rows are read.)
-UPDATE partitions SET last_served = :now,
-    next_at = (SELECT MIN(available_at) FROM queue WHERE partition_key = :key)
+UPDATE partitions SET last_served = :now, next_at = ({query:partition_first})
 WHERE key = :key AND EXISTS (SELECT 1 FROM queue WHERE run_id = :run_id AND owner = :owner);
 
 -- name: notify_untaken
@@ -716,10 +720,21 @@ WHERE run_id IN ({run_ids})
 RETURNING run_id, epoch, cancel_requested, start_deadline;
 
 -- name: partition_times
--- (A plain read: it sees the rows a lease pass skipped as locked. Two index
--- seeks on queue_by_partition, not a pass over the partition's items.)
-SELECT (SELECT MIN(available_at) FROM queue WHERE partition_key = :key AND available_at > :now) AS next_at,
-       (SELECT MIN(available_at) FROM queue WHERE partition_key = :key) AS first_at;
+-- (A plain read: it sees the rows a lease pass skipped as locked. Index seeks
+-- on queue_by_partition, not a pass over the partition's items.)
+SELECT (SELECT MIN(at) FROM (
+            SELECT MIN(available_at) AS at FROM queue
+            WHERE partition_key = :key AND fresh = 0 AND available_at > :now
+            UNION ALL SELECT MIN(available_at) FROM queue
+            WHERE partition_key = :key AND fresh = 1 AND available_at > :now) AS later) AS next_at,
+       ({query:partition_first}) AS first_at;
+
+-- name: partition_first
+-- (a fragment: the earliest time of partition :key's items, a seek for each
+-- value of fresh in queue_by_partition, (partition_key, fresh, available_at))
+SELECT MIN(at) FROM (
+    SELECT MIN(available_at) AS at FROM queue WHERE partition_key = :key AND fresh = 0
+    UNION ALL SELECT MIN(available_at) FROM queue WHERE partition_key = :key AND fresh = 1) AS firsts
 
 -- name: settle_partition
 UPDATE partitions SET next_at = :next_at, last_served = :now WHERE key = :key;
@@ -787,9 +802,19 @@ UPDATE run_events SET event_seq = :event_seq WHERE run_id = :run_id AND position
 UPDATE runs SET queue_spec = :spec WHERE id = :id;
 
 -- name: run_backlog
-SELECT function_id, COUNT(*) AS due, MIN(available_at) AS oldest FROM queue
-WHERE available_at <= :now
-GROUP BY function_id;
+-- (each partition's due items, counted through queue_by_partition: every
+-- queued item's partition has a row, a lease pass drops one only once it has
+-- no item, and a partition is one function's. A read per partition, never a
+-- pass over the queue or a sort of its due items.)
+SELECT function_id, SUM(due) AS due, MIN(oldest) AS oldest FROM (
+    SELECT p.function_id,
+           (SELECT COUNT(*) FROM queue q
+            WHERE q.partition_key = p.key AND q.fresh IN (0, 1) AND q.available_at <= :now) AS due,
+           (SELECT MIN(q.available_at) FROM queue q
+            WHERE q.partition_key = p.key AND q.fresh IN (0, 1) AND q.available_at <= :now) AS oldest
+    FROM partitions p) AS per_partition
+GROUP BY function_id
+HAVING SUM(due) > 0;
 
 -- name: count_active_runs
 SELECT function_id, status, COUNT(*) AS n FROM runs

@@ -75,8 +75,23 @@ STEP_READS: dict[str, dict[str, Any]] = {  # a read's steps, sent with the read 
     "steps_of_event_runs": {**LIST_PAGE, "event_id": "e7"},
     "steps_if_ended": {"run_id": "r7", "statuses_0": "completed", "statuses_1": "failed"},
 }
-READS = {**LEASE_READS, **STEP_READS}
+QUEUE_READS: dict[str, dict[str, Any]] = {  # the queue's readers of the indexes migration 0026 changed
+    "timed_out": {"now": 1e10, "limit": 100},  # partial deadline indexes
+    "next_deadline": {},
+    "run_backlog": {"now": 0.5},  # queue_by_due dropped: each partition's due items
+    "wake_ckey": {"ckey": "k7", "now": 1e10},  # partitions_by_ckey partial
+}
+READS = {**LEASE_READS, **STEP_READS, **QUEUE_READS}
 Plans = Callable[[str], list[str]]
+# one item in a hundred has a deadline, one in a hundred has a finish deadline
+DEADLINES = (
+    "UPDATE queue SET start_deadline = CASE WHEN run_id LIKE '%00' THEN 5 END,"
+    " finish_deadline = CASE WHEN run_id LIKE '%50' THEN 5 END"
+)
+PARTITION = "INSERT INTO partitions (key, function_id, next_at) VALUES ('f', 'f', 1)"
+# other functions' partitions, one in ten of a concurrency key
+PARTITIONS = "INSERT INTO partitions (key, function_id, ckey, next_at) VALUES ({key}, 'g', {ckey}, 1)"
+PARTITION_COUNT = 5000
 
 
 def sqlite_plans(path: str) -> Plans:
@@ -100,6 +115,12 @@ def sqlite_plans(path: str) -> Plans:
         "INSERT INTO events (seq, id, name, data, ts, received_at) VALUES (7, 'e7', 'n', '{}', 1, 1)"
     )
     conn.execute("INSERT INTO run_events (run_id, position, event_seq) VALUES ('r7', 0, 7)")
+    conn.execute(DEADLINES)
+    conn.execute(PARTITION)
+    conn.executemany(
+        PARTITIONS.format(key="?", ckey="?"),
+        ((f"p{i}", None if i % 10 else f"k{i}") for i in range(PARTITION_COUNT)),
+    )
     conn.commit()
 
     def plan(name: str) -> list[str]:
@@ -136,7 +157,15 @@ def postgres_plans(url: str) -> Plans:
             "INSERT INTO events (seq, id, name, data, ts, received_at) VALUES (7, 'e7', 'n', '{}', 1, 1)"
         )
         conn.execute("INSERT INTO run_events (run_id, position, event_seq) VALUES ('r7', 0, 7)")
-        for table in ("queue", "runs", "steps", "events", "run_events"):
+        conn.execute(DEADLINES)
+        conn.execute(PARTITION)
+        conn.execute(
+            PARTITIONS.format(key="'p' || g", ckey="CASE WHEN mod(g, 10) = 0 THEN 'k' || g END").replace(
+                "VALUES (", "SELECT "
+            )[:-1]
+            + f" FROM generate_series(1, {PARTITION_COUNT}) g"
+        )
+        for table in ("queue", "runs", "steps", "events", "run_events", "partitions"):
             conn.execute(f"ANALYZE {table}".encode())  # as autovacuum does after a bulk insert
 
     def plan(name: str) -> list[str]:
@@ -193,8 +222,10 @@ def test_a_partitions_never_leased_runs_are_read_in_index_order(plans: Plans) ->
 def test_a_partitions_resumed_runs_are_read_by_due_time(plans: Plans) -> None:
     plan = plans("partition_items")
     resumed = branch(plan, "resumed")
-    assert lines_with(resumed, ("queue_by_partition_resumed",)), plan  # sleeping runs are not read
-    assert lines_with(resumed, ("queue_by_partition ", "queue_by_partition)", "queue_by_due")) == [], plan
+    # (partition_key, fresh, available_at): a range of the due ones (sleeping runs are not read)
+    assert [line for line in resumed if re.search(r"queue_by_partition\b(?!_)", line)], plan
+    assert any(re.search(r"fresh ?= ?", line) for line in resumed), plan
+    assert any(re.search(r"available_at ?<", line) for line in resumed), plan
 
 
 def test_a_partitions_times_are_index_seeks(plans: Plans) -> None:
@@ -246,3 +277,29 @@ def test_a_reads_steps_sent_with_its_runs_are_found_by_key(plans: Plans, name: s
     plan = plans(name)
     assert lines_with(plan, ("SCAN steps", "SCAN s ", "Seq Scan on steps")) == [], plan
     assert lines_with(plan, ("steps_pkey", "sqlite_autoindex_steps_1")), plan
+
+
+@pytest.mark.parametrize(
+    ("name", "index"),
+    [
+        ("timed_out", "queue_by_start_deadline"),
+        ("timed_out", "queue_by_finish_deadline"),
+        ("next_deadline", "queue_by_start_deadline"),
+        ("next_deadline", "queue_by_finish_deadline"),
+        ("run_backlog", "queue_by_partition"),
+        ("wake_ckey", "partitions_by_ckey"),
+    ],
+)
+def test_the_queues_timeout_and_backlog_reads_use_an_index_whatever_the_depth(
+    plans: Plans, name: str, index: str
+) -> None:
+    """Migration 0026 made the deadline indexes and partitions_by_ckey partial
+    (an item without a deadline, a partition without a concurrency key, is in
+    none) and dropped queue_by_due: the timeout scan, the next deadline, the
+    metrics' backlog and a concurrency key's wake-up still read an index,
+    never the whole queue (the backlog reads every partition, then its due
+    items by index)."""
+    plan = plans(name)
+    assert lines_with(plan, ("SCAN queue", "SCAN q ", "Seq Scan on queue", "SCAN partitions ")) == [], plan
+    assert lines_with(plan, ("Seq Scan on partitions",)) == [] or name == "run_backlog", plan
+    assert lines_with(plan, (f"{index} ",)), plan

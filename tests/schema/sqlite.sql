@@ -23,7 +23,7 @@ CREATE INDEX events_by_received ON events (received_at);
 CREATE INDEX jobs_by_status ON jobs (status, updated_at);
 
 -- index partitions_by_ckey
-CREATE INDEX partitions_by_ckey ON partitions (ckey);
+CREATE INDEX partitions_by_ckey ON partitions (ckey) WHERE ckey IS NOT NULL;
 
 -- index partitions_by_next
 CREATE INDEX partitions_by_next ON partitions (next_at);
@@ -34,26 +34,20 @@ CREATE INDEX queue_by_ckey1 ON queue (ckey1, owner) WHERE ckey1 IS NOT NULL;
 -- index queue_by_ckey2
 CREATE INDEX queue_by_ckey2 ON queue (ckey2, owner) WHERE ckey2 IS NOT NULL;
 
--- index queue_by_due
-CREATE INDEX queue_by_due ON queue (available_at);
-
 -- index queue_by_finish_deadline
-CREATE INDEX queue_by_finish_deadline ON queue (finish_deadline);
+CREATE INDEX queue_by_finish_deadline ON queue (finish_deadline) WHERE finish_deadline IS NOT NULL;
 
 -- index queue_by_owner
 CREATE INDEX queue_by_owner ON queue (owner);
 
 -- index queue_by_partition
-CREATE INDEX queue_by_partition ON queue (partition_key, available_at);
+CREATE INDEX queue_by_partition ON queue (partition_key, fresh, available_at);
 
 -- index queue_by_partition_fresh
 CREATE INDEX queue_by_partition_fresh ON queue (partition_key, sort_at, run_id) WHERE fresh = 1;
 
--- index queue_by_partition_resumed
-CREATE INDEX queue_by_partition_resumed ON queue (partition_key, available_at) WHERE fresh = 0;
-
 -- index queue_by_start_deadline
-CREATE INDEX queue_by_start_deadline ON queue (start_deadline);
+CREATE INDEX queue_by_start_deadline ON queue (start_deadline) WHERE start_deadline IS NOT NULL;
 
 -- index run_events_by_event
 CREATE INDEX run_events_by_event ON run_events (event_seq);
@@ -126,11 +120,11 @@ CREATE TABLE debounces (
 );
 
 -- table dedupe
-CREATE TABLE dedupe (
+CREATE TABLE "dedupe" (
     key         TEXT PRIMARY KEY,
     ref         TEXT NOT NULL,
     expires_at  REAL NOT NULL
-);
+) WITHOUT ROWID;
 
 -- table events
 CREATE TABLE events (
@@ -181,7 +175,7 @@ CREATE TABLE partitions (
 );
 
 -- table queue
-CREATE TABLE queue (
+CREATE TABLE "queue" (
     run_id            TEXT PRIMARY KEY,
     function_id       TEXT NOT NULL,
     partition_key     TEXT NOT NULL DEFAULT '',
@@ -190,16 +184,26 @@ CREATE TABLE queue (
     owner             TEXT,
     epoch             INTEGER NOT NULL DEFAULT 0,
     cancel_requested  INTEGER NOT NULL DEFAULT 0,
-    start_deadline    REAL
-, wake_requested INTEGER NOT NULL DEFAULT 0, finish_timeout REAL, finish_deadline REAL, ckey1 TEXT, limit1 INTEGER, ckey2 TEXT, limit2 INTEGER, throttle_key TEXT, fresh INTEGER NOT NULL DEFAULT 1, cancel_reason TEXT);
+    start_deadline    REAL,
+    wake_requested    INTEGER NOT NULL DEFAULT 0,
+    finish_timeout    REAL,
+    finish_deadline   REAL,
+    ckey1             TEXT,
+    limit1            INTEGER,
+    ckey2             TEXT,
+    limit2            INTEGER,
+    throttle_key      TEXT,
+    fresh             INTEGER NOT NULL DEFAULT 1 CHECK (fresh IN (0, 1)),
+    cancel_reason     TEXT
+) WITHOUT ROWID;
 
 -- table run_events
-CREATE TABLE run_events (
+CREATE TABLE "run_events" (
     run_id     TEXT NOT NULL,
     position   INTEGER NOT NULL,
     event_seq  INTEGER NOT NULL,
     PRIMARY KEY (run_id, position)
-);
+) WITHOUT ROWID;
 
 -- table runs
 CREATE TABLE runs (

@@ -82,7 +82,9 @@ def server_times(conn: psycopg.Connection[Any], runs: int) -> str:
         (runs,),
     ).fetchall()
     executed, planned = (sum(row[i] for row in rows) / runs * 1e3 for i in (1, 3))
-    lines = [f"  server execution per run: {executed:.0f} us, planning {planned:.0f} us (plans per call, plan us)"]
+    lines = [
+        f"  server execution per run: {executed:.0f} us, planning {planned:.0f} us (plans per call, plan us)"
+    ]
     for calls, ms, plans, plan_ms, query in rows[:12]:
         lines.append(
             f"  {calls / runs:4.2f}/run {ms / calls * 1e3:6.1f} us {plans / calls:4.2f} {plan_ms / max(plans, 1) * 1e3:6.1f} us"

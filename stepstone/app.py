@@ -42,11 +42,11 @@ from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
 from stepstone.runs import Runs, read_call, write_call
 from stepstone.runtime import Awaited, PreparedEvent, Sent, Survey, Surveyed, ingest, prepare, survey
-from stepstone.scheduler.leasing import take_direct
+from stepstone.scheduler.leasing import starts_now, take_direct
 from stepstone.sizes import Size
 from stepstone.store import make_store
-from stepstone.store.base import FunctionsTx, Store, Tx, WorkersTx
-from stepstone.store.rows import LeasedRun, RunFilter, RunRead, RunRow
+from stepstone.store.base import FunctionsTx, Store, Tx
+from stepstone.store.rows import LeasedRun, LeaseTerms, NewRun, RunFilter, RunRead, RunRow
 from stepstone.store.viewrows import WorkerRow
 from stepstone.triggers import Trigger
 from stepstone.worker import Worker
@@ -80,11 +80,7 @@ class Workers:
 
     def list(self, alive_within: float = 60.0) -> list[WorkerRow]:
         since = self._app.clock.now() - alive_within
-
-        def op(tx: WorkersTx) -> list[WorkerRow]:
-            return tx.list_workers(since)
-
-        return self._app._store_ready().read_sync(op)
+        return self._app._store_ready().read_sync(lambda tx: tx.list_workers(since))
 
 
 @dataclasses.dataclass
@@ -92,20 +88,28 @@ class _Direct:
     """A send's direct start: free slots reserved on a running local worker
     before the write; in it, the runs queued for the app's functions that
     allow it are taken for that worker as its lease pass would take them
-    (``leasing.take_direct``); after the commit they are handed over in
-    memory. No lease pass and no wake-up is needed for them."""
+    (``leasing.take_direct``; a send's one run is written taken: ``offer``);
+    after the commit they are handed over in memory. No lease pass and no
+    wake-up is needed for them."""
 
     worker: Worker
     slots: int
     sent: float = dataclasses.field(default_factory=time.monotonic)  # before the write
 
+    def offer(self, now: float, run: NewRun) -> LeaseTerms | None:
+        """``Sent.offer``: the lease a run the send writes at ``now`` is written taken on."""
+        w = self.worker
+        terms = LeaseTerms(owner=w.lease_owner, now=now, until=now + w.lease_ttl, app_version=w.app_version)
+        return terms if w.registry.starts_directly(run.function_id) and starts_now(run, now) else None
+
     def take(self, tx: Tx, sent: Sent, now: float) -> _Taking:
         """The runs asked for if they are all the send made available (else
         ``None``), and the runs taken, given when called (``take_direct``)."""
-        worker = self.worker
-        runs = [run for run in sent.queued if _starts_directly(worker.registry.get(run.function_id))]
-        until = now + worker.lease_ttl
-        asked, taken = take_direct(tx, worker.lease_owner, runs, self.slots, now, until, worker.app_version)
+        if sent.started is not None:  # (the send wrote its run taken, or queued: ``ingest``)
+            return [run.id for run in sent.queued], sent.started
+        w = self.worker
+        runs = [run for run in sent.queued if w.registry.starts_directly(run.function_id)]
+        asked, taken = take_direct(tx, w.lease_owner, runs, self.slots, now, now + w.lease_ttl, w.app_version)
         every = bool(asked) and len(asked) == len(sent.queued) and not sent.resolved
         if every:  # (a run whose take finds a due item before it still wakes the workers)
             tx.taken_here(asked)
@@ -149,10 +153,6 @@ def _unstarted(worker: Worker, run_id: str) -> bool:
     task = worker.inflight.get(run_id)
     coro = None if task is None else task.get_coro()
     return inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED
-
-
-def _starts_directly(fn: FunctionDef | None) -> bool:
-    return fn is not None and fn.flow.starts_directly
 
 
 DEFAULT_RETENTION = "30d"
@@ -366,7 +366,7 @@ class App:
         at_once = len(prepared) == 1 and not surveys and prepared[0].name not in self._awaited
 
         def op(tx: Tx) -> tuple[list[str], _Taking, Sent]:
-            sent = Sent()
+            sent = Sent() if direct is None else Sent(offer=direct.offer)
             ids = ingest(tx, prepared, registry, now, surveys, self._surveyed.learn, sent, at_once=at_once)
             return ids, (None, list) if direct is None else direct.take(tx, sent, now), sent
 

@@ -19,10 +19,14 @@ from typing import Any, TypeVar
 from stepstone.store.rows import (
     ACTIVE_STATUSES,
     ENDED_STATUSES,
+    FIRST_EPOCH,
     EventRow,
+    LeasedRun,
+    LeaseTerms,
     NewEvent,
     NewRun,
     QueueSpec,
+    Recorded,
     RunFilter,
     RunHistory,
     RunRead,
@@ -87,15 +91,21 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
         return self.insert_event(event)
 
     def record_event_starting(
-        self, event: NewEvent, dedupe_until: float, run: NewRun
-    ) -> Callable[[], tuple[int | None, bool]]:
+        self, event: NewEvent, dedupe_until: float, run: NewRun, lease: LeaseTerms | None = None
+    ) -> Callable[[], Recorded]:
         if not self.dialect.write_ctes:  # (in-process: in order, each read at once)
             if self.wait_keys(event.name):
-                return lambda: (None, True)
+                return lambda: (None, True, None)
             seq = self.record_event(event, dedupe_until)
-            if seq is not None:
+            started = None
+            if seq is None:
+                pass
+            elif lease is None or self.due_ahead(run.queue_spec.partition_key, lease.now, [run.id]):
                 self._create_run(run, [seq])  # (no dataclasses.replace: ~20 calls a send)
-            return lambda: (seq, False)
+            else:
+                started = self._create_started(run, event.stored(seq), lease)
+            return lambda: (seq, False, started)
+        spec = run.queue_spec
         params = {
             **_claim_params(event, dedupe_until),
             **_event_params(event),
@@ -105,20 +115,78 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
             "event_ids": json.dumps(list(run.event_ids)),
             "created_at": run.created_at,
             "queue_spec": None if run.spec is None else _spec_json(run.spec),
-            "partition_key": run.queue_spec.partition_key,
-            "ckey": run.queue_spec.ckey1,
+            "partition_key": spec.partition_key,
+            "ckey": spec.ckey1,
             "available_at": run.available_at,
         }
+        if lease is not None:
+            return self._record_started(event, run, lease, params)
         sent = self._exec("record_event_starting", params)
         self._queue_new(run, with_row=True)  # (its queue item only if the run's row was written)
 
         @once
-        def read() -> tuple[int | None, bool]:
+        def read() -> Recorded:
             row = sent.fetchone()
-            return _seq(row["seq"]), bool(row["awaited"])
+            return _seq(row["seq"]), bool(row["awaited"]), None
 
         self._later_events[run.id] = (lambda: read()[0], event)
         return read
+
+    def _record_started(
+        self, event: NewEvent, run: NewRun, lease: LeaseTerms, params: dict[str, Any]
+    ) -> Callable[[], Recorded]:
+        """``record_event_starting`` with ``lease`` on PostgreSQL: one statement
+        (``record_event_started``), its row read after the ``COMMIT``."""
+        spec = run.queue_spec
+        params.update(
+            _item_params(spec, run.start_deadline, run.finish_timeout),
+            sort_at=run.available_at if run.sort_at is None else run.sort_at,
+            owner=lease.owner,
+            until=lease.until,
+            taken_at=lease.now,
+            app_version=lease.app_version,
+        )
+        sent = self._exec("record_event_started", params)
+
+        @once
+        def read() -> Recorded:
+            row = sent.fetchone()
+            if row is None:  # (a duplicate: nothing written)
+                return None, False, None
+            seq = _seq(row["seq"])
+            if seq is None or row["status"] != RunStatus.RUNNING:
+                return seq, bool(row["awaited"]), None  # (a due item waited: queued)
+            return seq, False, self._started(row, event.stored(seq), run.start_deadline)
+
+        self._later_events[run.id] = (lambda: read()[0], event)
+        return read
+
+    def _create_started(self, run: NewRun, event: EventRow, lease: LeaseTerms) -> LeasedRun:
+        """``create_run`` of ``run`` (linked to ``event``, recorded just before)
+        written already taken on ``lease``'s terms, as ``take_in_order_later``
+        and its settle leave it (SQLite, in order: no UPDATE after)."""
+        row = self._one(
+            "insert_started_run",
+            {
+                "id": run.id,
+                "function_id": run.function_id,
+                "status": RunStatus.RUNNING,
+                "event_ids": json.dumps(list(run.event_ids)),
+                "created_at": run.created_at,
+                "taken_at": lease.now,
+                "app_version": lease.app_version,
+                "epoch": FIRST_EPOCH,
+                "queue_spec": None if run.spec is None else _spec_json(run.spec),
+            },
+        )
+        self._exec("insert_run_event", {"run_id": run.id, "position": 0, "event_seq": event.seq})
+        spec, sort_at = run.queue_spec, run.available_at if run.sort_at is None else run.sort_at
+        self._enqueue(
+            run.id, run.function_id, spec, lease.until, sort_at, None, run.finish_timeout, lease=lease
+        )
+        params = {"function_id": run.function_id, "until": lease.until, "taken_at": lease.now}
+        self._exec("settle_started", {**params, "partition_key": spec.partition_key, "ckey1": spec.ckey1})
+        return self._started(row, event, run.start_deadline)
 
     def _inserted(self, row: Any, event: NewEvent) -> int | None:
         """An inserted event's seq (``None``: no row), remembered for a direct start."""
@@ -190,25 +258,25 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
         finish_timeout: float | None,
         *,
         lowered: bool = False,
+        lease: LeaseTerms | None = None,
     ) -> None:
-        self._exec(
-            "insert_queue_item",
-            {
-                "run_id": run_id,
-                "function_id": function_id,
-                "partition_key": spec.partition_key,
-                "available_at": available_at,
-                "sort_at": sort_at,
-                "start_deadline": start_deadline,
-                "finish_timeout": finish_timeout,
-                "ckey1": spec.ckey1,
-                "limit1": spec.limit1,
-                "ckey2": spec.ckey2,
-                "limit2": spec.limit2,
-                "throttle_key": spec.throttle_key,
-            },
+        """The run's queue item (``lease``: written taken, its partition
+        settled by the caller; else its partition's hint lowered unless
+        ``lowered``)."""
+        params = _item_params(spec, start_deadline, finish_timeout)
+        taken = lease is not None
+        deadline = None if lease is None or finish_timeout is None else lease.now + finish_timeout
+        params.update(
+            run_id=run_id,
+            function_id=function_id,
+            available_at=available_at,
+            sort_at=sort_at,
+            finish_deadline=deadline,
+            owner=None if lease is None else lease.owner,
+            fresh=0 if taken else 1,
         )
-        if not lowered:
+        self._exec("insert_queue_item", params)
+        if not lowered and not taken:
             self.lower_partition(spec.partition_key, function_id, spec.ckey1, available_at)
 
     def lower_partition(self, key: str, function_id: str, ckey: str | None, at: float) -> None:
@@ -546,6 +614,22 @@ def _seq(value: Any) -> int | None:
 def _claim_params(event: NewEvent, dedupe_until: float) -> dict[str, Any]:
     """``claim_key``'s parameters for the event's id (``event:<id>``)."""
     return {"key": f"event:{event.id}", "ref": event.id, "expires_at": dedupe_until, "now": event.received_at}
+
+
+def _item_params(
+    spec: QueueSpec, start_deadline: float | None, finish_timeout: float | None
+) -> dict[str, Any]:
+    """A queue item's parameters that come from where it queues and its deadlines."""
+    return {
+        "partition_key": spec.partition_key,
+        "start_deadline": start_deadline,
+        "finish_timeout": finish_timeout,
+        "ckey1": spec.ckey1,
+        "limit1": spec.limit1,
+        "ckey2": spec.ckey2,
+        "limit2": spec.limit2,
+        "throttle_key": spec.throttle_key,
+    }
 
 
 def _event_params(event: NewEvent) -> dict[str, Any]:

@@ -165,7 +165,7 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
         """``create_run`` of ``run`` (linked to ``event``, recorded just before)
         written already taken on ``lease``'s terms, as ``take_in_order_later``
         and its settle leave it (SQLite, in order: no UPDATE after)."""
-        row = self._one(
+        [row] = self._all(  # (all read: the INSERT's statement done before the next)
             "insert_started_run",
             {
                 "id": run.id,

@@ -5,7 +5,8 @@ adapts parameter style, lists and row locking); the worker registry, operator
 views and jobs are in ``sqlviews``, lease passes, takes and leases in
 ``sqlqueue``, a held run's fenced writes (checkpoint, park, end) in
 ``sqljournal``, wait rows and signals in ``sqlwaits``, database size and
-retention deletes in ``sqlretention``. Both stores hand this
+retention deletes in ``sqlretention``, a send's one event and the run it
+starts written in one go (taken, beside a local worker) in ``sqlstart``. Both stores hand this
 class a DB-API connection already inside a transaction.
 """
 
@@ -19,14 +20,11 @@ from typing import Any, TypeVar
 from stepstone.store.rows import (
     ACTIVE_STATUSES,
     ENDED_STATUSES,
-    FIRST_EPOCH,
     EventRow,
-    LeasedRun,
     LeaseTerms,
     NewEvent,
     NewRun,
     QueueSpec,
-    Recorded,
     RunFilter,
     RunHistory,
     RunRead,
@@ -36,18 +34,16 @@ from stepstone.store.rows import (
     StepRow,
     TimedOut,
 )
-from stepstone.store.sqlbase import once
 from stepstone.store.sqljournal import SqlJournal
-from stepstone.store.sqlqueue import SqlQueue
 from stepstone.store.sqlretention import SqlRetention
+from stepstone.store.sqlstart import SqlStart, claim_params, event_params, item_params, spec_json
 from stepstone.store.sqlviews import SqlViews
-from stepstone.store.sqlwaits import SqlWaits
 from stepstone.store.usertx import run_in_savepoint
 
 T = TypeVar("T")
 
 
-class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
+class SqlTx(SqlJournal, SqlStart, SqlViews, SqlRetention):
     """Implements ``stepstone.store.base.Tx`` on one open transaction."""
 
     # -- functions ----------------------------------------------------------------
@@ -78,115 +74,17 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
 
     # -- events and runs -------------------------------------------------------------
     def insert_event(self, event: NewEvent) -> int:
-        seq = self._inserted(self._one("insert_event", _event_params(event)), event)
+        seq = self._inserted(self._one("insert_event", event_params(event)), event)
         assert seq is not None
         return seq
 
     def record_event(self, event: NewEvent, dedupe_until: float) -> int | None:
-        claim = _claim_params(event, dedupe_until)
+        claim = claim_params(event, dedupe_until)
         if self.dialect.write_ctes:  # the claim as a CTE: the event inserted only if it won
-            return self._inserted(self._one("record_event", {**claim, **_event_params(event)}), event)
+            return self._inserted(self._one("record_event", {**claim, **event_params(event)}), event)
         if self._one("claim_key", claim) is None:
             return None
         return self.insert_event(event)
-
-    def record_event_starting(
-        self, event: NewEvent, dedupe_until: float, run: NewRun, lease: LeaseTerms | None = None
-    ) -> Callable[[], Recorded]:
-        if not self.dialect.write_ctes:  # (in-process: in order, each read at once)
-            if self.wait_keys(event.name):
-                return lambda: (None, True, None)
-            seq = self.record_event(event, dedupe_until)
-            started = None
-            if seq is None:
-                pass
-            elif lease is None or self.due_ahead(run.queue_spec.partition_key, lease.now, [run.id]):
-                self._create_run(run, [seq])  # (no dataclasses.replace: ~20 calls a send)
-            else:
-                started = self._create_started(run, event.stored(seq), lease)
-            return lambda: (seq, False, started)
-        spec = run.queue_spec
-        params = {
-            **_claim_params(event, dedupe_until),
-            **_event_params(event),
-            "run_id": run.id,
-            "function_id": run.function_id,
-            "status": run.status,
-            "event_ids": json.dumps(list(run.event_ids)),
-            "created_at": run.created_at,
-            "queue_spec": None if run.spec is None else _spec_json(run.spec),
-            "partition_key": spec.partition_key,
-            "ckey": spec.ckey1,
-            "available_at": run.available_at,
-        }
-        if lease is not None:
-            return self._record_started(event, run, lease, params)
-        sent = self._exec("record_event_starting", params)
-        self._queue_new(run, with_row=True)  # (its queue item only if the run's row was written)
-
-        @once
-        def read() -> Recorded:
-            row = sent.fetchone()
-            return _seq(row["seq"]), bool(row["awaited"]), None
-
-        self._later_events[run.id] = (lambda: read()[0], event)
-        return read
-
-    def _record_started(
-        self, event: NewEvent, run: NewRun, lease: LeaseTerms, params: dict[str, Any]
-    ) -> Callable[[], Recorded]:
-        """``record_event_starting`` with ``lease`` on PostgreSQL: one statement
-        (``record_event_started``), its row read after the ``COMMIT``."""
-        spec = run.queue_spec
-        params.update(
-            _item_params(spec, run.start_deadline, run.finish_timeout),
-            sort_at=run.available_at if run.sort_at is None else run.sort_at,
-            owner=lease.owner,
-            until=lease.until,
-            taken_at=lease.now,
-            app_version=lease.app_version,
-        )
-        sent = self._exec("record_event_started", params)
-
-        @once
-        def read() -> Recorded:
-            row = sent.fetchone()
-            if row is None:  # (a duplicate: nothing written)
-                return None, False, None
-            seq = _seq(row["seq"])
-            if seq is None or row["status"] != RunStatus.RUNNING:
-                return seq, bool(row["awaited"]), None  # (a due item waited: queued)
-            return seq, False, self._started(row, event.stored(seq), run.start_deadline)
-
-        self._later_events[run.id] = (lambda: read()[0], event)
-        return read
-
-    def _create_started(self, run: NewRun, event: EventRow, lease: LeaseTerms) -> LeasedRun:
-        """``create_run`` of ``run`` (linked to ``event``, recorded just before)
-        written already taken on ``lease``'s terms, as ``take_in_order_later``
-        and its settle leave it (SQLite, in order: no UPDATE after)."""
-        [row] = self._all(  # (all read: the INSERT's statement done before the next)
-            "insert_started_run",
-            {
-                "id": run.id,
-                "function_id": run.function_id,
-                "status": RunStatus.RUNNING,
-                "event_ids": json.dumps(list(run.event_ids)),
-                "created_at": run.created_at,
-                "taken_at": lease.now,
-                "app_version": lease.app_version,
-                "epoch": FIRST_EPOCH,
-                "queue_spec": None if run.spec is None else _spec_json(run.spec),
-            },
-        )
-        self._exec("insert_run_event", {"run_id": run.id, "position": 0, "event_seq": event.seq})
-        spec, sort_at = run.queue_spec, run.available_at if run.sort_at is None else run.sort_at
-        self._enqueue(
-            run.id, run.function_id, spec, lease.until, sort_at, None, run.finish_timeout, lease=lease
-        )
-        params = {"function_id": run.function_id, "until": lease.until, "taken_at": lease.now}
-        self._exec("settle_started", {**params, "partition_key": spec.partition_key, "ckey1": spec.ckey1})
-        return self._started(row, event, run.start_deadline)
 
     def _inserted(self, row: Any, event: NewEvent) -> int | None:
         """An inserted event's seq (``None``: no row), remembered for a direct start."""
@@ -245,7 +143,7 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
             # written with the run, the noisy-neighbour benchmark's quiet tenant
             # (SQLite) waited 42-54 ms instead of 27-30 (bench_flow.py;
             # docs/benchmarks.md, issue 18 after session 7).
-            self._exec("set_queue_spec", {"id": run.id, "spec": _spec_json(spec)})
+            self._exec("set_queue_spec", {"id": run.id, "spec": spec_json(spec)})
 
     def _enqueue(
         self,
@@ -263,7 +161,7 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
         """The run's queue item (``lease``: written taken, its partition
         settled by the caller; else its partition's hint lowered unless
         ``lowered``)."""
-        params = _item_params(spec, start_deadline, finish_timeout)
+        params = item_params(spec, start_deadline, finish_timeout)
         taken = lease is not None
         deadline = None if lease is None or finish_timeout is None else lease.now + finish_timeout
         params.update(
@@ -600,44 +498,3 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
 
 def _time(value: Any) -> float | None:
     return None if value is None else float(value)
-
-
-@functools.lru_cache(maxsize=1024)  # (a function's plain spec is one shared object: encoded once)
-def _spec_json(spec: QueueSpec) -> str:
-    return json.dumps(vars(spec))  # (plain values: vars(), not dataclasses.asdict's deep copy)
-
-
-def _seq(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
-def _claim_params(event: NewEvent, dedupe_until: float) -> dict[str, Any]:
-    """``claim_key``'s parameters for the event's id (``event:<id>``)."""
-    return {"key": f"event:{event.id}", "ref": event.id, "expires_at": dedupe_until, "now": event.received_at}
-
-
-def _item_params(
-    spec: QueueSpec, start_deadline: float | None, finish_timeout: float | None
-) -> dict[str, Any]:
-    """A queue item's parameters that come from where it queues and its deadlines."""
-    return {
-        "partition_key": spec.partition_key,
-        "start_deadline": start_deadline,
-        "finish_timeout": finish_timeout,
-        "ckey1": spec.ckey1,
-        "limit1": spec.limit1,
-        "ckey2": spec.ckey2,
-        "limit2": spec.limit2,
-        "throttle_key": spec.throttle_key,
-    }
-
-
-def _event_params(event: NewEvent) -> dict[str, Any]:
-    return {
-        "id": event.id,
-        "name": event.name,
-        "data": event.data,
-        "ts": event.ts,
-        "now": event.received_at,
-        "trace": event.trace,
-    }

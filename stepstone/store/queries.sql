@@ -697,7 +697,7 @@ INSERT INTO partitions (key, function_id, ckey, next_at) VALUES (:key, :function
 
 -- name: partition_lowered
 -- (a fragment, included: a partition's hint only ever moves earlier here)
-ON CONFLICT (key) DO UPDATE SET next_at = excluded.next_at, last_served = excluded.last_served
+ON CONFLICT (key) DO UPDATE SET next_at = excluded.next_at
 WHERE partitions.next_at IS NULL OR partitions.next_at > excluded.next_at
 
 -- name: wake_ckey

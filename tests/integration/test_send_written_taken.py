@@ -282,3 +282,17 @@ def test_an_app_send_with_a_local_worker_writes_its_run_taken(
     finally:
         gate.set()
         app.stop()
+
+
+def test_a_lowered_hint_keeps_the_partitions_service_time(store: Store) -> None:
+    """Fairness: lowering a partition's hint (a new item, a wake-up) leaves its
+    last service time as a pass or a direct start set it, so the least
+    recently served partition still comes first. (``partition_lowered`` and
+    ``partition_settled`` are fragments side by side: only the second sets
+    ``last_served``.) All three stores."""
+    _send(store, ss.Event("plain", id="e1"), NOW - 10)  # "plain" served first
+    _send(store, ss.Event("other", id="e2"), NOW)  # "other" after it (its key sorts first)
+    store.transact_sync(lambda tx: tx.lower_partition("plain", "plain", None, NOW + 1))
+    store.transact_sync(lambda tx: tx.lower_partition("other", "other", None, NOW + 1))
+    due = store.transact_sync(lambda tx: tx.due_partitions(["plain", "other"], NOW + 1, 10))
+    assert due == ["plain", "other"]  # the least recently served first

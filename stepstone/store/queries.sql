@@ -189,15 +189,22 @@ INSERT INTO run_events (run_id, position, event_seq) VALUES (:run_id, :position,
 -- name: insert_queue_item
 -- (epoch: a run queued again (replay) goes on from the last epoch it was leased
 -- under, kept in runs.epoch, so no fence of an older invocation can match again.
--- Only for a run that exists: one record_event_starting did not write gets none.
--- An item written taken (SQLite: a send's direct start, insert_started_run)
--- has its owner and finish deadline, and is not fresh.)
+-- Only for a run that exists: one record_event_starting did not write gets none)
 INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at, start_deadline,
-                   finish_timeout, finish_deadline, ckey1, limit1, ckey2, limit2, throttle_key,
-                   epoch, owner, fresh)
+                   finish_timeout, ckey1, limit1, ckey2, limit2, throttle_key, epoch)
 SELECT :run_id, :function_id, :partition_key, :available_at, :sort_at, :start_deadline,
-       :finish_timeout, :finish_deadline, :ckey1, :limit1, :ckey2, :limit2, :throttle_key,
-       epoch, :owner, :fresh
+       :finish_timeout, :ckey1, :limit1, :ckey2, :limit2, :throttle_key, epoch
+FROM runs WHERE id = :run_id;
+
+-- name: insert_taken_item
+-- (SQLite: insert_queue_item for a run a send's direct start wrote taken
+-- (insert_started_run): leased by :owner until :until, its epoch the run's
+-- first lease's, not fresh, its start deadline met and its finish clock
+-- started (clock_started: :finish_deadline))
+INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at, finish_timeout,
+                   finish_deadline, ckey1, limit1, ckey2, limit2, throttle_key, epoch, owner, fresh)
+SELECT :run_id, :function_id, :partition_key, :until, :sort_at, :finish_timeout,
+       :finish_deadline, :ckey1, :limit1, :ckey2, :limit2, :throttle_key, epoch, :owner, 0
 FROM runs WHERE id = :run_id;
 
 -- name: get_run

@@ -126,11 +126,19 @@ class SqlStart(SqlQueue, SqlWaits):
             },
         )
         self._exec("insert_run_event", {"run_id": run.id, "position": 0, "event_seq": event.seq})
-        spec, sort_at = run.queue_spec, run.available_at if run.sort_at is None else run.sort_at
-        self._enqueue(
-            run.id, run.function_id, spec, lease.until, sort_at, None, run.finish_timeout, lease=lease
-        )
+        spec, timeout = run.queue_spec, run.finish_timeout
         params = {"function_id": run.function_id, "until": lease.until, "taken_at": lease.now}
+        self._exec(
+            "insert_taken_item",
+            {
+                **params,
+                **item_params(spec, None, timeout),
+                "run_id": run.id,
+                "sort_at": run.available_at if run.sort_at is None else run.sort_at,
+                "finish_deadline": None if timeout is None else lease.now + timeout,
+                "owner": lease.owner,
+            },
+        )
         self._exec("settle_started", {**params, "partition_key": spec.partition_key, "ckey1": spec.ckey1})
         return self._started(row, event, run.start_deadline)
 
@@ -142,21 +150,6 @@ class SqlStart(SqlQueue, SqlWaits):
         raise NotImplementedError
 
     def _queue_new(self, run: NewRun, *, with_row: bool = False) -> None:
-        raise NotImplementedError
-
-    def _enqueue(
-        self,
-        run_id: str,
-        function_id: str,
-        spec: QueueSpec,
-        available_at: float,
-        sort_at: float,
-        start_deadline: float | None,
-        finish_timeout: float | None,
-        *,
-        lowered: bool = False,
-        lease: LeaseTerms | None = None,
-    ) -> None:
         raise NotImplementedError
 
 

@@ -21,7 +21,6 @@ from stepstone.store.rows import (
     ACTIVE_STATUSES,
     ENDED_STATUSES,
     EventRow,
-    LeaseTerms,
     NewEvent,
     NewRun,
     QueueSpec,
@@ -36,7 +35,7 @@ from stepstone.store.rows import (
 )
 from stepstone.store.sqljournal import SqlJournal
 from stepstone.store.sqlretention import SqlRetention
-from stepstone.store.sqlstart import SqlStart, claim_params, event_params, item_params, spec_json
+from stepstone.store.sqlstart import SqlStart, claim_params, event_params, spec_json
 from stepstone.store.sqlviews import SqlViews
 from stepstone.store.usertx import run_in_savepoint
 
@@ -156,25 +155,25 @@ class SqlTx(SqlJournal, SqlStart, SqlViews, SqlRetention):
         finish_timeout: float | None,
         *,
         lowered: bool = False,
-        lease: LeaseTerms | None = None,
     ) -> None:
-        """The run's queue item (``lease``: written taken, its partition
-        settled by the caller; else its partition's hint lowered unless
-        ``lowered``)."""
-        params = item_params(spec, start_deadline, finish_timeout)
-        taken = lease is not None
-        deadline = None if lease is None or finish_timeout is None else lease.now + finish_timeout
-        params.update(
-            run_id=run_id,
-            function_id=function_id,
-            available_at=available_at,
-            sort_at=sort_at,
-            finish_deadline=deadline,
-            owner=None if lease is None else lease.owner,
-            fresh=0 if taken else 1,
+        self._exec(
+            "insert_queue_item",
+            {
+                "run_id": run_id,
+                "function_id": function_id,
+                "partition_key": spec.partition_key,
+                "available_at": available_at,
+                "sort_at": sort_at,
+                "start_deadline": start_deadline,
+                "finish_timeout": finish_timeout,
+                "ckey1": spec.ckey1,
+                "limit1": spec.limit1,
+                "ckey2": spec.ckey2,
+                "limit2": spec.limit2,
+                "throttle_key": spec.throttle_key,
+            },
         )
-        self._exec("insert_queue_item", params)
-        if not lowered and not taken:
+        if not lowered:
             self.lower_partition(spec.partition_key, function_id, spec.ckey1, available_at)
 
     def lower_partition(self, key: str, function_id: str, ckey: str | None, at: float) -> None:

@@ -53,7 +53,7 @@ WRITTEN_TAKEN = {  # a send of one event starting one run its local worker takes
         "due_ahead",  # (main: after the queue item; then take_items, mark_running, start_clock,
         "insert_started_run",  # settle_taken, and lower_partition, set_queue_spec: 13 in all)
         "insert_run_event",
-        "insert_queue_item",
+        "insert_taken_item",
         "settle_started",
     ],
     "postgres": [

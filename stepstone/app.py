@@ -43,7 +43,7 @@ from stepstone.runs import Runs, read_call, write_call
 from stepstone.runtime import Awaited, PreparedEvent, Sent, Survey, Surveyed, ingest, prepare, survey
 from stepstone.sizes import Size
 from stepstone.store import make_store
-from stepstone.store.base import FunctionsTx, Store, Tx, WorkersTx
+from stepstone.store.base import FunctionsTx, Store, Tx
 from stepstone.store.rows import RunRead
 from stepstone.store.viewrows import WorkerRow
 from stepstone.triggers import Trigger
@@ -77,11 +77,7 @@ class Workers:
 
     def list(self, alive_within: float = 60.0) -> list[WorkerRow]:
         since = self._app.clock.now() - alive_within
-
-        def op(tx: WorkersTx) -> list[WorkerRow]:
-            return tx.list_workers(since)
-
-        return self._app._store_ready().read_sync(op)
+        return self._app._store_ready().read_sync(lambda tx: tx.list_workers(since))
 
 
 DEFAULT_RETENTION = "30d"
@@ -297,7 +293,7 @@ class App:
         at_once = len(prepared) == 1 and not surveys and prepared[0].name not in self._awaited
 
         def op(tx: Tx) -> tuple[list[str], Taking, Sent]:
-            sent = Sent()
+            sent = Sent() if direct is None else Sent(offer=direct.offer)
             ids = ingest(tx, prepared, registry, now, surveys, self._surveyed.learn, sent, at_once=at_once)
             return ids, (None, list) if direct is None else direct.take(tx, sent, now), sent
 

@@ -15,11 +15,10 @@ import inspect
 import time
 from collections.abc import Callable, Sequence
 
-from stepstone.function import FunctionDef
 from stepstone.runtime import Sent
-from stepstone.scheduler.leasing import take_direct
+from stepstone.scheduler.leasing import starts_now, take_direct
 from stepstone.store.base import Tx
-from stepstone.store.rows import LeasedRun, RunFilter, RunRow
+from stepstone.store.rows import LeasedRun, LeaseTerms, NewRun, RunFilter, RunRow
 from stepstone.worker import Worker
 
 Taking = tuple[list[str] | None, Callable[[], list[LeasedRun]]]
@@ -43,18 +42,27 @@ def reserve(workers: Sequence[Worker], events: int) -> DirectStart | None:
 class DirectStart:
     """Free slots reserved on a running local worker before a send's write; in
     it, the runs queued for the app's functions that allow it are taken for that
-    worker as its lease pass would take them (``leasing.take_direct``); after
-    the commit they are handed over in memory (or the slots given back)."""
+    worker as its lease pass would take them (``leasing.take_direct``; a send's
+    one run is written taken: ``offer``); after the commit they are handed over
+    in memory (or the slots given back)."""
 
     worker: Worker
     slots: int
     sent: float = dataclasses.field(default_factory=time.monotonic)  # before the write
 
+    def offer(self, now: float, run: NewRun) -> LeaseTerms | None:
+        """``Sent.offer``: the lease a run the send writes at ``now`` is written
+        taken on (``None``: written queued, for a take or a lease pass)."""
+        w = self.worker
+        terms = LeaseTerms(owner=w.lease_owner, now=now, until=now + w.lease_ttl, app_version=w.app_version)
+        return terms if w.registry.starts_directly(run.function_id) and starts_now(run, now) else None
+
     def take(self, tx: Tx, sent: Sent, now: float) -> Taking:
-        worker = self.worker
-        runs = [run for run in sent.queued if _starts_directly(worker.registry.get(run.function_id))]
-        until = now + worker.lease_ttl
-        asked, taken = take_direct(tx, worker.lease_owner, runs, self.slots, now, until, worker.app_version)
+        if sent.started is not None:  # (the send wrote its run taken, or queued: ``ingest``)
+            return [run.id for run in sent.queued], sent.started
+        w = self.worker
+        runs = [run for run in sent.queued if w.registry.starts_directly(run.function_id)]
+        asked, taken = take_direct(tx, w.lease_owner, runs, self.slots, now, now + w.lease_ttl, w.app_version)
         every = bool(asked) and len(asked) == len(sent.queued) and not sent.resolved
         if every:  # (a run whose take finds a due item before it still wakes the workers)
             tx.taken_here(asked)
@@ -108,7 +116,3 @@ def unstarted(worker: Worker, run_id: str) -> bool:
     task = worker.inflight.get(run_id)
     coro = None if task is None else task.get_coro()
     return inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED
-
-
-def _starts_directly(fn: FunctionDef | None) -> bool:
-    return fn is not None and fn.flow.starts_directly

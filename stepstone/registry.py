@@ -47,6 +47,12 @@ class Registry:
     def get(self, function_id: str) -> FunctionDef | None:
         return self.functions.get(function_id)
 
+    def starts_directly(self, function_id: str) -> bool:
+        """Whether a run of the function may start in its send's transaction
+        (a function of this registry whose rules allow it: ``FlowConfig.starts_directly``)."""
+        fn = self.functions.get(function_id)
+        return fn is not None and fn.flow.starts_directly
+
     def __iter__(self) -> Iterator[FunctionDef]:
         return iter(self.functions.values())
 

@@ -23,7 +23,7 @@ from stepstone.runtime.incoming import PreparedEvent
 from stepstone.runtime.lifecycle import cancel_run
 from stepstone.runtime.waits import Learn, Survey, match_event
 from stepstone.store.base import Tx
-from stepstone.store.rows import NewRun, StepStatus, WaitKind, WaitRow
+from stepstone.store.rows import LeasedRun, LeaseTerms, NewRun, StepStatus, WaitKind, WaitRow
 
 __all__ = ["Awaited", "Sent", "ingest"]
 
@@ -43,6 +43,10 @@ class Sent:
     awaited: Callable[[], str | None] = lambda: None  # after the commit: the name of an
     # ``at_once`` event nothing was written for, a wait being on it: send again without
     unawaited: list[str] = field(default_factory=list)  # names of events no wait was on
+    offer: Callable[[float, NewRun], LeaseTerms | None] = lambda now, run: None  # a direct start's
+    # lease for a run written at ``now`` at once (``at_once``), if its local worker takes it
+    started: Callable[[], list[LeasedRun]] | None = None  # after the commit: the run written
+    # taken on ``offer``'s lease (empty: written queued, or not at all), if one was offered
 
 
 def ingest(
@@ -67,7 +71,9 @@ def ingest(
     (``Tx.record_event_starting``: on PostgreSQL no round trip before the
     ``COMMIT``), unless a wait is on its name: then nothing is written and,
     after the commit, ``sent.awaited()`` names it: the caller sends it again
-    without ``at_once``."""
+    without ``at_once``. If ``sent.offer`` gives a lease for its run (a
+    direct start), the run is written already taken on it where a take
+    would take it (``sent.started``)."""
     if at_once and sent is not None and _at_once(tx, events, registry, now, sent):
         return [events[0].id]
     ids = []
@@ -136,9 +142,12 @@ def _at_once(tx: Tx, events: Sequence[PreparedEvent], registry: Registry, now: f
     run = plain_run(functions[0], event, now) if len(functions) == 1 else None
     if run is None:
         return False
-    recorded = tx.record_event_starting(event.received(now), now + limits.DEDUPE_WINDOW_SECONDS, run)
+    lease = sent.offer(now, run)
+    recorded = tx.record_event_starting(event.received(now), now + limits.DEDUPE_WINDOW_SECONDS, run, lease)
     tx.taken_here([run.id])  # a wake-up only if it is queued untaken: none for a duplicate
     sent.awaited = lambda: event.name if recorded()[1] else None
+    if lease is not None:  # (written taken unless a due item waited before it)
+        sent.started = lambda: [] if (leased := recorded()[2]) is None else [leased]
     # As if recorded: if it was a duplicate (or awaited), its run was not written,
     # so no take takes it and the send is not quiet (nothing else reads these).
     sent.recorded.append(event.id)

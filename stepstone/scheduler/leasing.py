@@ -143,6 +143,15 @@ def lease(
     return state.leased
 
 
+def starts_now(run: NewRun, now: float) -> bool:
+    """Whether a run queued at ``now`` may be taken by its send as a lease pass
+    would take it (a due item of its partition aside: ``QueueTx.due_ahead``):
+    due now, without concurrency keys, throttle or priority."""
+    spec = run.queue_spec
+    plain = spec.ckey1 is None and spec.ckey2 is None and spec.throttle_key is None
+    return plain and run.available_at <= now and (run.sort_at is None or run.sort_at == run.available_at)
+
+
 def take_direct(
     tx: QueueTx,
     owner: str,
@@ -166,10 +175,8 @@ def take_direct(
     room left for the next one depends on it (more runs than ``wanted``)."""
     by_partition: dict[str, list[str]] = {}
     for run in runs:
-        spec = run.queue_spec
-        plain = spec.ckey1 is None and spec.ckey2 is None and spec.throttle_key is None
-        if plain and run.available_at <= now and (run.sort_at is None or run.sort_at == run.available_at):
-            by_partition.setdefault(spec.partition_key, []).append(run.id)
+        if starts_now(run, now):
+            by_partition.setdefault(run.queue_spec.partition_key, []).append(run.id)
     terms = LeaseTerms(owner=owner, now=now, until=until, app_version=app_version)
     takes: list[Callable[[], list[LeasedRun] | None]] = []
     asked: list[str] = []

@@ -87,6 +87,7 @@ OWN_OPTIONS = ("writers", "readers")
 WAKE_QUERIES = frozenset(
     {
         "insert_queue_item",
+        "record_event_started",  # (with its queue item, taken or not: ``taken_here`` decides)
         "fence_park_wake",
         "wake_run",
         "move_item",
@@ -115,7 +116,9 @@ REMOTE_WAKE_QUERIES = frozenset({"fence_delete", "end_held_run", "settle_partiti
 _WRITE_VERBS = ("INSERT", "UPDATE", "DELETE")
 # Statements that write through a data-modifying CTE under a SELECT (its status
 # names no write): one that returned a row counts as a change.
-CTE_WRITES = frozenset({"fenced_step", "park_held_run", "end_alone"})
+# (record_event_started returns a row also when it wrote nothing for a wait key:
+# a send that is then sent again the usual way counts twice.)
+CTE_WRITES = frozenset({"fenced_step", "park_held_run", "end_alone", "record_event_started"})
 
 
 class PgTx(SqlTx):

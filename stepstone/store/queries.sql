@@ -74,17 +74,7 @@ DELETE FROM dedupe WHERE key = :key AND ref = :ref;
 -- and take that follow (statements of their own) find it only if it was
 -- written here.
 -- A row back: the event's seq (NULL: not written) and whether it was awaited.)
-WITH unawaited AS (
-    SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM wait_keys WHERE event_name = :name)
-), claimed AS (
-    INSERT INTO dedupe (key, ref, expires_at) SELECT :key, :ref, :expires_at FROM unawaited
-    {query:key_claimed}
-), recorded AS (
-    INSERT INTO events (id, name, data, ts, received_at, trace)
-    SELECT :id, :name, :data, CAST(:ts AS BIGINT), CAST(:now AS DOUBLE PRECISION), :trace
-    WHERE EXISTS (SELECT 1 FROM claimed)
-    RETURNING seq
-), created AS (
+WITH {query:event_unawaited}, created AS (
     INSERT INTO runs (id, function_id, status, event_ids, created_at, queue_spec)
     SELECT :run_id, :function_id, :status, :event_ids, :created_at, :queue_spec FROM recorded
 ), linked AS (
@@ -95,6 +85,83 @@ WITH unawaited AS (
     {query:partition_lowered}
 )
 SELECT (SELECT seq FROM recorded) AS seq, NOT EXISTS (SELECT 1 FROM unawaited) AS awaited;
+
+-- name: event_unawaited
+-- (a fragment, the head of record_event_starting and record_event_started: the
+-- event recorded (its dedupe claim and insert), unless a wait key is on its name)
+unawaited AS (
+    SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM wait_keys WHERE event_name = :name)
+), claimed AS (
+    INSERT INTO dedupe (key, ref, expires_at) SELECT :key, :ref, :expires_at FROM unawaited
+    {query:key_claimed}
+), recorded AS (
+    INSERT INTO events (id, name, data, ts, received_at, trace)
+    SELECT :id, :name, :data, CAST(:ts AS BIGINT), CAST(:now AS DOUBLE PRECISION), :trace
+    WHERE EXISTS (SELECT 1 FROM claimed)
+    RETURNING seq
+)
+
+-- name: record_event_started
+-- (PostgreSQL: record_event_starting for a run a local worker of this process
+-- takes at once (its lease: :owner until :until, taken at :taken_at, running
+-- :app_version; a send's direct start), its queue item in the same statement.
+-- Unless a due item of its partition waits (due_ahead: the statement's snapshot
+-- holds no item of this new run), the run's row, its queue item and its
+-- partition's hint are written as take_runs_in_order and settle_taken leave
+-- them: run_started, item_taken (epoch 1: a new run's first lease),
+-- clock_started, the partition served now and next due at its earliest item's
+-- time. Nothing is updated after. Else they are written queued, as
+-- record_event_starting and insert_queue_item write them. A row back only if
+-- something was written or a wait key is on the name: record_event_starting's
+-- and the run's row (NULLs: the run not written).)
+WITH {query:event_unawaited}, taking AS (
+    SELECT seq, NOT EXISTS (
+        SELECT 1 FROM queue WHERE partition_key = :partition_key AND available_at <= :taken_at
+    ) AS taken
+    FROM recorded
+), created AS (
+    INSERT INTO runs (id, function_id, status, event_ids, created_at, queue_spec, started_at, app_version, epoch)
+    SELECT :run_id, :function_id, CASE WHEN taken THEN 'running' ELSE CAST(:status AS TEXT) END, :event_ids,
+           :created_at, :queue_spec, CASE WHEN taken THEN CAST(:taken_at AS DOUBLE PRECISION) END,
+           CASE WHEN taken THEN CAST(:app_version AS TEXT) END, CASE WHEN taken THEN 1 ELSE 0 END
+    FROM taking
+    RETURNING *
+), linked AS (
+    INSERT INTO run_events (run_id, position, event_seq) SELECT :run_id, 0, seq FROM taking
+), queued AS (
+    INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at, start_deadline,
+                       finish_timeout, finish_deadline, ckey1, limit1, ckey2, limit2, throttle_key,
+                       epoch, owner, fresh)
+    SELECT :run_id, :function_id, :partition_key,
+           CASE WHEN taken THEN CAST(:until AS DOUBLE PRECISION) ELSE CAST(:available_at AS DOUBLE PRECISION) END,
+           :sort_at, CASE WHEN taken THEN NULL ELSE CAST(:start_deadline AS DOUBLE PRECISION) END,
+           CAST(:finish_timeout AS DOUBLE PRECISION),
+           CASE WHEN taken THEN CAST(:taken_at AS DOUBLE PRECISION) + CAST(:finish_timeout AS DOUBLE PRECISION) END,
+           :ckey1, :limit1, :ckey2, :limit2, :throttle_key,
+           CASE WHEN taken THEN 1 ELSE 0 END, CASE WHEN taken THEN CAST(:owner AS TEXT) END,
+           CASE WHEN taken THEN 0 ELSE 1 END
+    FROM taking
+), lowered AS (
+    INSERT INTO partitions (key, function_id, ckey, next_at)
+    SELECT :partition_key, :function_id, :ckey1, CAST(:available_at AS DOUBLE PRECISION) FROM taking WHERE NOT taken
+    {query:partition_lowered}
+), settled AS (
+    INSERT INTO partitions (key, function_id, ckey, next_at, last_served)
+    SELECT :partition_key, :function_id, :ckey1, {query:started_next_at}, CAST(:taken_at AS DOUBLE PRECISION)
+    FROM taking WHERE taken
+    {query:partition_settled}
+)
+SELECT (SELECT seq FROM recorded) AS seq, NOT EXISTS (SELECT 1 FROM unawaited) AS awaited, created.*
+FROM (SELECT 1) AS one LEFT JOIN created ON TRUE
+WHERE EXISTS (SELECT 1 FROM recorded) OR NOT EXISTS (SELECT 1 FROM unawaited);
+
+-- name: insert_started_run
+-- (SQLite: a send's direct start written taken, in order (record_event_started
+-- is PostgreSQL's): the run's row as run_started leaves it, with its first
+-- lease's epoch and its queue spec; the row back)
+INSERT INTO runs (id, function_id, status, event_ids, created_at, started_at, app_version, epoch, queue_spec)
+VALUES (:id, :function_id, :status, :event_ids, :created_at, :taken_at, :app_version, :epoch, :queue_spec)
+RETURNING *;
 
 -- name: insert_event
 INSERT INTO events (id, name, data, ts, received_at, trace)
@@ -127,6 +194,17 @@ INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at, st
                    finish_timeout, ckey1, limit1, ckey2, limit2, throttle_key, epoch)
 SELECT :run_id, :function_id, :partition_key, :available_at, :sort_at, :start_deadline,
        :finish_timeout, :ckey1, :limit1, :ckey2, :limit2, :throttle_key, epoch
+FROM runs WHERE id = :run_id;
+
+-- name: insert_taken_item
+-- (SQLite: insert_queue_item for a run a send's direct start wrote taken
+-- (insert_started_run): leased by :owner until :until, its epoch the run's
+-- first lease's, not fresh, its start deadline met and its finish clock
+-- started (clock_started: :finish_deadline))
+INSERT INTO queue (run_id, function_id, partition_key, available_at, sort_at, finish_timeout,
+                   finish_deadline, ckey1, limit1, ckey2, limit2, throttle_key, epoch, owner, fresh)
+SELECT :run_id, :function_id, :partition_key, :until, :sort_at, :finish_timeout,
+       :finish_deadline, :ckey1, :limit1, :ckey2, :limit2, :throttle_key, epoch, :owner, 0
 FROM runs WHERE id = :run_id;
 
 -- name: get_run
@@ -701,6 +779,27 @@ WHERE key = :key AND EXISTS (SELECT 1 FROM queue WHERE run_id = :run_id AND owne
 -- it). A row back: it notified.)
 SELECT pg_notify(:channel, '') AS notified
 WHERE EXISTS (SELECT 1 FROM queue WHERE run_id IN ({run_ids}) AND owner IS NULL);
+
+-- name: settle_started
+-- (SQLite: the partition of a run written taken (insert_started_run, its item
+-- inserted before) left as settle_taken leaves it)
+INSERT INTO partitions (key, function_id, ckey, next_at, last_served)
+VALUES (:partition_key, :function_id, :ckey1, {query:started_next_at}, :taken_at)
+{query:partition_settled};
+
+-- name: started_next_at
+-- (a fragment: settle_taken's next due time for a partition where a run was
+-- written taken, its lease until :until: its earliest item's time; whether the
+-- new item is visible yet (a CTE's snapshot) or not, the same. The inner MIN
+-- is settle_taken's: one seek on queue_by_partition, at any depth.)
+(SELECT MIN(at) FROM (
+    SELECT MIN(available_at) AS at FROM queue WHERE partition_key = :partition_key
+    UNION ALL SELECT CAST(:until AS DOUBLE PRECISION)
+) AS times)
+
+-- name: partition_settled
+-- (a fragment: a partition a direct start served, as settle_taken leaves it)
+ON CONFLICT (key) DO UPDATE SET next_at = excluded.next_at, last_served = excluded.last_served
 
 -- name: live_ckey1
 SELECT COUNT(*) AS n FROM queue WHERE ckey1 = :ckey AND owner IS NOT NULL AND available_at > :now;

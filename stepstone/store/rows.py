@@ -363,6 +363,10 @@ class LeasedRun:
     output_bytes: dict[str, int] = field(default_factory=dict)
 
 
+FIRST_EPOCH = 1  # a new run's first lease (runs.epoch's default 0, and item_taken's one more)
+Recorded = tuple[int | None, bool, LeasedRun | None]  # a send's event and run (``record_event_starting``)
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunHistory:
     """What a replay needs of one run without leasing it (``app.check``)."""

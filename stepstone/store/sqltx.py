@@ -5,7 +5,8 @@ adapts parameter style, lists and row locking); the worker registry, operator
 views and jobs are in ``sqlviews``, lease passes, takes and leases in
 ``sqlqueue``, a held run's fenced writes (checkpoint, park, end) in
 ``sqljournal``, wait rows and signals in ``sqlwaits``, database size and
-retention deletes in ``sqlretention``. Both stores hand this
+retention deletes in ``sqlretention``, a send's one event and the run it
+starts written in one go (taken, beside a local worker) in ``sqlstart``. Both stores hand this
 class a DB-API connection already inside a transaction.
 """
 
@@ -32,18 +33,16 @@ from stepstone.store.rows import (
     StepRow,
     TimedOut,
 )
-from stepstone.store.sqlbase import once
 from stepstone.store.sqljournal import SqlJournal
-from stepstone.store.sqlqueue import SqlQueue
 from stepstone.store.sqlretention import SqlRetention
+from stepstone.store.sqlstart import SqlStart, claim_params, event_params, spec_json
 from stepstone.store.sqlviews import SqlViews
-from stepstone.store.sqlwaits import SqlWaits
 from stepstone.store.usertx import run_in_savepoint
 
 T = TypeVar("T")
 
 
-class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
+class SqlTx(SqlJournal, SqlStart, SqlViews, SqlRetention):
     """Implements ``stepstone.store.base.Tx`` on one open transaction."""
 
     # -- functions ----------------------------------------------------------------
@@ -74,51 +73,17 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
 
     # -- events and runs -------------------------------------------------------------
     def insert_event(self, event: NewEvent) -> int:
-        seq = self._inserted(self._one("insert_event", _event_params(event)), event)
+        seq = self._inserted(self._one("insert_event", event_params(event)), event)
         assert seq is not None
         return seq
 
     def record_event(self, event: NewEvent, dedupe_until: float) -> int | None:
-        claim = _claim_params(event, dedupe_until)
+        claim = claim_params(event, dedupe_until)
         if self.dialect.write_ctes:  # the claim as a CTE: the event inserted only if it won
-            return self._inserted(self._one("record_event", {**claim, **_event_params(event)}), event)
+            return self._inserted(self._one("record_event", {**claim, **event_params(event)}), event)
         if self._one("claim_key", claim) is None:
             return None
         return self.insert_event(event)
-
-    def record_event_starting(
-        self, event: NewEvent, dedupe_until: float, run: NewRun
-    ) -> Callable[[], tuple[int | None, bool]]:
-        if not self.dialect.write_ctes:  # (in-process: in order, each read at once)
-            if self.wait_keys(event.name):
-                return lambda: (None, True)
-            seq = self.record_event(event, dedupe_until)
-            if seq is not None:
-                self._create_run(run, [seq])  # (no dataclasses.replace: ~20 calls a send)
-            return lambda: (seq, False)
-        params = {
-            **_claim_params(event, dedupe_until),
-            **_event_params(event),
-            "run_id": run.id,
-            "function_id": run.function_id,
-            "status": run.status,
-            "event_ids": json.dumps(list(run.event_ids)),
-            "created_at": run.created_at,
-            "queue_spec": None if run.spec is None else _spec_json(run.spec),
-            "partition_key": run.queue_spec.partition_key,
-            "ckey": run.queue_spec.ckey1,
-            "available_at": run.available_at,
-        }
-        sent = self._exec("record_event_starting", params)
-        self._queue_new(run, with_row=True)  # (its queue item only if the run's row was written)
-
-        @once
-        def read() -> tuple[int | None, bool]:
-            row = sent.fetchone()
-            return _seq(row["seq"]), bool(row["awaited"])
-
-        self._later_events[run.id] = (lambda: read()[0], event)
-        return read
 
     def _inserted(self, row: Any, event: NewEvent) -> int | None:
         """An inserted event's seq (``None``: no row), remembered for a direct start."""
@@ -177,7 +142,7 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
             # written with the run, the noisy-neighbour benchmark's quiet tenant
             # (SQLite) waited 42-54 ms instead of 27-30 (bench_flow.py;
             # docs/benchmarks.md, issue 18 after session 7).
-            self._exec("set_queue_spec", {"id": run.id, "spec": _spec_json(spec)})
+            self._exec("set_queue_spec", {"id": run.id, "spec": spec_json(spec)})
 
     def _enqueue(
         self,
@@ -532,28 +497,3 @@ class SqlTx(SqlJournal, SqlQueue, SqlViews, SqlWaits, SqlRetention):
 
 def _time(value: Any) -> float | None:
     return None if value is None else float(value)
-
-
-@functools.lru_cache(maxsize=1024)  # (a function's plain spec is one shared object: encoded once)
-def _spec_json(spec: QueueSpec) -> str:
-    return json.dumps(vars(spec))  # (plain values: vars(), not dataclasses.asdict's deep copy)
-
-
-def _seq(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
-def _claim_params(event: NewEvent, dedupe_until: float) -> dict[str, Any]:
-    """``claim_key``'s parameters for the event's id (``event:<id>``)."""
-    return {"key": f"event:{event.id}", "ref": event.id, "expires_at": dedupe_until, "now": event.received_at}
-
-
-def _event_params(event: NewEvent) -> dict[str, Any]:
-    return {
-        "id": event.id,
-        "name": event.name,
-        "data": event.data,
-        "ts": event.ts,
-        "now": event.received_at,
-        "trace": event.trace,
-    }

@@ -42,6 +42,7 @@ from stepstone.store.rows import (
     NewRun,
     QueueItem,
     QueueSpec,
+    Recorded,
     RunClosed,
     RunEnd,
     RunFilter,
@@ -78,13 +79,19 @@ class MemoryTx:
         return self.insert_event(event)
 
     def record_event_starting(
-        self, event: NewEvent, dedupe_until: float, run: NewRun
-    ) -> Callable[[], tuple[int | None, bool]]:
+        self, event: NewEvent, dedupe_until: float, run: NewRun, lease: LeaseTerms | None = None
+    ) -> Callable[[], Recorded]:
         awaited = bool(self.wait_keys(event.name))
         seq = None if awaited else self.record_event(event, dedupe_until)
+        started = None
         if seq is not None:
+            key = run.queue_spec.partition_key
+            taking = lease is not None and not self.due_ahead(key, lease.now, [run.id])
             self.create_run(dataclasses.replace(run, event_seqs=[seq]))
-        return lambda: (seq, awaited)
+            if lease is not None and taking:  # (the same state as written taken)
+                started = self.take(lease, run.id)
+                self._settle_taken(key, lease.now)
+        return lambda: (seq, awaited, started)
 
     def create_run(self, run: NewRun) -> None:
         if run.id in self.s.runs:

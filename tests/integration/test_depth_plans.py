@@ -60,6 +60,39 @@ LEASE_READS: dict[str, dict[str, Any]] = {
         "run_ids_0": "r1",
         "queued_ids_0": "r1",
     },
+    # a send's direct start written taken: its queue-order check and its partition's settle folded in
+    "record_event_started": {
+        "key": "event:e1",
+        "ref": "e1",
+        "expires_at": 1e10,
+        "now": 1e10,
+        "id": "e1",
+        "name": "n",
+        "data": "{}",
+        "ts": 1,
+        "trace": None,
+        "run_id": "new",
+        "function_id": "f",
+        "status": "queued",
+        "event_ids": '["e1"]',
+        "created_at": 1e10,
+        "queue_spec": None,
+        "partition_key": "f",
+        "ckey": None,
+        "available_at": 1e10,
+        "sort_at": 1e10,
+        "start_deadline": None,
+        "finish_timeout": None,
+        "ckey1": None,
+        "limit1": None,
+        "ckey2": None,
+        "limit2": None,
+        "throttle_key": None,
+        "owner": "w",
+        "until": 1e10 + 60,
+        "taken_at": 1e10,
+        "app_version": None,
+    },
 }
 LIST_PAGE = {
     "function_id": None,
@@ -267,6 +300,21 @@ def test_a_direct_starts_take_checks_its_partition_by_index_on_postgres(plans: P
         lines_with(plan, ("Filter:", "Index Cond: (partition_key"))[:1]
         == lines_with(check, ("Filter:", "Index Cond: (partition_key"))[:1]
     ), (plan, check)
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_a_send_written_taken_checks_and_settles_its_partition_by_index_on_postgres(plans: Plans) -> None:
+    """``record_event_started``: its queue-order check planned as ``due_ahead``
+    alone (a read that stops at the partition's first due item), its
+    partition's next time as ``settle_taken``'s (one seek), and no pass over
+    the runs, however deep the queue."""
+    plan, check, settle = plans("record_event_started"), plans("due_ahead"), plans("partition_times")
+    assert lines_with(plan, ("Seq Scan on runs", "Sort")) == [], plan
+    assert len(lines_with(plan, ("Seq Scan on queue",))) <= len(lines_with(check, ("Seq Scan on queue",))), (
+        plan
+    )
+    assert lines_with(plan, ("queue_by_partition", "queue_by_due")), plan
+    assert settle and lines_with(settle, ("Seq Scan",)) == [], settle
 
 
 @pytest.mark.parametrize("name", sorted(STEP_READS))

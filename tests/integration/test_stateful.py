@@ -17,7 +17,8 @@ without one; a wait beside a step (its wait row commits while the run is
 leased); an invoke of a child (steps and a sleep); an invoke beside a step;
 a wait for a signal with a timeout (issue 14).
 
-Rules: start runs, send the events waits look for, signal a run, cancel,
+Rules: start runs (or start one directly: its send writes it taken for a
+worker, which invokes it), send the events waits look for, signal a run, cancel,
 replay, rerun from a step, advance the clock, lease and execute (holding the 1st or 2nd executed
 step or not; failing the first, which fails the run), heartbeat (extend the
 leases of invocations in flight), release held steps (a worker's, or one),
@@ -80,9 +81,10 @@ from hypothesis.stateful import (
 import stepstone as ss
 from stepstone.errors import InvalidStateError, NotFoundError
 from stepstone.executor import ExecEnv, Outcome, execute
+from stepstone.runtime import Sent, ingest, prepare
 from stepstone.scheduler.leasing import lease
-from stepstone.store.base import Store
-from stepstone.store.rows import LeasedRun
+from stepstone.store.base import Store, Tx
+from stepstone.store.rows import LeasedRun, LeaseTerms
 
 from .stateful_harness import CURRENT, AmbiguousCommits, Harness, Invocation, SimWorker
 
@@ -94,6 +96,7 @@ IGNORED = frozenset(filter(None, os.environ.get("STEPSTONE_STATEFUL_IGNORE", "")
 TTL = 15.0  # lease time-to-live of the simulated workers
 MAX_RUNS = 4  # runs started by events per example (children and reruns come on top)
 KINDS = ("seq", "waiter", "forever", "beside", "parent", "fork", "signalled")
+PLAIN_KINDS = KINDS[1:]  # functions without flow rules: a send may start them directly
 SETTLE_SECONDS = 30.0  # real time an action may take to reach quiescence
 
 
@@ -222,6 +225,32 @@ class StatefulModel(RuleBasedStateMachine):
         k = self.sent
         self.sent += 1
         self.call(self.app.send_async(ss.Event(f"go.{kind}", {"k": k, "g": k % 2})))
+
+    @precondition(lambda self: self.sent < MAX_RUNS)
+    @rule(kind=st.sampled_from(PLAIN_KINDS), worker=st.integers(0, 1), hold=st.integers(0, 2))
+    def start_here(self, kind: str, worker: int, hold: int) -> None:
+        """A send beside a worker with a free slot (``App.send``'s direct start):
+        its run written already taken for that worker (``Sent.offer``), unless
+        a due item of its partition waits, and invoked as handed over."""
+        k = self.sent
+        self.sent += 1
+        sim = self.workers[worker]
+        for item in self._send_here(sim, ss.Event(f"go.{kind}", {"k": k, "g": k % 2})):
+            self._spawn(sim, item, hold)
+        self.settle()
+
+    def _send_here(self, worker: SimWorker, event: ss.Event) -> list[LeasedRun]:
+        app, owner, now = self.app, worker.owner, self.clock.now()
+        prepared, registry = prepare([event], now), app.catalog.registry(app.store)
+
+        def op(tx: Tx) -> Sent:
+            sent = Sent(offer=lambda at, run: LeaseTerms(owner=owner, now=at, until=at + TTL))
+            ingest(tx, prepared, registry, now, sent=sent, at_once=True)
+            tx.taken_here([run.id for run in sent.queued])
+            return sent
+
+        sent = self.call(app.store.transact(op))
+        return [] if sent.started is None else sent.started()
 
     @precondition(lambda self: self.sent > 0)
     @rule(index=st.integers(0, MAX_RUNS - 1))

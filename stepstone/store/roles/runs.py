@@ -5,7 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from stepstone.store.rows import EventRow, NewEvent, NewRun, RunFilter, RunRead, RunRow, SpanRow, StepRow
+from stepstone.store.rows import (
+    EventRow,
+    LeaseTerms,
+    NewEvent,
+    NewRun,
+    Recorded,
+    RunFilter,
+    RunRead,
+    RunRow,
+    SpanRow,
+    StepRow,
+)
 
 
 class RunsTx(Protocol):
@@ -27,17 +38,27 @@ class RunsTx(Protocol):
         ...
 
     def record_event_starting(
-        self, event: NewEvent, dedupe_until: float, run: NewRun
-    ) -> Callable[[], tuple[int | None, bool]]:
+        self, event: NewEvent, dedupe_until: float, run: NewRun, lease: LeaseTerms | None = None
+    ) -> Callable[[], Recorded]:
         """A send's one event and the one queued run it starts (``run``: its only
         event is ``event``, whose seq it does not know: ``event_seqs`` empty):
         ``record_event``, then ``create_run`` if the event was written; but
         nothing at all if a wait is on the event's name (a ``wait_keys`` row:
         the waits it may resolve are read and claimed by ``ingest``, so the
         caller sends it again the usual way). Given when called: the event's
-        seq (``None``: not written) and whether it was awaited. PostgreSQL:
-        nothing is read before the ``COMMIT`` (the event and the run's row in
-        one statement, the run's queue item written only if the row was)."""
+        seq (``None``: not written), whether it was awaited, and the run if it
+        was written taken. PostgreSQL: nothing is read before the ``COMMIT``
+        (the event and the run's row in one statement, the run's queue item
+        written only if the row was).
+
+        ``lease`` (a send's direct start: ``run`` starts at once on a local
+        worker, ``leasing.starts_now``): unless a due item of its partition
+        waits (``QueueTx.due_ahead``), the run is written already taken on
+        those terms, as ``QueueTx.take_in_order_later`` with its settle would
+        leave it (the run's status, start time, version and epoch; its item's
+        owner, lease, epoch and clocks; its partition's hint), nothing updated
+        after; else queued, as without ``lease``. PostgreSQL: one statement,
+        its queue item in it."""
         ...
 
     def get_run(self, run_id: str) -> RunRow | None:

@@ -790,10 +790,12 @@ VALUES (:partition_key, :function_id, :ckey1, {query:started_next_at}, :taken_at
 -- name: started_next_at
 -- (a fragment: settle_taken's next due time for a partition where a run was
 -- written taken, its lease until :until: its earliest item's time; whether the
--- new item is visible yet (a CTE's snapshot) or not, the same. The inner MIN
--- is settle_taken's: one seek on queue_by_partition, at any depth.)
+-- new item is visible yet (a CTE's snapshot) or not, the same. The inner
+-- MINs are partition_first's: a seek per value of fresh on queue_by_partition,
+-- at any depth.)
 (SELECT MIN(at) FROM (
-    SELECT MIN(available_at) AS at FROM queue WHERE partition_key = :partition_key
+    SELECT MIN(available_at) AS at FROM queue WHERE partition_key = :partition_key AND fresh = 0
+    UNION ALL SELECT MIN(available_at) FROM queue WHERE partition_key = :partition_key AND fresh = 1
     UNION ALL SELECT CAST(:until AS DOUBLE PRECISION)
 ) AS times)
 

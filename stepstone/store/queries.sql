@@ -110,7 +110,10 @@ unawaited AS (
 -- partition's hint are written as take_runs_in_order and settle_taken leave
 -- them: run_started, item_taken (epoch 1: a new run's first lease),
 -- clock_started, the partition served now and next due at its earliest item's
--- time. Nothing is updated after. Else they are written queued, as
+-- time, never later than it was (as settle_taken leaves it on PostgreSQL: a run another
+-- transaction queued and committed while this one waited for the partition's
+-- row is not in this snapshot; the next lease pass settles the hint). Nothing
+-- is updated after. Else they are written queued, as
 -- record_event_starting and insert_queue_item write them. A row back only if
 -- something was written or a wait key is on the name: record_event_starting's
 -- and the run's row (NULLs: the run not written).)
@@ -149,7 +152,8 @@ WITH {query:event_unawaited}, taking AS (
     INSERT INTO partitions (key, function_id, ckey, next_at, last_served)
     SELECT :partition_key, :function_id, :ckey1, {query:started_next_at}, CAST(:taken_at AS DOUBLE PRECISION)
     FROM taking WHERE taken
-    {query:partition_settled}
+    ON CONFLICT (key) DO UPDATE SET last_served = excluded.last_served,
+        next_at = LEAST(partitions.next_at, excluded.next_at)
 )
 SELECT (SELECT seq FROM recorded) AS seq, NOT EXISTS (SELECT 1 FROM unawaited) AS awaited, created.*
 FROM (SELECT 1) AS one LEFT JOIN created ON TRUE
@@ -765,10 +769,18 @@ LIMIT 1;
 -- name: settle_taken
 -- (a direct start took every due item of the partition: it is next due at its
 -- earliest item's time, a lease's expiry at the latest: partition_first.
+-- Raised to it only where writers are serial (:raise = 1, SQLite): with
+-- concurrent writers (PostgreSQL) an item another transaction queued and
+-- committed while this statement waited for the partition's row is not in its
+-- snapshot, and raising the hint over it would hide it from every lease pass
+-- until the hint came due; there it is only ever lowered, and the next lease
+-- pass (which reads the items after locking the row) settles it.
 -- Only if the take took: :run_id, one of the runs it took, queued in this
 -- transaction (no other can hold it), is :owner's. So on PostgreSQL it goes
 -- out right behind its take, before the take's rows are read.)
-UPDATE partitions SET last_served = :now, next_at = ({query:partition_first})
+UPDATE partitions SET last_served = :now, next_at = CASE
+    WHEN :raise = 1 OR next_at IS NULL OR next_at > ({query:partition_first}) THEN ({query:partition_first})
+    ELSE next_at END
 WHERE key = :key AND EXISTS (SELECT 1 FROM queue WHERE run_id = :run_id AND owner = :owner);
 
 -- name: notify_untaken

@@ -104,8 +104,11 @@ class SqlQueue(SqlPlumbing):
 
     def _settle_taken(self, key: str, lease: LeaseTerms, run_ids: Sequence[str]) -> None:
         """A direct start took every due item of the partition (if ``run_ids``
-        are ``lease``'s): it is next due when its earliest item is."""
-        self._exec("settle_taken", {"key": key, "now": lease.now, "run_id": run_ids[0], "owner": lease.owner})
+        are ``lease``'s): it is next due when its earliest item is, raised to
+        that only where writers are serial (``settle_taken``)."""
+        serial = int(self.dialect.key_lock is None)
+        params = {"key": key, "now": lease.now, "run_id": run_ids[0], "owner": lease.owner, "raise": serial}
+        self._exec("settle_taken", params)
 
     def _leased(
         self,

@@ -286,7 +286,8 @@ def test_a_direct_start_never_jumps_a_queue(store: Store) -> None:
 
 def test_a_direct_start_settles_its_partition_only_if_it_took(store: Store) -> None:
     """A partition a direct start took every run of is served (``settle_taken``:
-    a lease pass visits the least recently served due partition first); one
+    a lease pass visits the least recently served due partition first) and, on
+    SQLite, next due at its earliest item's time; one
     whose take found a due item before its runs is left as it was, although
     on PostgreSQL the settle is sent before the take's result is read."""
     registry = _registry()
@@ -296,7 +297,11 @@ def test_a_direct_start_settles_its_partition_only_if_it_took(store: Store) -> N
 
     store.transact_sync(lambda tx: ingest(tx, prepare([ss.Event("zzz")], NOW), registry, NOW))
     assert len(_send_taking(store, registry, [ss.Event("plain")], NOW, 5)) == 1
-    assert due() == ["zzz"]  # "plain" served at NOW, due again at its lease's expiry
+    # "plain" served at NOW; due again at its lease's expiry where writers are
+    # serial (SQLite). On PostgreSQL a send never raises a hint (a run committed
+    # meanwhile may be behind it: test_partition_hint_race.py): still due, after
+    # the partition served least recently, until a lease pass settles it.
+    assert due() == (["zzz"] if store.dialect == "sqlite" else ["zzz", "plain"])
     store.transact_sync(lambda tx: ingest(tx, prepare([ss.Event("plain")], NOW), registry, NOW))
     store.transact_sync(lambda tx: tx.settle_partition("zzz", NOW + 0.5, None, NOW + 1))
     assert due() == ["plain", "zzz"]  # served at NOW and NOW + 0.5

@@ -130,7 +130,9 @@ def test_wait_with_compound_and_unindexed_conditions(app: ss.App) -> None:
             ss.Event("payment", {"cart": "c1", "amount": 150}),
         ]
     )  # the one
-    time.sleep(0.2)
+    # The refunds only once the second wait is registered (no lookback: sent
+    # before it, they would match nothing).
+    wait_for(lambda: any(s.id == "any-refund" for s in app.runs.get(run_id).steps), 10, "the second wait")
     app.send([ss.Event("refund", {"amount": 1}), ss.Event("refund", {"amount": 7})])
     assert app.runs.wait(run_id).output == [150, 7]
 

@@ -35,7 +35,7 @@ from stepstone.store.rows import (
 )
 from stepstone.store.sqljournal import SqlJournal
 from stepstone.store.sqlretention import SqlRetention
-from stepstone.store.sqlstart import SqlStart, claim_params, event_params, spec_json
+from stepstone.store.sqlstart import SqlStart, claim_params, event_params, item_params, spec_json
 from stepstone.store.sqlviews import SqlViews
 from stepstone.store.usertx import run_in_savepoint
 
@@ -161,16 +161,9 @@ class SqlTx(SqlJournal, SqlStart, SqlViews, SqlRetention):
             {
                 "run_id": run_id,
                 "function_id": function_id,
-                "partition_key": spec.partition_key,
                 "available_at": available_at,
                 "sort_at": sort_at,
-                "start_deadline": start_deadline,
-                "finish_timeout": finish_timeout,
-                "ckey1": spec.ckey1,
-                "limit1": spec.limit1,
-                "ckey2": spec.ckey2,
-                "limit2": spec.limit2,
-                "throttle_key": spec.throttle_key,
+                **item_params(spec, start_deadline, finish_timeout),
             },
         )
         if not lowered:

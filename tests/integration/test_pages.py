@@ -25,11 +25,11 @@ import pytest
 import stepstone as ss
 from stepstone.store.base import Store, Tx
 from stepstone.store.batching import site
-from stepstone.store.rows import NewEvent, NewRun, QueueSpec
+from stepstone.store.rows import QueueSpec
 from stepstone.store.sqlite import SqliteStore
 from tests.conftest import send_and_wait
 
-from .test_store_contract import NOW, lease
+from .test_store_contract import NOW, add_run, lease
 
 FRAME = 4096 + 24  # a page and its frame header
 WAL_HEADER = 32
@@ -100,33 +100,18 @@ def test_a_sequential_three_step_runs_commits_write_few_pages_on_sqlite(
     assert all(medians[kind] > 0 for kind in MOST_FRAMES), medians  # the count counts
 
 
-def new_run(tx: Tx, run_id: str, function_id: str, at: float, spec: QueueSpec | None = None) -> None:
-    seq = tx.insert_event(NewEvent(id=f"ev-{run_id}", name="go", data="{}", ts=7, received_at=NOW))
-    tx.create_run(
-        NewRun(
-            id=run_id,
-            function_id=function_id,
-            event_seqs=[seq],
-            event_ids=[f"ev-{run_id}"],
-            available_at=at,
-            created_at=NOW,
-            spec=spec,
-        )
-    )
-
-
 def test_the_backlog_counts_each_functions_due_items_across_its_partitions(store: Store) -> None:
     """``run_backlog`` (the metrics' backlog) reads each partition's items
     since migration 0026 dropped queue_by_due: a function's due items in all
     its partitions, leased and future ones left out, on both databases."""
 
     def fill(tx: Tx) -> None:
-        new_run(tx, "f1", "f", NOW - 10)
-        new_run(tx, "f2", "f", NOW - 5)
-        new_run(tx, "f3", "f", NOW + 100)  # not due yet
+        add_run(tx, "f1", at=NOW - 10)
+        add_run(tx, "f2", at=NOW - 5)
+        add_run(tx, "f3", at=NOW + 100)  # not due yet
         for key, at in (("a", NOW - 30), ("b", NOW - 20), ("b", NOW + 50)):
             spec = QueueSpec(partition_key=f"g|{key}", ckey1=key, limit1=5)
-            new_run(tx, f"g-{key}-{at}", "g", at, spec)
+            add_run(tx, f"g-{key}-{at}", function_id="g", at=at, spec=spec)
 
     store.transact_sync(fill)
     [leased] = store.transact_sync(lambda tx: lease(tx, "w", 1, NOW, NOW + 60))  # f1: leased, not due

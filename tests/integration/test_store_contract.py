@@ -29,6 +29,7 @@ from stepstone.store.rows import (
     LeaseTerms,
     NewEvent,
     NewRun,
+    QueueSpec,
     RunEnd,
     RunStatus,
     SpanRow,
@@ -76,6 +77,7 @@ def add_run(
     at: float = NOW,
     sort_at: float | None = None,
     status: RunStatus = RunStatus.QUEUED,
+    spec: QueueSpec | None = None,
 ) -> None:
     seq = tx.insert_event(NewEvent(id=f"ev-{run_id}", name="go", data='{"n": 1}', ts=7, received_at=at))
     tx.create_run(
@@ -88,6 +90,7 @@ def add_run(
             created_at=at,
             sort_at=sort_at,
             status=status,
+            spec=spec,
         )
     )
 

@@ -416,3 +416,41 @@ def test_a_due_time_given_back_during_a_lease_pass_outlives_the_pass(
         wait_for(lambda: plan.fired, 10, "the pass with the give-back inside")
     passes = len(pass_took)
     wait_for(lambda: len(pass_took) > passes, 10, "a lease pass at the given-back time")
+
+
+def test_a_lease_that_lapsed_before_its_sends_commit_starts_no_step_of_the_direct_start(
+    app: ss.App, monkeypatch: pytest.MonkeyPatch, pass_took: list[list[str]]
+) -> None:
+    """A send's lease runs from the time the send read (``now``: until ``now``
+    + TTL in the store); the worker it hands the run to must not believe it
+    live any longer than that. A send slow between reading its time and its
+    write (a long survey read, a catalog read, a process paused there) wrote
+    a lease that had already lapsed: another worker may own the run from
+    then, so the handed-over invocation must start no step, and the run is
+    leased again by a pass. Before: the worker measured the lease from a
+    time taken after that gap, started the step on a lapsed lease and
+    completed the run."""
+    executed: list[str] = []
+
+    @app.function(id="once", trigger=ss.on_event("once"))
+    async def once(ctx: ss.Context) -> str:
+        await ctx.step.run("effect", lambda: executed.append(ctx.run_id))
+        return "done"
+
+    ttl = 1.0
+    app.start(lease_ttl=ttl)
+    prepare_events = prepare
+
+    def slow_prepare(*args: Any) -> Any:  # (right after the send reads its time)
+        began = app.clock.now()
+        prepared = prepare_events(*args)
+        wait_for(lambda: app.clock.now() > began + ttl + 0.2, 10, "the send's lease to lapse")
+        return prepared
+
+    monkeypatch.setattr("stepstone.app.prepare", slow_prepare)
+    [event_id] = app.send(ss.Event("once"))
+    monkeypatch.setattr("stepstone.app.prepare", prepare_events)
+    run = run_of(app, event_id)
+    assert app.runs.wait(run.id, timeout="20s").status == "completed"
+    assert executed == [run.id]
+    assert _leased_by_a_pass(pass_took, run.id)  # the handed-over invocation stopped before the step

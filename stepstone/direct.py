@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import time
 from collections.abc import Callable, Sequence
 
 from stepstone.runtime import Sent
@@ -26,15 +25,17 @@ Taking = tuple[list[str] | None, Callable[[], list[LeasedRun]]]
 available (else ``None``), and the runs taken, given when called."""
 
 
-def reserve(workers: Sequence[Worker], events: int) -> DirectStart | None:
+def reserve(workers: Sequence[Worker], events: int, sent: float) -> DirectStart | None:
     """Slots for a direct start of a send's runs, on the local worker with the
-    most free (``None``: no running local worker has one free)."""
+    most free (``None``: no running local worker has one free). ``sent``: the
+    ``time.monotonic()`` the worker measures the runs' leases from, taken
+    before the send read the time their leases run from."""
     if len(workers) > 1:  # (one worker, the usual: nothing to compare)
         workers = sorted(workers, key=lambda w: -w.slots.offered())
     for worker in workers:
         slots = worker.reserve(events)
         if slots:
-            return DirectStart(worker, slots)
+            return DirectStart(worker, slots, sent)
     return None
 
 
@@ -48,7 +49,11 @@ class DirectStart:
 
     worker: Worker
     slots: int
-    sent: float = dataclasses.field(default_factory=time.monotonic)  # before the write
+    # time.monotonic() before the send read its time (``now``: the leases it
+    # writes last until ``now`` + TTL in the store): the worker knows them live
+    # no longer (``Presence.hold``), whatever passed between that read and the
+    # write (a survey or catalog read, a pause)
+    sent: float
 
     def offer(self, now: float, run: NewRun) -> LeaseTerms | None:
         """``Sent.offer``: the lease a run the send writes at ``now`` is written

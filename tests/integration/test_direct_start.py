@@ -454,3 +454,43 @@ def test_a_lease_that_lapsed_before_its_sends_commit_starts_no_step_of_the_direc
     assert app.runs.wait(run.id, timeout="20s").status == "completed"
     assert executed == [run.id]
     assert _leased_by_a_pass(pass_took, run.id)  # the handed-over invocation stopped before the step
+
+
+def test_a_lease_pass_slow_between_its_time_and_its_write_starts_no_step_on_the_lapsed_lease(
+    make_app: Callable[..., ss.App], pass_took: list[list[str]]
+) -> None:
+    """The class of the test above, for the other way a worker takes a run: a
+    lease pass reads its time (its leases last until it + TTL), then writes;
+    a pass slow in between (a loop paused there) took leases already lapsed,
+    which its worker must not believe live (``Presence.hold``): the invocation
+    stops before its step and a later pass leases the run again."""
+    app, client = make_app("held"), make_app("client")
+    executed: list[str] = []
+    for each in (app, client):
+
+        @each.function(id="once", trigger=ss.on_event("once"))
+        async def once(ctx: ss.Context) -> str:
+            await ctx.step.run("effect", lambda: executed.append(ctx.run_id))
+            return "done"
+
+    ttl = 1.0
+    app.start(lease_ttl=ttl)
+    [worker] = app._local_workers
+    pausing = threading.Event()  # set: the next pass pauses between its time and its write
+    schedules = worker._schedules
+
+    def slow_schedules() -> list[tuple[str, str]]:
+        if pausing.is_set():
+            pausing.clear()
+            began = app.clock.now()
+            wait_for(lambda: app.clock.now() > began + ttl + 0.2, 10, "the pass's leases to lapse")
+        return schedules()
+
+    worker._schedules = slow_schedules  # type: ignore[method-assign]
+    wait_for(lambda: len(pass_took) > 0, 10, "the worker's first pass")
+    pausing.set()
+    run = run_of(client, client.send(ss.Event("once"))[0])  # no local worker: queued for a pass
+    assert app.runs.wait(run.id, timeout="20s").status == "completed"
+    assert not pausing.is_set()  # (the pause happened)
+    assert executed == [run.id]
+    assert sum(run.id in took for took in pass_took) == 2  # the first invocation stopped before the step

@@ -87,9 +87,10 @@ class SentHere:
     """The runs of a send's one new event when the send started every one of
     them on a local worker: as the send's transaction left them (the rows its
     take returned), newest first as a list by event orders them. Until their
-    invocations begin nothing else writes them (their lease is this worker's;
-    an operator's cancel only flags a held run), so ``runs.list(event_id=)``
-    right after the send is answered with them, reading nothing."""
+    invocations begin, and while their leases are known live, nothing else
+    writes them (their lease is this worker's; an operator's cancel only flags
+    a held run), so ``runs.list(event_id=)`` right after the send is answered
+    with them, reading nothing."""
 
     event_id: str
     runs: list[RunRow]
@@ -110,8 +111,9 @@ class SentHere:
         """What a read of ``where`` returns now, if this knows it."""
         if where != RunFilter(event_id=self.event_id, limit=where.limit):
             return None
-        if not all(unstarted(self.worker, run.id) for run in self.runs):
-            return None
+        w = self.worker
+        if not all(unstarted(w, run.id) and w.presence.live(run.id) for run in self.runs):
+            return None  # (a lapsed lease: another worker or an operator may have written it)
         return self.runs[: where.limit]
 
 

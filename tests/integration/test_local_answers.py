@@ -263,7 +263,7 @@ def test_a_list_by_event_after_the_sends_lease_lapsed_reads(make_app: Callable[.
         adopted.set()
         wait_for(listed.is_set, 30, "the list by event")  # the loop blocked: the run's task not begun
 
-    worker._adopt = adopt_then_hold_up_the_loop  # type: ignore[method-assign]
+    worker._adopt = adopt_then_hold_up_the_loop  # type: ignore[method-assign,assignment]
     try:
         [event_id] = app.send(ss.Event("once"))
         assert adopted.wait(10)

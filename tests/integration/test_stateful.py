@@ -809,6 +809,16 @@ PINNED: dict[str, list[Step]] = {
         _r("hand_over", index=0, hold=0),
         _r("drive"),
     ],
+    "s11: a direct start held past its lease, cancelled, replayed, re-leased by the same worker": [
+        _r("start_here", kind="waiter", worker=0, hold=1, later=False),
+        _r("advance", seconds=16.0),
+        _r("cancel", index=0),
+        _r("replay", index=0),
+        _r("work", worker=0, hold=1, fail=False),
+        _r("release_one", index=0),
+        _r("release_one", index=0),
+        _r("drive"),
+    ],
     "s11: a direct start's worker crashed before its hand-over": [
         _r("start_here", kind="beside", worker=1, hold=0, later=True),
         _r("crash", worker=1),

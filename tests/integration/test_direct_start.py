@@ -494,3 +494,46 @@ def test_a_lease_pass_slow_between_its_time_and_its_write_starts_no_step_on_the_
     assert not pausing.is_set()  # (the pause happened)
     assert executed == [run.id]
     assert sum(run.id in took for took in pass_took) == 2  # the first invocation stopped before the step
+
+
+def test_one_event_id_sent_at_once_by_two_apps_beside_their_workers_starts_one_run(
+    make_app: Callable[..., ss.App],
+) -> None:
+    """Two processes (apps with stores of their own), each with a local
+    worker, send the same event id at the same moment, round after round:
+    each send's run would be written taken for its own worker, yet the
+    event's dedupe claim lets one write; the other writes nothing, takes
+    nothing and gives its slot back. One run per event, run once."""
+    apps = [make_app("a"), make_app("b")]
+    executed: list[str] = []
+    for each in apps:
+
+        @each.function(id="once", trigger=ss.on_event("once"))
+        async def once(ctx: ss.Context) -> str:
+            await ctx.step.run("effect", lambda: executed.append(str(ctx.event.id)))
+            return "done"
+
+        each.start()
+    rounds = 8
+    barrier = threading.Barrier(2, timeout=10)
+    answers: list[list[str]] = []
+
+    def sender(each: ss.App) -> None:
+        for i in range(rounds):
+            barrier.wait()
+            answers.append(each.send(ss.Event("once", id=f"e{i}")))
+
+    threads = [threading.Thread(target=sender, args=(each,)) for each in apps]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(answers) == sorted([[f"e{i}"] for i in range(rounds)] * 2)
+    for i in range(rounds):
+        [run] = apps[0].runs.list(event_id=f"e{i}")
+        assert apps[0].runs.wait(run.id, timeout="10s").status == "completed"
+    assert sorted(executed) == sorted(f"e{i}" for i in range(rounds))
+    for each in apps:
+        [worker] = each._local_workers
+        idle = lambda w=worker: w.slots.claimed == 0 and not w.inflight  # noqa: E731
+        wait_for(idle, 10, "every reserved slot back")

@@ -537,3 +537,38 @@ def test_one_event_id_sent_at_once_by_two_apps_beside_their_workers_starts_one_r
         [worker] = each._local_workers
         idle = lambda w=worker: w.slots.claimed == 0 and not w.inflight  # noqa: E731
         wait_for(idle, 10, "every reserved slot back")
+
+
+def test_a_direct_start_committing_while_the_app_stops_joins_the_drain(
+    app: ss.App, db_url: str, pass_took: list[list[str]]
+) -> None:
+    """``app.stop()`` while a send's transaction, which reserved a slot and
+    takes its run for the worker, is still open: the stop refuses new direct
+    starts at once but waits for that one's hand-over, and drains its run
+    with the rest (not left leased to a stopped worker until its lease lapses)."""
+    executed: list[str] = []
+
+    @app.function(id="once", trigger=ss.on_event("once"))
+    async def once(ctx: ss.Context) -> str:
+        await ctx.step.run("effect", lambda: executed.append(ctx.run_id))
+        return "done"
+
+    app.start()
+    [worker] = app._local_workers
+    writing = threading.Event()
+
+    def until_the_stop_began() -> None:
+        writing.set()
+        wait_for(lambda: worker._stopping, 10, "the stop to begin")
+
+    sent: list[str] = []
+    with faults.inject("App._send.op", "inside", during=until_the_stop_began):
+        sender = threading.Thread(target=lambda: sent.extend(app.send(ss.Event("once"))))
+        sender.start()
+        assert writing.wait(10)  # the send's slot reserved, its transaction open
+        app.stop()
+        sender.join(10)
+    run = run_of(app, sent[0])
+    assert run.status == "completed" and executed == [run.id]
+    assert not _leased_by_a_pass(pass_took, run.id)
+    assert query(db_url, "SELECT COUNT(*) FROM queue")[0][0] == 0

@@ -572,3 +572,28 @@ def test_a_direct_start_committing_while_the_app_stops_joins_the_drain(
     assert run.status == "completed" and executed == [run.id]
     assert not _leased_by_a_pass(pass_took, run.id)
     assert query(db_url, "SELECT COUNT(*) FROM queue")[0][0] == 0
+
+
+def test_a_cancel_after_a_send_whose_outcome_was_lost_ends_the_run_unexecuted(
+    app: ss.App, pass_took: list[list[str]]
+) -> None:
+    """The give-back path: a send's commit landed but its answer was lost, so
+    its run is leased to the local worker, which never heard of it (the
+    slot given back, the lease's expiry learned). An operator's cancel then
+    only flags it (the lease is live); once the lease lapses the worker's
+    own pass takes it and ends it cancelled before any step."""
+    executed: list[str] = []
+
+    @app.function(id="once", trigger=ss.on_event("once"))
+    async def once(ctx: ss.Context) -> str:
+        await ctx.step.run("effect", lambda: executed.append(ctx.run_id))
+        return "done"
+
+    app.start(lease_ttl=1)
+    with faults.inject("App._send.op", "after"), pytest.raises(ss.StoreUnavailableError):
+        app.send(ss.Event("once", id="e1"))
+    run = run_of(app, "e1")
+    assert app.runs.cancel(run.id) == "running"  # flagged: leased to a worker that knows nothing of it
+    done = app.runs.wait(run.id, timeout="20s")
+    assert done.status == "cancelled" and done.steps == [] and executed == []
+    assert _leased_by_a_pass(pass_took, run.id)

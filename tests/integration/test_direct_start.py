@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import stepstone as ss
+from stepstone.direct import reserve
 from stepstone.registry import Registry
 from stepstone.runtime import Sent, ingest, prepare
 from stepstone.scheduler.leasing import lease, take_direct
@@ -540,12 +541,15 @@ def test_one_event_id_sent_at_once_by_two_apps_beside_their_workers_starts_one_r
 
 
 def test_a_direct_start_committing_while_the_app_stops_joins_the_drain(
-    app: ss.App, db_url: str, pass_took: list[list[str]]
+    app: ss.App, db_url: str, pass_took: list[list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``app.stop()`` while a send's transaction, which reserved a slot and
-    takes its run for the worker, is still open: the stop refuses new direct
+    """``app.stop()`` after a send reserved a slot and before its transaction,
+    which takes its run for the worker, commits: the stop refuses new direct
     starts at once but waits for that one's hand-over, and drains its run
-    with the rest (not left leased to a stopped worker until its lease lapses)."""
+    with the rest (not left leased to a stopped worker until its lease lapses).
+    The send is held after its reservation, before its transaction: held
+    inside it, it would keep the store's locks (SQLite's write lock, a
+    partition's row) from the worker's loop, which the stop runs on."""
     executed: list[str] = []
 
     @app.function(id="once", trigger=ss.on_event("once"))
@@ -555,19 +559,22 @@ def test_a_direct_start_committing_while_the_app_stops_joins_the_drain(
 
     app.start()
     [worker] = app._local_workers
-    writing = threading.Event()
+    reserved = threading.Event()
 
-    def until_the_stop_began() -> None:
-        writing.set()
+    def reserve_until_the_stop_began(*args: Any) -> Any:
+        direct = reserve(*args)
+        assert direct is not None  # (a slot reserved for the send's run)
+        reserved.set()
         wait_for(lambda: worker._stopping, 10, "the stop to begin")
+        return direct
 
+    monkeypatch.setattr("stepstone.app.reserve", reserve_until_the_stop_began)
     sent: list[str] = []
-    with faults.inject("App._send.op", "inside", during=until_the_stop_began):
-        sender = threading.Thread(target=lambda: sent.extend(app.send(ss.Event("once"))))
-        sender.start()
-        assert writing.wait(10)  # the send's slot reserved, its transaction open
-        app.stop()
-        sender.join(10)
+    sender = threading.Thread(target=lambda: sent.extend(app.send(ss.Event("once"))))
+    sender.start()
+    assert reserved.wait(10)
+    app.stop()
+    sender.join(10)
     run = run_of(app, sent[0])
     assert run.status == "completed" and executed == [run.id]
     assert not _leased_by_a_pass(pass_took, run.id)

@@ -10,11 +10,10 @@ on SQLite's connection) is timed with ``perf_counter_ns`` and summed per run
 figures are the median run's, after a warm-up of ``WARM_UP`` runs (whose
 first commits grow the WAL file: what a running engine no longer pays). A
 median leaves out, as the run's p50 does, the WAL checkpoint SQLite makes
-every ~30 runs. What
-they leave of the run's wall time (``bench_timeline.py``) is the engine's
-Python. Run it with ``--sync off`` too: the difference of the ``COMMIT`` rows is
-the fsync; what ``COMMIT`` costs above four one-page commits (``floor.py``) is
-the pages the run's rows and indexes write.
+every ~30 runs. What they leave of the run's wall time (``bench_timeline.py``)
+is the engine's Python. Run it with ``--sync off`` too: the difference of the
+``COMMIT`` rows is the fsync; what the calls cost above the four one-row
+commits of ``floor.py`` is what the run's rows, indexes and statements add.
 """
 
 from __future__ import annotations

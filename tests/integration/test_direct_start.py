@@ -644,3 +644,26 @@ def test_a_stream_of_direct_starts_does_not_starve_other_functions_due_runs(
     assert order.count("q") == 3, "".join(order)
     assert took < 4, took  # (SQLite: the worker hears of the other process's runs within max_idle_sleep)
 
+
+def test_a_send_right_after_the_worker_starts_does_not_jump_the_backlog_it_found(
+    make_app: Callable[..., ss.App],
+) -> None:
+    """The class of the test above, at a worker's start: runs another process
+    queued before the worker started are due; a send beside the worker
+    right after ``start`` must not take the slot before the start-up pass
+    has taken what it found (``start`` returns once that pass is over)."""
+    app, client = make_app("here"), make_app("there")
+    order: list[str] = []
+    for each in (app, client):
+        for name in ("p", "q"):
+
+            @each.function(id=name, trigger=ss.on_event(name))
+            async def handler(ctx: ss.Context) -> None:
+                await ctx.step.run("s", lambda: order.append(ctx.function_id))
+
+    client.send([ss.Event("q") for _ in range(2)])
+    app.start(concurrency=1)
+    [run] = app.runs.list(event_id=app.send(ss.Event("p"))[0])
+    assert app.runs.wait(run.id, timeout="10s").status == "completed"
+    wait_for(lambda: len(order) == 3, 10, "every run")
+    assert order[0] == "q", order

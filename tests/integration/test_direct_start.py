@@ -148,8 +148,11 @@ def test_a_run_started_directly_is_leased_in_the_store_as_by_a_pass(
         {"throttle": ss.Throttle(limit=100, period="1s")},
         {"priority": ss.Priority(run="1")},
         {"timeouts": ss.Timeouts(finish="1h")},
+        {"timeouts": ss.Timeouts(start="1h")},
+        {"debounce": ss.Debounce(period="50ms")},
+        {"batch": ss.Batch(max_size=2, timeout="50ms")},
     ],
-    ids=["concurrency", "throttle", "priority", "timeouts"],
+    ids=["concurrency", "throttle", "priority", "finish-timeout", "start-timeout", "debounce", "batch"],
 )
 def test_flow_control_at_lease_time_still_goes_through_a_lease_pass(
     app: ss.App, options: dict[str, Any], pass_took: list[list[str]]

@@ -10,6 +10,7 @@ the run in the store looks like any leased run. Both stores.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import threading
@@ -670,3 +671,54 @@ def test_a_send_right_after_the_worker_starts_does_not_jump_the_backlog_it_found
     assert app.runs.wait(run.id, timeout="10s").status == "completed"
     wait_for(lambda: len(order) == 3, 10, "every run")
     assert order[0] == "q", order
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_a_stop_waits_for_a_stuck_direct_start_no_longer_than_its_drain_timeout(
+    make_app: Callable[..., ss.App], db_url: str
+) -> None:
+    """``app.stop(drain_timeout)`` waits for the direct starts whose sends are
+    committing, so that their runs join the drain; but a send stuck in its
+    write (here its partition's row locked by another session; PostgreSQL
+    has no lock timeout) must not hold the stop past its drain timeout. Its
+    run, committed later for the stopped worker, is not started there: its
+    lease lapses and another worker runs it, once. (SQLite's busy timeout
+    bounds such a write.)"""
+    import psycopg
+
+    app, other = make_app("here"), make_app("there")
+    executed: list[str] = []
+    for each in (app, other):
+
+        @each.function(id="f", trigger=ss.on_event("f"))
+        async def f(ctx: ss.Context) -> str:
+            await ctx.step.run("effect", lambda: executed.append(ctx.run_id))
+            return "done"
+
+    app.start(lease_ttl=1)
+    [warm] = app.send(ss.Event("f"))  # the partition's row exists
+    assert app.runs.wait(run_of(app, warm).id, timeout="10s").status == "completed"
+    sent: list[str] = []
+    locker = psycopg.connect(db_url)
+    try:
+        locker.execute("SET idle_in_transaction_session_timeout = '8s'")  # (the test's own bound)
+        locker.execute("SELECT key FROM partitions WHERE key = 'f' FOR UPDATE")
+        sender = threading.Thread(target=lambda: sent.extend(app.send(ss.Event("f", id="stuck"))))
+        sender.start()
+        waiting = (
+            "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
+        wait_for(lambda: bool(query(db_url, waiting)), 10, "the send waiting for the row")
+        began = time.monotonic()
+        app.stop(drain_timeout=1)
+        stopped_in = time.monotonic() - began
+    finally:
+        with contextlib.suppress(psycopg.Error):  # (ended by its timeout if the stop waited that long)
+            locker.rollback()
+        locker.close()
+    sender.join(10)
+    assert sent == ["stuck"] and stopped_in < 5, stopped_in
+    other.start()
+    run = run_of(other, "stuck")
+    assert other.runs.wait(run.id, timeout="20s").status == "completed"
+    assert executed.count(run.id) == 1

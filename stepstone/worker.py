@@ -130,6 +130,7 @@ class Worker:
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
+        self._drained = False  # the stop no longer waits for hand-overs
         self._want_lease = True
         # A slot freed while a pass was wanted is the pass's: no direct start
         # takes it first. A pass serves the least recently served due
@@ -248,8 +249,9 @@ class Worker:
             loop.call_soon_threadsafe(fn, *args)
 
     async def stop(self, drain_timeout: float = 30.0) -> None:
-        """Stop taking work, let in-flight invocations finish (up to the timeout),
-        then give back every lease so other workers resume at once."""
+        """Stop taking work, let in-flight invocations finish (up to the timeout,
+        which also bounds the wait for sends committing direct starts), then
+        give back every lease so other workers resume at once."""
         self._stopping = True
         if self._passed is not None:
             self._passed.set()  # (a start still waiting for its first pass returns)
@@ -260,10 +262,15 @@ class Worker:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._handed_over()  # direct starts committing now join the drain
+        deadline = time.monotonic() + drain_timeout
+        try:  # direct starts committing now join the drain
+            await asyncio.wait_for(self._handed_over(), drain_timeout)
+        except TimeoutError:  # (a send stuck in its write: a lock, an outage)
+            log.warning("worker %s: a send still commits runs for it; their leases will lapse", self.id)
+        self._drained = True  # a hand-over from now on starts nothing (``_adopt``)
         pending = list(self.inflight.values())
         if pending:
-            _done, still = await asyncio.wait(pending, timeout=drain_timeout)
+            _done, still = await asyncio.wait(pending, timeout=max(0.0, deadline - time.monotonic()))
             for task in still:
                 task.cancel()
             await asyncio.gather(*still, return_exceptions=True)
@@ -348,6 +355,8 @@ class Worker:
 
     def _adopt(self, leased: Sequence[LeasedRun], reserved: int, sent: float, now: float) -> None:
         try:
+            if self._drained:  # stopped without it: other workers resume the runs once their leases lapse
+                return
             for item in leased:
                 self.presence.hold(item.run.id, sent)
                 metrics.run_started(item.run.function_id, now - item.run.created_at)

@@ -687,15 +687,15 @@ def test_a_stop_waits_for_a_stuck_direct_start_no_longer_than_its_drain_timeout(
     import psycopg
 
     app, other = make_app("here"), make_app("there")
-    executed: list[str] = []
+    executed: list[tuple[str, str]] = []  # (app, run)
     for each in (app, other):
 
         @each.function(id="f", trigger=ss.on_event("f"))
-        async def f(ctx: ss.Context) -> str:
-            await ctx.step.run("effect", lambda: executed.append(ctx.run_id))
+        async def f(ctx: ss.Context, name: str = each.name) -> str:
+            await ctx.step.run("effect", lambda: executed.append((name, ctx.run_id)))
             return "done"
 
-    app.start(lease_ttl=1)
+    app.start(lease_ttl=3)  # (the stuck send's lease outlives the stop: the hand-over comes while it is live)
     [warm] = app.send(ss.Event("f"))  # the partition's row exists
     assert app.runs.wait(run_of(app, warm).id, timeout="10s").status == "completed"
     sent: list[str] = []
@@ -720,5 +720,6 @@ def test_a_stop_waits_for_a_stuck_direct_start_no_longer_than_its_drain_timeout(
     assert sent == ["stuck"] and stopped_in < 5, stopped_in
     other.start()
     run = run_of(other, "stuck")
-    assert other.runs.wait(run.id, timeout="20s").status == "completed"
-    assert executed.count(run.id) == 1
+    done = other.runs.wait(run.id, timeout="20s")
+    assert [(s.status, s.attempts) for s in done.steps] == [("completed", 1)], done.steps
+    assert [e for e in executed if e[1] == run.id] == [("there", run.id)]  # none on the stopped worker

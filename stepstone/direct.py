@@ -27,9 +27,10 @@ available (else ``None``), and the runs taken, given when called."""
 
 def reserve(workers: Sequence[Worker], events: int, sent: float) -> DirectStart | None:
     """Slots for a direct start of a send's runs, on the local worker with the
-    most free (``None``: no running local worker has one free). ``sent``: the
-    ``time.monotonic()`` the worker measures the runs' leases from, taken
-    before the send read the time their leases run from."""
+    most free (``None``: no running local worker has one free for it:
+    ``Worker.reserve``). ``sent``: the ``time.monotonic()`` the worker
+    measures the runs' leases from, taken before the send read the time
+    their leases run from."""
     if len(workers) > 1:  # (one worker, the usual: nothing to compare)
         workers = sorted(workers, key=lambda w: -w.slots.offered())
     for worker in workers:

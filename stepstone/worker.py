@@ -126,10 +126,19 @@ class Worker:
         # this process taking runs for this worker: ``reserve``/``hand_over``).
         self.slots = Slots(concurrency, lambda: concurrency if self.abandoned.full else len(self.inflight))
         self._unclaimed: asyncio.Event | None = None
+        self._passed: asyncio.Event | None = None  # set at the end of each lease pass
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
+        self._drained = False  # the stop no longer waits for hand-overs
         self._want_lease = True
+        # A slot freed while a pass was wanted is the pass's: no direct start
+        # takes it first. A pass serves the least recently served due
+        # partition first; a stream of sends beside a full worker (its waiter
+        # resumed by a run's end before the idle loop) would otherwise take
+        # every freed slot, and another function's due runs would wait for
+        # the stream to stop. Until the next pass claims its slots.
+        self._pass_first = False
         self._more = False
         self._due: float | None = None  # the next lease pass comes no later than this
         self._due_in_pass: float | None = None  # due times learned while a pass is in flight
@@ -150,9 +159,13 @@ class Worker:
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:
+        """Register, start the loops, and return once the start-up lease pass
+        (after the duties) is over: what was due then is taken before a send
+        beside the worker can start its run directly (``reserve``)."""
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._unclaimed = asyncio.Event()
+        self._passed = asyncio.Event()
         self._unsubscribe = self.store.subscribe(self.notify)
         metrics.load()  # prometheus_client's import belongs to the start, not to the first run
         await self.presence.register()
@@ -172,6 +185,7 @@ class Worker:
         ]
         for task in self._tasks:
             task.add_done_callback(self._loop_ended)
+        await self._passed.wait()
 
     def health(self) -> dict[str, Any]:
         """Readiness for a probe (thread-safe): registered, not draining, every
@@ -235,9 +249,12 @@ class Worker:
             loop.call_soon_threadsafe(fn, *args)
 
     async def stop(self, drain_timeout: float = 30.0) -> None:
-        """Stop taking work, let in-flight invocations finish (up to the timeout),
-        then give back every lease so other workers resume at once."""
+        """Stop taking work, let in-flight invocations finish (up to the timeout,
+        which also bounds the wait for sends committing direct starts), then
+        give back every lease so other workers resume at once."""
         self._stopping = True
+        if self._passed is not None:
+            self._passed.set()  # (a start still waiting for its first pass returns)
         self.slots.close()  # no direct start from now on
         if self._unsubscribe is not None:
             self._unsubscribe()
@@ -245,10 +262,15 @@ class Worker:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._handed_over()  # direct starts committing now join the drain
+        deadline = time.monotonic() + drain_timeout
+        try:  # direct starts committing now join the drain
+            await asyncio.wait_for(self._handed_over(), drain_timeout)
+        except TimeoutError:  # (a send stuck in its write: a lock, an outage)
+            log.warning("worker %s: a send still commits runs for it; their leases will lapse", self.id)
+        self._drained = True  # a hand-over from now on starts nothing (``_adopt``)
         pending = list(self.inflight.values())
         if pending:
-            _done, still = await asyncio.wait(pending, timeout=drain_timeout)
+            _done, still = await asyncio.wait(pending, timeout=max(0.0, deadline - time.monotonic()))
             for task in still:
                 task.cancel()
             await asyncio.gather(*still, return_exceptions=True)
@@ -274,7 +296,7 @@ class Worker:
                 return
         claim = self.slots.claim_pass() if self._want_lease else 0
         if claim > 0:
-            self._want_lease = False
+            self._want_lease = self._pass_first = False
             try:
                 self._due_in_pass = None
                 leased, due, self._duty_due = await self._lease(claim, self.slots.seal_pass)
@@ -287,6 +309,8 @@ class Worker:
                 raise
             finally:
                 self.slots.end_pass()
+                if self._passed is not None:
+                    self._passed.set()  # (start waits for the first)
             return
         self._token = await self._idle(self._token)
 
@@ -308,10 +332,11 @@ class Worker:
     # -- direct starts (app.py): runs taken in the send's own transaction -------------------------
     def reserve(self, wanted: int) -> int:
         """Slots for runs a send in this process may take for this worker (from
-        any thread); 0 unless it is running and not stopping. Every reservation
-        ends with one ``hand_over`` or ``give_back``."""
+        any thread); 0 unless it is running and not stopping, and none while
+        a slot freed for a wanted lease pass waits for it (``_pass_first``).
+        Every reservation ends with one ``hand_over`` or ``give_back``."""
         loop = self._loop
-        if loop is None or loop.is_closed() or not self._tasks:
+        if loop is None or loop.is_closed() or not self._tasks or self._pass_first:
             return 0
         return self.slots.reserve(wanted)
 
@@ -330,6 +355,8 @@ class Worker:
 
     def _adopt(self, leased: Sequence[LeasedRun], reserved: int, sent: float, now: float) -> None:
         try:
+            if self._drained:  # stopped without it: other workers resume the runs once their leases lapse
+                return
             for item in leased:
                 self.presence.hold(item.run.id, sent)
                 metrics.run_started(item.run.function_id, now - item.run.created_at)
@@ -498,14 +525,17 @@ class Worker:
         except Exception:
             log.exception("run %s: invocation crashed; the lease will expire and it will resume", item.run.id)
         finally:
+            # Known before the slot is free or a waiter hears of the end (a send
+            # racing it, from any thread): a wanted pass gets the slot.
+            if self._lease_after(item.run.function_id):
+                self._want_lease = True
+            self._pass_first = self._pass_first or self._want_lease
             # (After a lost lease, the slot may belong to a newer invocation of the run.)
             if self.inflight.get(item.run.id) is asyncio.current_task():
                 del self.inflight[item.run.id]
                 self.presence.drop(item.run.id)
             if self.on_run_end is not None:
                 self.on_run_end(item.run.id, None if outcome is None else outcome.ended)
-            if self._lease_after(item.run.function_id):
-                self._want_lease = True
             self._ended += 1
             # Wake the idle loop only if this changed what it waits for (a pass, a due time, a free slot).
             if self._want_lease or outcome is None or outcome.wake_at is not None or self.slots.free() <= 1:

@@ -176,8 +176,8 @@ def test_runs_ending_one_after_another_cost_no_idle_poll_nor_lease_pass(app: ss.
         app.store.subscribe(connected.set)  # (SQLite: never called)
         if isinstance(app.store, PostgresStore):
             assert await asyncio.to_thread(connected.wait, 10)
-        worker = await app.start_async(concurrency=10)
-        idle: list[float] = []  # (set before the worker's loops first run: no await since its start)
+        worker = app.worker(concurrency=10)  # (App.start_async's, set up before it starts)
+        idle: list[float] = []
         entered = asyncio.Event()
 
         def on_idle() -> None:
@@ -186,7 +186,9 @@ def test_runs_ending_one_after_another_cost_no_idle_poll_nor_lease_pass(app: ss.
 
         worker.on_idle = on_idle
         worker.idle_poll, worker.max_idle_sleep = poll, 60.0  # (the net: the test below)
-        await asyncio.wait_for(entered.wait(), 10)  # the start-up pass is over
+        await worker.start()
+        app._local_workers.append(worker)
+        await asyncio.wait_for(entered.wait(), 10)  # the start-up pass is over: the first idle wait
         passes: list[float] = []
         ends: list[float] = []
         lease, run_ended = worker._lease, worker.on_run_end

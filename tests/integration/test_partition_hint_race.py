@@ -14,17 +14,32 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import psycopg
+import pytest
 
 import stepstone as ss
 from tests.polling import wait_for
 
 
-def test_a_direct_start_does_not_raise_its_partitions_hint_over_a_run_queued_meanwhile(pg_url: str) -> None:
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"idempotency": "event.id"}],
+    ids=["written-taken", "taken-after"],  # (record_event_started; ingest then take_direct, settle_taken)
+)
+def test_a_direct_start_does_not_raise_its_partitions_hint_over_a_run_queued_meanwhile(
+    pg_url: str, options: dict[str, Any]
+) -> None:
+    """Both ways a send starts its run directly: written taken (a function
+    without flow rules: one statement, its snapshot taken before it waits
+    for the row), or taken after its usual writes (a rule admission applies,
+    here an idempotency key: its item's hint lowered first, which waits for
+    the row, so the take's own snapshot already holds the run queued
+    meanwhile and leaves the send's run queued behind it)."""
     app = ss.App("race", database_url=pg_url)
 
-    @app.function(id="f", trigger=ss.on_event("go"))
+    @app.function(id="f", trigger=ss.on_event("go"), **options)
     def f(ctx: ss.Context) -> str:
         return "done"
 

@@ -252,6 +252,7 @@ def test_a_dead_loop_makes_the_worker_not_ready(
     ``--metrics-port`` probe ``/readyz`` say not ready (503) and name the loop."""
     app = _app(make_app, threading.Event(), threading.Event())
     store = FaultyStore(app.store, LOOPS["lease"], LoopKiller("the lease loop dies"))
+    store.fault = None  # (armed once started: a start waits for its first lease pass)
     port = _free_port()
 
     async def scenario() -> None:
@@ -260,6 +261,8 @@ def test_a_dead_loop_makes_the_worker_not_ready(
         await worker.start()
         try:
             assert worker.health()["ready"]
+            store.fault = LoopKiller("the lease loop dies")
+            worker.notify()  # its next pass
             await _until(lambda: store.fault is None, 10, "the lease loop to be killed")
             await _until(lambda: not worker.health()["ready"], 5, "the worker to say not ready")
             status, state = await asyncio.to_thread(_readyz, port)

@@ -36,7 +36,7 @@ from stepstone.journal import RunJournal
 from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
 from stepstone.runstate import MemoSource, StoreMemos
-from stepstone.runtime import end_run, park_run
+from stepstone.runtime import end_run, park_run, stored_error
 from stepstone.runtime.waits import build_wait
 from stepstone.services import Journal, Services
 from stepstone.signals import CancelSignal, LeaseLostSignal, PauseSignal, error_info, retry_at
@@ -183,6 +183,8 @@ async def execute(leased: LeasedRun, env: ExecEnv, invoke: Invoke | None = None)
     fence = Fence(run_id=run.id, owner=env.owner, epoch=leased.epoch, token=os.urandom(8).hex())
     journal = RunJournal(env.store, fence, env.clock, held=lambda: env.lease_held(run.id))
     journal.function_id = run.function_id
+    if leased.steps:
+        journal.history_before()
     try:
         if fn is None:
             err = ErrorInfo("UnknownFunction", f"no function {run.function_id!r} in this worker")
@@ -453,8 +455,14 @@ async def _finish(
     watched = env.watched(leased.run.id)
 
     def final(tx: Tx) -> Callable[[], RunRead] | None:
-        end_run(tx, leased.run, status, output, error, now, matcher, fence=fence, events=events)
-        return tx.ended_run_later(leased.run.id) if watched else None
+        ended = end_run(tx, leased.run, status, output, error, now, matcher, fence=fence, events=events)
+        if not watched:
+            return None
+        steps = journal.written() if ended and status != RunStatus.CANCELLED else None
+        if steps is None:
+            return tx.ended_run_later(leased.run.id)
+        row = leased.run.ended(status, output, stored_error(error), now)  # (a cancel's error is the flag's)
+        return lambda: (row, steps)
 
-    read_back = await journal.finish(final)  # (None: a retried end found its first attempt landed)
-    return Outcome(status, error=error, ended=read_back() if read_back is not None else None)
+    told = await journal.finish(final)  # (None: a retried end found its first attempt landed)
+    return Outcome(status, error=error, ended=told() if told is not None else None)

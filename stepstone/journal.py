@@ -25,10 +25,14 @@ from stepstone.services import Effect
 from stepstone.signals import CancelSignal, LeaseLostSignal
 from stepstone.store import faults
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import Fence, SpanRow, StepRow
+from stepstone.store.rows import Fence, SpanRow, StepKind, StepRow
 
 if TYPE_CHECKING:
     from stepstone.interpreter import Interpreter
+
+# Characters of outputs and errors a journal keeps for its run's end (``written``):
+# past them, the end's transaction reads the run's steps back for a waiter.
+KEPT_FOR_THE_END = 1 << 20
 
 
 def warning_span(run_id: str, name: str, message: str, now: float) -> SpanRow:
@@ -60,13 +64,38 @@ class RunJournal:
         self.failure: BaseException | None = None
         self.function_id = ""  # for metrics; set by the executor
         self._commits: list[tuple[asyncio.Future[Any], Callable[[Tx], Any]]] = []
+        # Every memo staged, by step id, while they may be the run's whole history
+        # (``written``); ``None`` once they may not be.
+        self._written: dict[str, StepRow] | None = {}
+        self._kept = 0  # characters of output and error in ``_written``
 
     def bind(self, interp: Interpreter) -> None:
         """Nothing to keep: a worker's journal commits as the interpreter goes."""
 
+    def history_before(self) -> None:
+        """The run has steps from earlier invocations: ``written`` is not its history."""
+        self._written = None
+
+    def written(self) -> list[StepRow] | None:
+        """The run's steps as this invocation staged them, in order, if they are
+        all it has: it had none before (``history_before`` not called) and only
+        ``step.run`` memos were staged, which only the run's holder writes (a
+        wait's or an invoke's memo is resolved by other transactions, a
+        ``step.transaction``'s written by its own operation). Once every commit
+        landed, they are the stored rows. ``None`` otherwise, or past
+        ``KEPT_FOR_THE_END``."""
+        written = self._written
+        return None if written is None else sorted(written.values(), key=_position)
+
     # -- Journal protocol (used by the interpreter) ---------------------------------
     def stage(self, step: StepRow, span: SpanRow | None, effect: Effect | None = None) -> None:
         self.steps.append(step)
+        if self._written is not None:
+            self._kept += len(step.output or "") + len(step.error or "")
+            if step.kind == StepKind.RUN and self._kept <= KEPT_FOR_THE_END:
+                self._written[step.step_id] = step
+            else:
+                self._written = None
         if step.kind == "run" and step.started_at is not None and step.ended_at is not None:
             metrics.step_finished(self.function_id, step.ended_at - step.started_at)
         if span is not None:
@@ -98,6 +127,7 @@ class RunJournal:
 
     async def apply(self, op: Callable[[Tx], Any]) -> Any:
         """Commit staged writes and then ``op``, in one fenced transaction, now."""
+        self._written = None  # (``op`` may write or resolve a memo)
         await self._settle_commits()
         if self.lease_lost:
             raise LeaseLostSignal()
@@ -107,6 +137,7 @@ class RunJournal:
         """``apply`` for an ``op`` that writes a step's memo itself
         (``step.transaction``): as after any checkpoint, a cancel the fence
         reports stops the invocation before the next step."""
+        self._written = None
         await self._settle_commits()
         if self.lease_lost:
             raise LeaseLostSignal()
@@ -247,6 +278,10 @@ class _Staged:
         if self.then is not None:
             parts.append(faults.site(self.then))
         return f"journal({'+'.join(parts)})"
+
+
+def _position(step: StepRow) -> int:
+    return step.position
 
 
 async def _outcome(future: asyncio.Future[Any]) -> Any:

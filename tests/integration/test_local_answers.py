@@ -30,6 +30,7 @@ from stepstone.direct import unstarted
 from stepstone.errors import NonRetriableError
 from stepstone.runs import _list_op
 from stepstone.store.rows import RunFilter
+from stepstone.store.sqltx import SqlTx
 from tests.conftest import run_of
 from tests.polling import wait_for
 
@@ -125,6 +126,129 @@ def test_a_wait_for_a_run_its_local_worker_ends_reads_nothing(
     assert waits_read == []
     if ending == "completed":
         assert run.output == {"x": 3} and [s.id for s in run.steps] == ["a", "b", "c"]
+
+
+@pytest.fixture
+def read_back(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The runs whose end's transaction read them back for a waiter."""
+    seen: list[str] = []
+    later = SqlTx.ended_run_later
+
+    def counted(tx: SqlTx, run_id: str) -> Any:
+        seen.append(run_id)
+        return later(tx, run_id)
+
+    monkeypatch.setattr(SqlTx, "ended_run_later", counted)
+    return seen
+
+
+def _varied(app: ss.App, ending: str) -> tuple[threading.Event, threading.Event]:
+    """``varied``: its steps' outputs of many JSON shapes, a repeated id, a
+    step that failed for good (its error caught), then it ends as ``ending``
+    says; its first step waits for ``gate`` (``entered`` says it got there)."""
+    entered, gate = threading.Event(), threading.Event()
+
+    def hold() -> bool:
+        entered.set()
+        return gate.wait(10)
+
+    def refuse() -> None:
+        raise NonRetriableError("no, ü")
+
+    @app.function(id="varied", trigger=ss.on_event("go"), retries=0)
+    async def varied(ctx: ss.Context) -> Any:
+        await ctx.step.run("gate", hold)
+        values = [await ctx.step.run("v", lambda v=v: v) for v in (0.1 + 0.2, {"é": [None, -1e300]}, "")]
+        try:
+            await ctx.step.run("refused", refuse)
+        except ss.StepError:
+            pass
+        if ending == "failed":
+            raise NonRetriableError("the run, ✓")
+        return {"values": values, "big": 2**62}
+
+    return entered, gate
+
+
+@pytest.mark.parametrize("start", ["direct", "queued"])
+@pytest.mark.parametrize("ending", ["completed", "failed"])
+def test_a_wait_answered_from_what_the_end_wrote_equals_a_read(
+    app: ss.App, waits_read: list[str], read_back: list[str], start: str, ending: str
+) -> None:
+    """A run whose whole history is this invocation's ``step.run`` memos ends
+    without reading itself back (``RunJournal.written``, ``RunRow.ended``):
+    the waiter's run is built from the memos and the row the run was leased
+    with, and equals a read field for field (times, outputs, errors, order),
+    whether a send started it here or a lease pass took it."""
+    entered, gate = _varied(app, ending)
+    if start == "queued":
+        [event_id] = app.send(ss.Event("go"))
+        app.start(concurrency=1)
+    else:
+        app.start(concurrency=1)
+        [event_id] = app.send(ss.Event("go"))
+    run_id = run_of(app, event_id).id
+    assert entered.wait(10)  # held here: the waiter reads nothing before the end
+    waited: list[ss.Run] = []
+    waiter = threading.Thread(target=lambda: waited.append(app.runs.wait(run_id, timeout="10s")))
+    waiter.start()
+    wait_for(lambda: run_id in app._watchers, 10, "the waiter watching")
+    gate.set()
+    waiter.join(10)
+    [run] = waited
+    assert run == app.runs.get(run_id)
+    assert run.status == ending and [s.id for s in run.steps] == ["gate", "v", "v:1", "v:2", "refused"]
+    assert waits_read == [] and read_back == []
+
+
+def test_a_wait_for_a_run_with_steps_from_an_earlier_invocation_reads_it_back(
+    app: ss.App, waits_read: list[str], read_back: list[str]
+) -> None:
+    """A run resumed after a retry's back-off: its earlier memos are not the
+    journal's, and the end reads the run back for the waiter."""
+    failures: list[int] = []
+
+    def flaky() -> int:
+        if not failures:
+            failures.append(1)
+            raise RuntimeError("once")
+        return 2
+
+    @app.function(id="flaky", trigger=ss.on_event("go"), retries=1, backoff=ss.Backoff(initial=0.01))
+    async def retried(ctx: ss.Context) -> int:
+        done: int = await ctx.step.run("a", lambda: 1) + await ctx.step.run("b", flaky)
+        return done
+
+    app.start(concurrency=1)
+    [event_id] = app.send(ss.Event("go"))
+    run_id = run_of(app, event_id).id
+    app._watch(run_id, lambda ended: None)  # watched from the start: both invocations' ends
+    run = app.runs.wait(run_id, timeout="10s")
+    assert run.status == "completed" and run == app.runs.get(run_id)
+    assert run.steps[1].attempts == 2 and read_back == [run_id]
+
+
+def test_a_wait_for_a_run_with_another_kind_of_step_reads_it_back(
+    app: ss.App, waits_read: list[str], read_back: list[str]
+) -> None:
+    """An event sent from a step (its memo written with an effect) makes the
+    end read the run back: only ``step.run`` memos are the journal's alone."""
+    gate = threading.Event()
+
+    @app.function(id="sends", trigger=ss.on_event("go"))
+    async def sends(ctx: ss.Context) -> int:
+        await ctx.step.run("gate", lambda: gate.wait(10))
+        await ctx.step.send_event("tell", ss.Event("told"))
+        return 1
+
+    app.start(concurrency=1)
+    [event_id] = app.send(ss.Event("go"))
+    run_id = run_of(app, event_id).id
+    app._watch(run_id, lambda ended: None)
+    gate.set()
+    run = app.runs.wait(run_id, timeout="10s")
+    assert run == app.runs.get(run_id) and [s.kind for s in run.steps] == ["run", "send"]
+    assert read_back == [run_id]
 
 
 def test_a_wait_for_a_run_that_parks_reads_it_after_the_invocation(

@@ -20,6 +20,7 @@ import asyncio
 import contextvars
 import cProfile
 import dataclasses
+import gc
 import itertools
 import pstats
 import threading
@@ -149,6 +150,31 @@ def test_a_send_starting_one_run_costs_a_bounded_number_of_python_calls(app: ss.
     per_send = pstats.Stats(profile).total_calls / RUNS  # type: ignore[attr-defined]
     bound = 330 if app.database_url.startswith("sqlite") else 365
     assert per_send <= bound, per_send
+
+
+def test_a_sequential_run_leaves_no_reference_cycle(app: ss.App) -> None:
+    """Nothing a sequential run makes outlives it but through a reference
+    cycle: refcounting frees it all, so the collector never runs for it.
+    Before: on PostgreSQL a send's direct start left its transaction in a
+    cycle (the read of its row, kept by the transaction, was a closure over
+    it): ~36 objects a run, a young collection every ~20 runs (~0.2 ms each
+    here) and older ones later."""
+    found: list[int] = []
+
+    def start() -> None:
+        gc.collect()
+        gc.disable()
+
+    def stop() -> None:
+        found.append(gc.collect())
+        gc.enable()
+
+    try:
+        _sequential(app, during=start, after=stop)
+    finally:
+        gc.enable()
+    [cyclic] = found
+    assert cyclic < RUNS, cyclic  # 0 here; less than one object a run leaves room for a stray one
 
 
 def test_runs_ending_one_after_another_cost_no_idle_poll_nor_lease_pass(app: ss.App) -> None:

@@ -237,7 +237,7 @@ class _Staged:
     """One fenced commit: the checkpoint of the staged memos and spans, their
     effects, then the invocation's final write (if any)."""
 
-    __slots__ = ("effects", "fence", "fenced_by_then", "keep_flag", "spans", "steps", "then")
+    __slots__ = ("effects", "fence", "fenced_by_then", "keep_flag", "spans", "steps", "then", "user_sql")
 
     def __init__(
         self,
@@ -250,6 +250,9 @@ class _Staged:
         self.fence, self.steps, self.spans, self.effects, self.then = fence, steps, spans, effects, then
         self.keep_flag = False  # return (cancel flag, the final write's value)
         self.fenced_by_then = False  # ``then`` checks the fence and ends the lease (park, end)
+        # Whether the commit runs a user's SQL (never pipelined on PostgreSQL; asked
+        # twice a commit there: an attribute, not a property)
+        self.user_sql = bool(getattr(then, "user_sql", False))
 
     def __call__(self, tx: Tx) -> Any:
         if self.fenced_by_then:  # one fence check, not two, on the run's last commit
@@ -265,11 +268,6 @@ class _Staged:
             return cancel
         value = self.then(tx)
         return (cancel, value) if self.keep_flag else value
-
-    @property
-    def user_sql(self) -> bool:
-        """Whether the commit runs a user's SQL (never pipelined on PostgreSQL)."""
-        return bool(getattr(self.then, "user_sql", False))
 
     @property
     def site(self) -> str:

@@ -124,7 +124,8 @@ class ExecEnv(HostServices):
     # The worker's count of sync step threads abandoned past their timeout.
     abandoned: AbandonedThreads = field(default_factory=AbandonedThreads)
     # Whether a caller in this process waits for the run's end (``runs.wait``):
-    # the end's transaction then reads the run back for it (``Outcome.ended``).
+    # the end then tells it the run (``Outcome.ended``: as the end wrote it, or
+    # read back by the end's transaction).
     watched: Callable[[str], bool] = lambda run_id: False
 
     def memos(self, leased: LeasedRun) -> MemoSource:

@@ -2,10 +2,12 @@
 exactly what a read would return, on SQLite and PostgreSQL.
 
 ``runs.wait`` for a run this process's own worker holds: the worker tells the
-waiter of the run's end with the run as the end's own transaction read it
-back (``RunsTx.ended_run_later``: on PostgreSQL sent with the end and read
-after its ``COMMIT``, no round trip of its own), so the waiter reads nothing:
-for a run that completed, failed or was cancelled while held. A run that
+waiter of the run's end with the run as the end left it, so the waiter reads
+nothing: for a run that completed, failed or was cancelled while held. A run
+whose whole history is the ending invocation's ``step.run`` memos is built
+from them and the row it was leased with (session 11); any other is read back
+by the end's own transaction (``RunsTx.ended_run_later``: on PostgreSQL sent
+with the end and read after its ``COMMIT``, no round trip of its own). A run that
 parks instead is read as before (the wake-up carries nothing), and so is a
 run no local worker holds.
 

@@ -182,10 +182,11 @@ async def execute(leased: LeasedRun, env: ExecEnv, invoke: Invoke | None = None)
     run = leased.run
     fn = env.registry.get(run.function_id)
     fence = Fence(run_id=run.id, owner=env.owner, epoch=leased.epoch, token=os.urandom(8).hex())
-    journal = RunJournal(env.store, fence, env.clock, held=lambda: env.lease_held(run.id))
+    # A run with no steps yet that a caller here waits for: its end may tell the
+    # waiter the run from what this invocation wrote (``_finish``).
+    told = not leased.steps and env.watched(run.id)
+    journal = RunJournal(env.store, fence, env.clock, held=lambda: env.lease_held(run.id), keep_written=told)
     journal.function_id = run.function_id
-    if leased.steps:
-        journal.history_before()
     try:
         if fn is None:
             err = ErrorInfo("UnknownFunction", f"no function {run.function_id!r} in this worker")

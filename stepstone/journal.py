@@ -50,7 +50,13 @@ def warning_span(run_id: str, name: str, message: str, now: float) -> SpanRow:
 
 class RunJournal:
     def __init__(
-        self, store: Store, fence: Fence, clock: Clock, held: Callable[[], bool] = lambda: True
+        self,
+        store: Store,
+        fence: Fence,
+        clock: Clock,
+        held: Callable[[], bool] = lambda: True,
+        *,
+        keep_written: bool = False,
     ) -> None:
         self.store = store
         self.fence = fence
@@ -65,22 +71,19 @@ class RunJournal:
         self.function_id = ""  # for metrics; set by the executor
         self._commits: list[tuple[asyncio.Future[Any], Callable[[Tx], Any]]] = []
         # Every memo staged, by step id, while they may be the run's whole history
-        # (``written``); ``None`` once they may not be.
-        self._written: dict[str, StepRow] | None = {}
+        # (``written``); ``None`` once they may not be, or if not asked for.
+        self._written: dict[str, StepRow] | None = {} if keep_written else None
         self._kept = 0  # characters of output and error in ``_written``
 
     def bind(self, interp: Interpreter) -> None:
         """Nothing to keep: a worker's journal commits as the interpreter goes."""
 
-    def history_before(self) -> None:
-        """The run has steps from earlier invocations: ``written`` is not its history."""
-        self._written = None
-
     def written(self) -> list[StepRow] | None:
         """The run's steps as this invocation staged them, in order, if they are
-        all it has: it had none before (``history_before`` not called) and only
-        ``step.run`` memos were staged, which only the run's holder writes (a
-        wait's or an invoke's memo is resolved by other transactions, a
+        all it has: it had none before (``keep_written``: the executor asks only
+        then, and only for a run a waiter watches as the invocation begins) and
+        only ``step.run`` memos were staged, which only the run's holder writes
+        (a wait's or an invoke's memo is resolved by other transactions, a
         ``step.transaction``'s written by its own operation). Once every commit
         landed, they are the stored rows. ``None`` otherwise, or past
         ``KEPT_FOR_THE_END``."""

@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Literal, TypeVar
@@ -279,9 +280,10 @@ class App:
         hooks = Hooks(self.middleware) if self.middleware else None  # (none: nothing to look up)
         if hooks is not None and hooks.has("before_send_events"):
             events = yield coroutine_call(hooks.before_send_events(None, _as_list(events)), self._portal)
+        store = self._store_ready()  # (opened: the clock below is the database's)
+        began = time.monotonic()  # (before ``now``: a direct start's leases run from ``now``)
         now = self.clock.now()
         prepared = prepare(events, now)
-        store = self._store_ready()
         registry = self.catalog.registry(store)
         surveys: dict[str, Survey] = {}
         if any(self._surveyed.wanted(event.name) for event in prepared):  # many unindexed waits
@@ -289,7 +291,7 @@ class App:
 
         with self._lock:
             workers = list(self._local_workers)
-        direct = reserve(workers, len(prepared))
+        direct = reserve(workers, len(prepared), began)
         at_once = len(prepared) == 1 and not surveys and prepared[0].name not in self._awaited
 
         def op(tx: Tx) -> tuple[list[str], Taking, Sent]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import time
 from collections.abc import Callable, Sequence
 
 from stepstone.runtime import Sent
@@ -26,15 +25,17 @@ Taking = tuple[list[str] | None, Callable[[], list[LeasedRun]]]
 available (else ``None``), and the runs taken, given when called."""
 
 
-def reserve(workers: Sequence[Worker], events: int) -> DirectStart | None:
+def reserve(workers: Sequence[Worker], events: int, sent: float) -> DirectStart | None:
     """Slots for a direct start of a send's runs, on the local worker with the
-    most free (``None``: no running local worker has one free)."""
+    most free (``None``: no running local worker has one free). ``sent``: the
+    ``time.monotonic()`` the worker measures the runs' leases from, taken
+    before the send read the time their leases run from."""
     if len(workers) > 1:  # (one worker, the usual: nothing to compare)
         workers = sorted(workers, key=lambda w: -w.slots.offered())
     for worker in workers:
         slots = worker.reserve(events)
         if slots:
-            return DirectStart(worker, slots)
+            return DirectStart(worker, slots, sent)
     return None
 
 
@@ -48,7 +49,11 @@ class DirectStart:
 
     worker: Worker
     slots: int
-    sent: float = dataclasses.field(default_factory=time.monotonic)  # before the write
+    # time.monotonic() before the send read its time (``now``: the leases it
+    # writes last until ``now`` + TTL in the store): the worker knows them live
+    # no longer (``Presence.hold``), whatever passed between that read and the
+    # write (a survey or catalog read, a pause)
+    sent: float
 
     def offer(self, now: float, run: NewRun) -> LeaseTerms | None:
         """``Sent.offer``: the lease a run the send writes at ``now`` is written
@@ -82,9 +87,10 @@ class SentHere:
     """The runs of a send's one new event when the send started every one of
     them on a local worker: as the send's transaction left them (the rows its
     take returned), newest first as a list by event orders them. Until their
-    invocations begin nothing else writes them (their lease is this worker's;
-    an operator's cancel only flags a held run), so ``runs.list(event_id=)``
-    right after the send is answered with them, reading nothing."""
+    invocations begin, and while their leases are known live, nothing else
+    writes them (their lease is this worker's; an operator's cancel only flags
+    a held run), so ``runs.list(event_id=)`` right after the send is answered
+    with them, reading nothing."""
 
     event_id: str
     runs: list[RunRow]
@@ -105,8 +111,9 @@ class SentHere:
         """What a read of ``where`` returns now, if this knows it."""
         if where != RunFilter(event_id=self.event_id, limit=where.limit):
             return None
-        if not all(unstarted(self.worker, run.id) for run in self.runs):
-            return None
+        w = self.worker
+        if not all(unstarted(w, run.id) and w.presence.live(run.id) for run in self.runs):
+            return None  # (a lapsed lease: another worker or an operator may have written it)
         return self.runs[: where.limit]
 
 

@@ -1,7 +1,9 @@
 """A worker's presence: its row in the worker registry and the leases it holds.
 
 A lease is known live until a time measured on ``time.monotonic()`` from
-before the write that took or last extended it (``hold``): a step must not
+before the time its expiry in the store was computed from was read (that read
+and the write that took or last extended it may be far apart: a paused
+loop, a slow send), its TTL later (``hold``): a step must not
 start on a lease that may have lapsed, since another worker may own the run
 by then (``live``, ``ExecEnv.lease_held``). Registration at start and a
 heartbeat every third of the lease TTL: the database's clock measured again
@@ -37,7 +39,7 @@ class Presence:
         self._suspects: set[str] = set()  # runs whose lease the last heartbeat did not extend
 
     def hold(self, run_id: str, sent: float) -> None:
-        """A lease taken by a write sent at monotonic ``sent``."""
+        """A lease taken at a time read after monotonic ``sent`` (its expiry: that time + TTL)."""
         self._until[run_id] = sent + self.ttl
 
     def drop(self, run_id: str) -> None:

@@ -353,6 +353,7 @@ class Worker:
         self, claim: int, room: Callable[[], int] | None = None
     ) -> tuple[list[LeasedRun], float | None, float | None]:
         """A lease pass for up to ``claim`` runs, ``room()`` once it finds work (``leasing.lease``)."""
+        sent = time.monotonic()  # (before ``now``: the leases last until ``now`` + TTL in the store)
         owner, ids, now = self.lease_owner, self._function_ids, self.clock.now()
         until, version = now + self.lease_ttl, self.app_version
         schedules, registry = self._schedules(), self.registry
@@ -361,7 +362,6 @@ class Worker:
             leased = lease(tx, owner, registry, claim, now, until, version, room)
             return leased, pass_times(tx, ids, now, bool(leased)), tx.next_cron(schedules)
 
-        sent = time.monotonic()
         leased, times, cron = await self.store.transact(Unsynced(op))
         due, deadline = times()  # (read with the commit: ``pass_times``)
         for item in leased:

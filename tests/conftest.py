@@ -12,6 +12,7 @@ they fail.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,12 @@ def pg_cluster() -> Iterator[PgCluster]:
         store.migrate()
         store.close()
         yield cluster
+
+
+@pytest.fixture
+def empty_url(pg_cluster: PgCluster) -> str:
+    """A database with no schema at all."""
+    return pg_cluster.create_database(f"empty_{time.monotonic_ns()}")
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """A process whose app sends a run while its own worker runs in it (a direct
 start, app.py), says which runs were handed to that worker in memory, then
-waits to be killed (test_direct_start_kill.py)."""
+waits to be killed (test_direct_start_kill.py). Arguments: the lease TTL, and
+the event's name (default "work")."""
 
 from __future__ import annotations
 
@@ -24,6 +25,6 @@ def hand_over(self: Worker, leased: Sequence[LeasedRun], reserved: int, sent: fl
 if __name__ == "__main__":
     Worker.hand_over = hand_over  # type: ignore[method-assign]
     app.start(lease_ttl=float(sys.argv[1]))
-    [event_id] = app.send(ss.Event("work"))
+    [event_id] = app.send(ss.Event(sys.argv[2] if len(sys.argv) > 2 else "work"))
     print("sent", app.runs.list(event_id=event_id)[0].id, flush=True)
     time.sleep(600)  # until the test kills the process

@@ -65,6 +65,10 @@ def test_a_process_killed_right_after_a_send_written_taken_leaves_a_run_another_
     phases = [(step, phase) for rid, step, phase, _pid in ledger(env) if rid == run_id]
     assert phases.count(("charge", "end")) == 1 and phases.count(("provision", "end")) == 1
     assert {pid for rid, _step, phase, pid in ledger(env) if rid == run_id and phase == "end"} != {sender.pid}
+    steps = [(s.id, s.status, s.attempts) for s in app.runs.get(run_id).steps]
+    assert steps == [
+        (step, "completed", 1) for step in ("charge", "record", "provision")
+    ]  # a crash is no attempt
     app.close()
 
 
@@ -90,4 +94,57 @@ def test_a_process_killed_after_a_direct_start_leaves_a_run_another_worker_resum
     phases = [(step, phase) for rid, step, phase, _pid in ledger(env) if rid == run_id]
     assert phases.count(("charge", "start")) == 1  # completed before the kill: never again
     assert phases.count(("record", "start")) == 2 and phases.count(("provision", "end")) == 1
+    steps = [(s.id, s.status, s.attempts) for s in app.runs.get(run_id).steps]
+    assert steps == [(step, "completed", 1) for step in ("charge", "record", "provision")]
+    app.close()
+
+
+@pytest.mark.slow
+def test_a_process_paused_in_the_first_step_of_its_direct_start_is_fenced_out_when_resumed(
+    env: dict[str, str], spawn: Spawn, tmp_path: Path
+) -> None:
+    """SIGSTOP, not SIGKILL: the sending process is paused inside the first
+    step of the run its send started; its lease lapses, a worker of another
+    process runs the run whole; resumed, the paused step returns and its
+    checkpoint is refused (the lease moved): it executes no further step,
+    and every step's result and attempt count are the other worker's."""
+    log = tmp_path / "sender.log"
+    env.update(GATE_STEP="charge", GATE_PATH=str(tmp_path / "gate"), STEP_SECONDS="0.01")
+    with log.open("wb") as out:
+        sender = subprocess.Popen(
+            [sys.executable, str(SENDER), "1", "tagged"], env=env, stdout=out, stderr=out
+        )
+    try:
+
+        def said(word: str) -> list[str]:
+            return [line.split()[1] for line in log.read_text().splitlines() if line.startswith(word + " ")]
+
+        wait_for(lambda: said("sent"), 30, "the send")
+        [run_id] = said("sent")
+        assert said("handed") == [run_id]  # started in the send's transaction
+        wait_for(lambda: (run_id, "charge", "start", sender.pid) in ledger(env), 30, "step 1 to start")
+        sender.send_signal(signal.SIGSTOP)
+        app = client(env)
+        taker = spawn("--concurrency", "1", "--lease-ttl", "1", "--instance-id", "taker")
+        assert app.runs.wait(run_id, timeout="60s").status == "completed"
+        (tmp_path / "gate").touch()
+        sender.send_signal(signal.SIGCONT)
+        refused = f"run {run_id}: lease lost"
+        wait_for(lambda: refused in log.read_text(), 30, "the paused invocation's refused checkpoint")
+        assert sender.poll() is None
+    finally:
+        sender.kill()
+        sender.wait(timeout=30)
+    starts = [(step, pid) for rid, step, phase, pid in ledger(env) if rid == run_id and phase == "start"]
+    assert starts == [
+        ("charge", sender.pid),
+        ("charge", taker.pid),
+        ("record", taker.pid),
+        ("provision", taker.pid),
+    ]
+    run = app.runs.get(run_id)
+    assert run.output == [f"{step}@{taker.pid}" for step in ("charge", "record", "provision")]
+    assert [(s.id, s.status, s.attempts) for s in run.steps] == [
+        (step, "completed", 1) for step in ("charge", "record", "provision")
+    ]
     app.close()

@@ -144,3 +144,36 @@ class Reader:
         """The earliest queue time after ``after`` (a due run or a lease expiry)."""
         rows = self.rows("SELECT MIN(available_at) FROM queue WHERE available_at > ?", after)
         return None if not rows or rows[0][0] is None else float(rows[0][0])
+
+    def hidden_items(self, now: float, slack: float) -> list[tuple[str, str, float, float | None]]:
+        """Queue items no lease pass would look at by their due time, or now if
+        that is past (plus ``slack``): their partition's hint is missing, unset
+        or later. (The model's functions have no concurrency key or throttle,
+        which park a partition past its due items on purpose.)"""
+        return [
+            (r[0], r[1], float(r[2]), None if r[3] is None else float(r[3]))
+            for r in self.rows(
+                "SELECT q.run_id, q.partition_key, q.available_at, p.next_at"
+                " FROM queue q LEFT JOIN partitions p ON p.key = q.partition_key"
+                " WHERE q.available_at IS NOT NULL"
+                " AND (p.next_at IS NULL OR p.next_at > CASE WHEN q.available_at > ? THEN q.available_at"
+                " ELSE ? END + ?)",
+                now,
+                now,
+                slack,
+            )
+        ]
+
+    def due_items(self, partition_key: str, now: float) -> list[str]:
+        """The partition's items due at ``now`` (a direct start must not go before them)."""
+        return [
+            r[0]
+            for r in self.rows(
+                "SELECT run_id FROM queue WHERE partition_key = ? AND available_at <= ?", partition_key, now
+            )
+        ]
+
+    def lease_of(self, run_id: str) -> tuple[str, str | None] | None:
+        """The run's queue item's partition and owner (``None``: no item)."""
+        rows = self.rows("SELECT partition_key, owner FROM queue WHERE run_id = ?", run_id)
+        return (rows[0][0], rows[0][1]) if rows else None

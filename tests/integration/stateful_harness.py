@@ -54,6 +54,7 @@ class Invocation:
     crashed: bool = False
     reported: bool = False  # its end was looked at
     owner: str = ""
+    until: float = float("inf")  # virtual time its worker knows the lease live until (``Presence``)
 
     @property
     def live(self) -> bool:

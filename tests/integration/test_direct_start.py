@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import stepstone as ss
+from stepstone.direct import reserve
 from stepstone.registry import Registry
 from stepstone.runtime import Sent, ingest, prepare
 from stepstone.scheduler.leasing import lease, take_direct
@@ -416,3 +417,190 @@ def test_a_due_time_given_back_during_a_lease_pass_outlives_the_pass(
         wait_for(lambda: plan.fired, 10, "the pass with the give-back inside")
     passes = len(pass_took)
     wait_for(lambda: len(pass_took) > passes, 10, "a lease pass at the given-back time")
+
+
+def test_a_lease_that_lapsed_before_its_sends_commit_starts_no_step_of_the_direct_start(
+    app: ss.App, monkeypatch: pytest.MonkeyPatch, pass_took: list[list[str]]
+) -> None:
+    """A send's lease runs from the time the send read (``now``: until ``now``
+    + TTL in the store); the worker it hands the run to must not believe it
+    live any longer than that. A send slow between reading its time and its
+    write (a long survey read, a catalog read, a process paused there) wrote
+    a lease that had already lapsed: another worker may own the run from
+    then, so the handed-over invocation must start no step, and the run is
+    leased again by a pass. Before: the worker measured the lease from a
+    time taken after that gap, started the step on a lapsed lease and
+    completed the run."""
+    executed: list[str] = []
+
+    @app.function(id="once", trigger=ss.on_event("once"))
+    async def once(ctx: ss.Context) -> str:
+        await ctx.step.run("effect", lambda: executed.append(ctx.run_id))
+        return "done"
+
+    ttl = 1.0
+    app.start(lease_ttl=ttl)
+    prepare_events = prepare
+
+    def slow_prepare(*args: Any) -> Any:  # (right after the send reads its time)
+        began = app.clock.now()
+        prepared = prepare_events(*args)
+        wait_for(lambda: app.clock.now() > began + ttl + 0.2, 10, "the send's lease to lapse")
+        return prepared
+
+    monkeypatch.setattr("stepstone.app.prepare", slow_prepare)
+    [event_id] = app.send(ss.Event("once"))
+    monkeypatch.setattr("stepstone.app.prepare", prepare_events)
+    run = run_of(app, event_id)
+    assert app.runs.wait(run.id, timeout="20s").status == "completed"
+    assert executed == [run.id]
+    assert _leased_by_a_pass(pass_took, run.id)  # the handed-over invocation stopped before the step
+
+
+def test_a_lease_pass_slow_between_its_time_and_its_write_starts_no_step_on_the_lapsed_lease(
+    make_app: Callable[..., ss.App], pass_took: list[list[str]]
+) -> None:
+    """The class of the test above, for the other way a worker takes a run: a
+    lease pass reads its time (its leases last until it + TTL), then writes;
+    a pass slow in between (a loop paused there) took leases already lapsed,
+    which its worker must not believe live (``Presence.hold``): the invocation
+    stops before its step and a later pass leases the run again."""
+    app, client = make_app("held"), make_app("client")
+    executed: list[str] = []
+    for each in (app, client):
+
+        @each.function(id="once", trigger=ss.on_event("once"))
+        async def once(ctx: ss.Context) -> str:
+            await ctx.step.run("effect", lambda: executed.append(ctx.run_id))
+            return "done"
+
+    ttl = 1.0
+    app.start(lease_ttl=ttl)
+    [worker] = app._local_workers
+    pausing = threading.Event()  # set: the next pass pauses between its time and its write
+    schedules = worker._schedules
+
+    def slow_schedules() -> list[tuple[str, str]]:
+        if pausing.is_set():
+            pausing.clear()
+            began = app.clock.now()
+            wait_for(lambda: app.clock.now() > began + ttl + 0.2, 10, "the pass's leases to lapse")
+        return schedules()
+
+    worker._schedules = slow_schedules  # type: ignore[method-assign]
+    wait_for(lambda: len(pass_took) > 0, 10, "the worker's first pass")
+    pausing.set()
+    run = run_of(client, client.send(ss.Event("once"))[0])  # no local worker: queued for a pass
+    assert app.runs.wait(run.id, timeout="20s").status == "completed"
+    assert not pausing.is_set()  # (the pause happened)
+    assert executed == [run.id]
+    assert sum(run.id in took for took in pass_took) == 2  # the first invocation stopped before the step
+
+
+def test_one_event_id_sent_at_once_by_two_apps_beside_their_workers_starts_one_run(
+    make_app: Callable[..., ss.App],
+) -> None:
+    """Two processes (apps with stores of their own), each with a local
+    worker, send the same event id at the same moment, round after round:
+    each send's run would be written taken for its own worker, yet the
+    event's dedupe claim lets one write; the other writes nothing, takes
+    nothing and gives its slot back. One run per event, run once."""
+    apps = [make_app("a"), make_app("b")]
+    executed: list[str] = []
+    for each in apps:
+
+        @each.function(id="once", trigger=ss.on_event("once"))
+        async def once(ctx: ss.Context) -> str:
+            await ctx.step.run("effect", lambda: executed.append(str(ctx.event.id)))
+            return "done"
+
+        each.start()
+    rounds = 8
+    barrier = threading.Barrier(2, timeout=10)
+    answers: list[list[str]] = []
+
+    def sender(each: ss.App) -> None:
+        for i in range(rounds):
+            barrier.wait()
+            answers.append(each.send(ss.Event("once", id=f"e{i}")))
+
+    threads = [threading.Thread(target=sender, args=(each,)) for each in apps]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(answers) == sorted([[f"e{i}"] for i in range(rounds)] * 2)
+    for i in range(rounds):
+        [run] = apps[0].runs.list(event_id=f"e{i}")
+        assert apps[0].runs.wait(run.id, timeout="10s").status == "completed"
+    assert sorted(executed) == sorted(f"e{i}" for i in range(rounds))
+    for each in apps:
+        [worker] = each._local_workers
+        idle = lambda w=worker: w.slots.claimed == 0 and not w.inflight  # noqa: E731
+        wait_for(idle, 10, "every reserved slot back")
+
+
+def test_a_direct_start_committing_while_the_app_stops_joins_the_drain(
+    app: ss.App, db_url: str, pass_took: list[list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``app.stop()`` after a send reserved a slot and before its transaction,
+    which takes its run for the worker, commits: the stop refuses new direct
+    starts at once but waits for that one's hand-over, and drains its run
+    with the rest (not left leased to a stopped worker until its lease lapses).
+    The send is held after its reservation, before its transaction: held
+    inside it, it would keep the store's locks (SQLite's write lock, a
+    partition's row) from the worker's loop, which the stop runs on."""
+    executed: list[str] = []
+
+    @app.function(id="once", trigger=ss.on_event("once"))
+    async def once(ctx: ss.Context) -> str:
+        await ctx.step.run("effect", lambda: executed.append(ctx.run_id))
+        return "done"
+
+    app.start()
+    [worker] = app._local_workers
+    reserved = threading.Event()
+
+    def reserve_until_the_stop_began(*args: Any) -> Any:
+        direct = reserve(*args)
+        assert direct is not None  # (a slot reserved for the send's run)
+        reserved.set()
+        wait_for(lambda: worker._stopping, 10, "the stop to begin")
+        return direct
+
+    monkeypatch.setattr("stepstone.app.reserve", reserve_until_the_stop_began)
+    sent: list[str] = []
+    sender = threading.Thread(target=lambda: sent.extend(app.send(ss.Event("once"))))
+    sender.start()
+    assert reserved.wait(10)
+    app.stop()
+    sender.join(10)
+    run = run_of(app, sent[0])
+    assert run.status == "completed" and executed == [run.id]
+    assert not _leased_by_a_pass(pass_took, run.id)
+    assert query(db_url, "SELECT COUNT(*) FROM queue")[0][0] == 0
+
+
+def test_a_cancel_after_a_send_whose_outcome_was_lost_ends_the_run_unexecuted(
+    app: ss.App, pass_took: list[list[str]]
+) -> None:
+    """The give-back path: a send's commit landed but its answer was lost, so
+    its run is leased to the local worker, which never heard of it (the
+    slot given back, the lease's expiry learned). An operator's cancel then
+    only flags it (the lease is live); once the lease lapses the worker's
+    own pass takes it and ends it cancelled before any step."""
+    executed: list[str] = []
+
+    @app.function(id="once", trigger=ss.on_event("once"))
+    async def once(ctx: ss.Context) -> str:
+        await ctx.step.run("effect", lambda: executed.append(ctx.run_id))
+        return "done"
+
+    app.start(lease_ttl=1)
+    with faults.inject("App._send.op", "after"), pytest.raises(ss.StoreUnavailableError):
+        app.send(ss.Event("once", id="e1"))
+    run = run_of(app, "e1")
+    assert app.runs.cancel(run.id) == "running"  # flagged: leased to a worker that knows nothing of it
+    done = app.runs.wait(run.id, timeout="20s")
+    assert done.status == "cancelled" and done.steps == [] and executed == []
+    assert _leased_by_a_pass(pass_took, run.id)

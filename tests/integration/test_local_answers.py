@@ -364,3 +364,43 @@ def test_a_list_by_event_after_a_send_that_did_not_start_every_run_here_reads(
     assert lists_read == ["_list_op.<locals>.op"]
     assert run.status in ("queued", "running")
     gate.set()
+
+
+def test_a_list_by_event_after_the_sends_lease_lapsed_reads(make_app: Callable[..., ss.App]) -> None:
+    """The runs a send started here are answered from memory only while
+    nothing else may write them: their invocations not begun and their
+    leases still known live. A worker loop held up right after the hand-over
+    (a handler blocking it) past the lease: another process's worker takes
+    the run and completes it; a list by the event then reads it completed.
+    Before: the send's rows, ``running``, with the run long completed."""
+    app, other = make_app("here"), make_app("there")
+    executed: list[str] = []
+    for each in (app, other):
+
+        @each.function(id="once", trigger=ss.on_event("once"))
+        async def once(ctx: ss.Context) -> str:
+            await ctx.step.run("effect", lambda: executed.append(ctx.run_id))
+            return "done"
+
+    app.start(lease_ttl=1)
+    other.start()
+    [worker] = app._local_workers
+    adopted, listed = threading.Event(), threading.Event()
+    adopt = worker._adopt
+
+    def adopt_then_hold_up_the_loop(*args: Any) -> None:
+        adopt(*args)
+        adopted.set()
+        wait_for(listed.is_set, 30, "the list by event")  # the loop blocked: the run's task not begun
+
+    worker._adopt = adopt_then_hold_up_the_loop  # type: ignore[method-assign,assignment]
+    try:
+        [event_id] = app.send(ss.Event("once"))
+        assert adopted.wait(10)
+        run_id = run_of(other, event_id).id
+        wait_for(lambda: other.runs.get(run_id).status == "completed", 20, "the other worker's run")
+        [run] = app.runs.list(event_id=event_id)
+    finally:
+        listed.set()
+    assert run.status == "completed" and run.id == run_id
+    assert executed == [run_id]

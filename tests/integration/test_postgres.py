@@ -57,12 +57,6 @@ def dump_schema(url: str) -> str:
 
 
 @pytest.fixture
-def empty_url(pg_cluster: PgCluster) -> str:
-    """A database with no schema at all."""
-    return pg_cluster.create_database(f"empty_{time.monotonic_ns()}")
-
-
-@pytest.fixture
 def pg_store(pg_url: str) -> Iterator[PostgresStore]:
     store = PostgresStore.from_url(pg_url)
     yield store

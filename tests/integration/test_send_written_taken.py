@@ -296,3 +296,43 @@ def test_a_lowered_hint_keeps_the_partitions_service_time(store: Store) -> None:
     store.transact_sync(lambda tx: tx.lower_partition("other", "other", None, NOW + 1))
     due = store.transact_sync(lambda tx: tx.due_partitions(["plain", "other"], NOW + 1, 10))
     assert due == ["plain", "other"]  # the least recently served first
+
+
+@SQL_ONLY
+def test_a_send_offered_a_lease_writes_nothing_for_a_duplicate_or_an_awaited_event(
+    db_url: str, store: Store
+) -> None:
+    """A duplicate id, or an event a wait is on, with a local worker's lease
+    offered (on PostgreSQL the one statement ``record_event_started``): no
+    row of any table changes, no run is taken, and the awaited event's name
+    comes back (the caller sends it again the usual way). On PostgreSQL the
+    awaited send's statement still returns a row (its name), so a store
+    counting commits counts that empty transaction: an artefact of the
+    count, not a second write."""
+    from .stateful_harness import TABLES
+    from .test_store_contract import wait
+
+    def tables() -> dict[str, list[tuple[Any, ...]]]:
+        return {t: sorted(query(db_url, f"SELECT * FROM {t}"), key=repr) for t in TABLES}
+
+    def sent_taking(event: ss.Event) -> tuple[list[LeasedRun], str | None]:
+        prepared, registry = prepare([event], NOW), _registry()
+
+        def op(tx: Tx) -> Sent:
+            sent = Sent(offer=lambda now, run: _terms(now))
+            ingest(tx, prepared, registry, NOW, sent=sent, at_once=True)
+            tx.taken_here([run.id for run in sent.queued])
+            return sent
+
+        sent = store.transact_sync(op)
+        assert sent.started is not None
+        return sent.started(), sent.awaited()
+
+    [first] = _send(store, ss.Event("plain", id="e1"))
+    before = tables()
+    assert sent_taking(ss.Event("plain", id="e1")) == ([], None)
+    assert tables() == before
+    store.transact_sync(lambda tx: tx.insert_wait(wait(first.run.id, "w", event_name="plain")))
+    before = tables()
+    assert sent_taking(ss.Event("plain", id="e2")) == ([], "plain")
+    assert tables() == before

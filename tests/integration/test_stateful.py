@@ -17,13 +17,17 @@ without one; a wait beside a step (its wait row commits while the run is
 leased); an invoke of a child (steps and a sleep); an invoke beside a step;
 a wait for a signal with a timeout (issue 14).
 
-Rules: start runs (or start one directly: its send writes it taken for a
-worker, which invokes it), send the events waits look for, signal a run, cancel,
+Rules: start runs (or start one directly: its send takes it for a worker,
+which invokes it at once or after other rules: ``hand_over``; a crash of that
+worker before then drops it), send the events waits look for, signal a run, cancel,
 replay, rerun from a step, advance the clock, lease and execute (holding the 1st or 2nd executed
 step or not; failing the first, which fails the run), heartbeat (extend the
 leases of invocations in flight), release held steps (a worker's, or one),
 crash, lose a commit,
 and drive everything to its end.
+
+A worker starts no step on a lease it no longer knows live (``Presence``:
+the virtual time its lease pass, send or last heartbeat read, plus the TTL).
 
 Invariants, after every rule (read from the tables with SQL, and the ledger):
 - a step never starts while the database holds it completed, nor in a run the
@@ -39,6 +43,10 @@ Invariants, after every rule (read from the tables with SQL, and the ledger):
   request and no worker is due now;
 - a step has at most one wait row and starts one child (per replay);
 - a singleton key has at most one unended run;
+- every queue item's partition hint is due no later than the item (or now):
+  a lease pass would see it;
+- a send's direct start takes its run if and only if no item of its
+  partition was due before it (checked in ``start_here``);
 - a signal is received by at most one step, a step receives at most one (with
   its data), and no signal stays buffered beside a live wait for its name;
 - ``drive`` (release everything, run every due time, send every awaited
@@ -64,7 +72,7 @@ import itertools
 import os
 import time
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar, cast
 
 from hypothesis import HealthCheck, event, settings
@@ -82,7 +90,7 @@ import stepstone as ss
 from stepstone.errors import InvalidStateError, NotFoundError
 from stepstone.executor import ExecEnv, Outcome, execute
 from stepstone.runtime import Sent, ingest, prepare
-from stepstone.scheduler.leasing import lease
+from stepstone.scheduler.leasing import RECHECK, lease, take_direct
 from stepstone.store.base import Store, Tx
 from stepstone.store.rows import LeasedRun, LeaseTerms
 
@@ -96,7 +104,9 @@ IGNORED = frozenset(filter(None, os.environ.get("STEPSTONE_STATEFUL_IGNORE", "")
 TTL = 15.0  # lease time-to-live of the simulated workers
 MAX_RUNS = 4  # runs started by events per example (children and reruns come on top)
 KINDS = ("seq", "waiter", "forever", "beside", "parent", "fork", "signalled")
-PLAIN_KINDS = KINDS[1:]  # functions without flow rules: a send may start them directly
+# A send may start any of them directly: those without flow rules as it writes
+# them (``ingest``'s ``at_once``), "seq" (a singleton key) by a take after
+# its usual writes (``take_direct``)
 SETTLE_SECONDS = 30.0  # real time an action may take to reach quiescence
 
 
@@ -113,6 +123,9 @@ class StatefulModel(RuleBasedStateMachine):
         self.clock, self.loop, self.app, self.db, self.threads = h.clock, h.loop, h.app, h.db, h.threads
         self.workers = [SimWorker(i, AmbiguousCommits(self.app.store)) for i in (0, 1)]
         self.invocations: list[Invocation] = []
+        # runs a send took for a worker and has not handed over yet: (worker, its
+        # generation then, the run, when its worker knows the lease live until)
+        self.pending: list[tuple[int, int, LeasedRun, float]] = []
         self.violations: list[str] = []  # steps that ran when they must not have
         self.errors: list[str] = []  # invocations that raised
         self.ledger: list[tuple[str, str, str]] = []  # (run, step, invocation)
@@ -179,30 +192,35 @@ class StatefulModel(RuleBasedStateMachine):
             if exc is not None:
                 self.errors.append(f"{inv.name} on run {inv.run_id} raised {exc!r}")
 
-    def _env(self, worker: SimWorker) -> ExecEnv:
-        app = self.app
+    def _env(self, worker: SimWorker, inv: Invocation) -> ExecEnv:
+        """A worker's: its lease on the run known live until ``inv.until`` on
+        the virtual clock (``Presence.live``: no step starts past it)."""
+        app, clock = self.app, self.clock
         return ExecEnv(
             cast(Store, worker.store),
             app.registry,
-            self.clock,
+            clock,
             worker.owner,
             TTL,
             self.threads,
             lambda: app.catalog.registry(app.store),
+            lease_held=lambda run_id: clock.now() < inv.until,
         )
 
-    def _lease(self, worker: SimWorker, wanted: int) -> list[LeasedRun]:
+    def _lease(self, worker: SimWorker, wanted: int) -> tuple[list[LeasedRun], float]:
+        """A lease pass's runs and when their leases lapse."""
         owner, registry, now = worker.owner, self.app.registry, self.clock.now()
-        return self.call(
+        leased = self.call(
             self.app.store.transact(lambda tx: lease(tx, owner, registry, wanted, now, now + TTL))
         )
+        return leased, now + TTL
 
-    def _spawn(self, worker: SimWorker, item: LeasedRun, hold: int, fail: bool = False) -> None:
+    def _spawn(self, worker: SimWorker, item: LeasedRun, hold: int, until: float, fail: bool = False) -> None:
         inv = Invocation(
             f"i{next(self.names)}", worker.index, item.run.id, item.epoch, hold > 0, hold, fail=fail
         )
-        inv.owner = worker.owner
-        env = self._env(worker)
+        inv.owner, inv.until = worker.owner, until
+        env = self._env(worker, inv)
 
         async def run() -> Outcome | None:
             CURRENT.set(inv)
@@ -227,30 +245,70 @@ class StatefulModel(RuleBasedStateMachine):
         self.call(self.app.send_async(ss.Event(f"go.{kind}", {"k": k, "g": k % 2})))
 
     @precondition(lambda self: self.sent < MAX_RUNS)
-    @rule(kind=st.sampled_from(PLAIN_KINDS), worker=st.integers(0, 1), hold=st.integers(0, 2))
-    def start_here(self, kind: str, worker: int, hold: int) -> None:
+    @rule(kind=st.sampled_from(KINDS), worker=st.integers(0, 1), hold=st.integers(0, 2), later=st.booleans())
+    def start_here(self, kind: str, worker: int, hold: int, later: bool) -> None:
         """A send beside a worker with a free slot (``App.send``'s direct start):
-        its run written already taken for that worker (``Sent.offer``), unless
-        a due item of its partition waits, and invoked as handed over."""
+        its run taken for that worker in the send's transaction (written taken,
+        ``Sent.offer``; "seq", a singleton, taken after its usual writes,
+        ``take_direct``), unless a due item of its partition waits: checked
+        here against the items due before the send. Invoked as handed over,
+        now or (``later``) after other rules: a cancel, a lapse and another
+        worker's take, a crash of the sending process may come between."""
         k = self.sent
         self.sent += 1
-        sim = self.workers[worker]
-        for item in self._send_here(sim, ss.Event(f"go.{kind}", {"k": k, "g": k % 2})):
-            self._spawn(sim, item, hold)
+        sim, now = self.workers[worker], self.clock.now()
+        ahead = self.db.due_items(kind, now)
+        queued, taken = self._send_here(sim, ss.Event(f"go.{kind}", {"k": k, "g": k % 2}))
+        for run_id in queued:
+            lease_row = self.db.lease_of(run_id)
+            assert lease_row is not None and lease_row[0] == kind, (run_id, lease_row)
+            took = run_id in {t.run.id for t in taken}
+            assert took == (lease_row[1] == sim.owner), f"run {run_id}: taken {took}, its item {lease_row}"
+            assert took == (not ahead), f"run {run_id} sent with {ahead} due before it: taken {took}"
+        for item in taken:
+            if later:
+                self.pending.append((worker, sim.generation, item, now + TTL))
+            else:
+                self._spawn(sim, item, hold, now + TTL)
         self.settle()
 
-    def _send_here(self, worker: SimWorker, event: ss.Event) -> list[LeasedRun]:
+    def _send_here(self, worker: SimWorker, event: ss.Event) -> tuple[list[str], list[LeasedRun]]:
+        """``App._send``'s transaction with ``DirectStart.take``'s: the runs it
+        queued (new, in the store) and those it took."""
         app, owner, now = self.app, worker.owner, self.clock.now()
         prepared, registry = prepare([event], now), app.catalog.registry(app.store)
 
-        def op(tx: Tx) -> Sent:
+        def op(tx: Tx) -> tuple[Sent, Callable[[], list[LeasedRun]]]:
             sent = Sent(offer=lambda at, run: LeaseTerms(owner=owner, now=at, until=at + TTL))
             ingest(tx, prepared, registry, now, sent=sent, at_once=True)
-            tx.taken_here([run.id for run in sent.queued])
-            return sent
+            if sent.started is not None:  # (written taken or queued)
+                tx.taken_here([run.id for run in sent.queued])
+                return sent, sent.started
+            runs = [run for run in sent.queued if app.registry.starts_directly(run.function_id)]
+            asked, taken = take_direct(tx, owner, runs, 2, now, now + TTL)
+            tx.taken_here(asked)
+            return sent, taken
 
-        sent = self.call(app.store.transact(op))
-        return [] if sent.started is None else sent.started()
+        sent, taken = self.call(app.store.transact(op))
+        leased = taken()
+        written = self.db.runs()
+        return [run.id for run in sent.queued if any(r.id == run.id for r in written)], leased
+
+    @precondition(lambda self: bool(self.pending))
+    @rule(index=st.integers(0, 3), hold=st.integers(0, 2))
+    def hand_over(self, index: int, hold: int) -> None:
+        """A send's taken run reaches its worker: invoked, unless that worker's
+        process died since (then its lease lapses and another takes it)."""
+        self._hand_over(self.pending.pop(index % len(self.pending)), hold)
+        self.settle()
+
+    def _hand_over(self, pending: tuple[int, int, LeasedRun, float], hold: int) -> None:
+        worker, generation, item, until = pending
+        sim = self.workers[worker]
+        if sim.generation == generation:
+            self._spawn(sim, item, hold, until)
+        else:
+            _note("a direct start's worker died before its hand-over")
 
     @precondition(lambda self: self.sent > 0)
     @rule(index=st.integers(0, MAX_RUNS - 1))
@@ -311,19 +369,25 @@ class StatefulModel(RuleBasedStateMachine):
         parks, or (``hold`` > 0) is held in its ``hold``-th executed step;
         with ``fail`` its first executed step fails (and so does the run)."""
         sim = self.workers[worker]
-        for item in self._lease(sim, 2):
+        leased, until = self._lease(sim, 2)
+        for item in leased:
             if any(i.live and i.run_id == item.run.id for i in self.invocations):
                 _note("a run is leased while an invocation of it is still in flight")
-            self._spawn(sim, item, hold, fail)
+            self._spawn(sim, item, hold, until, fail)
         self.settle()
 
     @rule(worker=st.integers(0, 1))
     def heartbeat(self, worker: int) -> None:
-        """What the worker's heartbeat does: extend the leases of its runs in flight."""
+        """What the worker's heartbeat does: extend the leases of its runs in
+        flight (``Presence.beat``: those extended known live for a TTL more)."""
         sim = self.workers[worker]
-        held = [i.run_id for i in self.invocations if i.worker == worker and i.live]
+        mine = [i for i in self.invocations if i.worker == worker and i.live]
         owner, now = sim.owner, self.clock.now()
-        self.call(self.app.store.transact(lambda tx: tx.extend_leases(owner, held, now + TTL, now)))
+        held = [i.run_id for i in mine]
+        kept = self.call(self.app.store.transact(lambda tx: tx.extend_leases(owner, held, now + TTL, now)))
+        for inv in mine:
+            if inv.run_id in kept:
+                inv.until = now + TTL
 
     @precondition(lambda self: any(i.at_hold for i in self.invocations if i.live))
     @rule(worker=st.integers(0, 1))
@@ -349,11 +413,12 @@ class StatefulModel(RuleBasedStateMachine):
             if task is not None and task.done() and not task.cancelled() and task.exception() is None:
                 _note("released: " + ("fenced out" if task.result() is None else "went on"))
 
-    @precondition(lambda self: any(i.at_hold for i in self.invocations if i.live))
+    @precondition(lambda self: bool(self.pending) or any(i.at_hold for i in self.invocations if i.live))
     @rule(worker=st.integers(0, 1))
     def crash(self, worker: int) -> None:
         """The worker dies with its held steps' side effects done and not
-        checkpointed; it restarts under a new lease owner."""
+        checkpointed (and the runs a send took for it not handed over); it
+        restarts under a new lease owner."""
         sim = self.workers[worker]
         doomed = [i for i in self.invocations if i.worker == worker and i.live]
         for inv in doomed:
@@ -378,6 +443,8 @@ class StatefulModel(RuleBasedStateMachine):
                 inv.hold = False
                 inv.at_hold = None
                 inv.gate.set()
+        while self.pending:
+            self._hand_over(self.pending.pop(0), 0)
         self.settle()
         self._run_everything()
         for k in range(self.sent):
@@ -392,9 +459,9 @@ class StatefulModel(RuleBasedStateMachine):
     def _run_everything(self) -> None:
         sim = self.workers[0]
         for _ in range(200):
-            leased = self._lease(sim, 10)
+            leased, until = self._lease(sim, 10)
             for item in leased:
-                self._spawn(sim, item, 0)
+                self._spawn(sim, item, 0, until)
             self.settle()
             assert not self.errors, self.errors  # rather than leasing a crashing run over and over
             if leased:
@@ -533,6 +600,19 @@ class StatefulModel(RuleBasedStateMachine):
                 )
 
     @invariant()
+    def every_queued_item_is_seen_by_a_lease_pass(self) -> None:
+        """A queue item's partition hint says it is due no later than it is,
+        or than now if that is past (a lease pass visits only partitions due
+        by their hint): a send's
+        direct start must settle its partition so, on PostgreSQL without ever
+        raising it (test_partition_hint_race.py). The slack: a pass that
+        skipped a due item another transaction held looks again ``RECHECK`` later."""
+        if "every_queued_item_is_seen_by_a_lease_pass" in IGNORED:
+            return
+        hidden = self.db.hidden_items(self.clock.now(), RECHECK)
+        assert not hidden, f"queue items (run, partition, due, hint) no lease pass would see: {hidden}"
+
+    @invariant()
     def one_active_run_per_singleton_key(self) -> None:
         if "one_active_run_per_singleton_key" in IGNORED:
             return
@@ -598,6 +678,7 @@ INVARIANTS = (
     "effects_happened_once",
     "one_active_run_per_singleton_key",
     "signals_received_once_and_none_left_beside_a_wait",
+    "every_queued_item_is_seen_by_a_lease_pass",
 )
 Step = tuple[str, dict[str, Any]]
 
@@ -713,6 +794,36 @@ PINNED: dict[str, list[Step]] = {
         _r("work", worker=0, hold=1, fail=False),
         _r("lose_a_commit", worker=0),
         _r("release", worker=0),
+        _r("drive"),
+    ],
+    "s11: a direct start handed over after its lease lapsed and another worker took the run": [
+        _r("start_here", kind="waiter", worker=0, hold=0, later=True),
+        _r("advance", seconds=16.0),
+        _r("work", worker=1, hold=0, fail=False),
+        _r("hand_over", index=0, hold=0),
+        _r("drive"),
+    ],
+    "s11: a cancel between a direct start's commit and its hand-over": [
+        _r("start_here", kind="forever", worker=0, hold=0, later=True),
+        _r("cancel", index=0),
+        _r("hand_over", index=0, hold=0),
+        _r("drive"),
+    ],
+    "s11: a direct start held past its lease, cancelled, replayed, re-leased by the same worker": [
+        _r("start_here", kind="waiter", worker=0, hold=1, later=False),
+        _r("advance", seconds=16.0),
+        _r("cancel", index=0),
+        _r("replay", index=0),
+        _r("work", worker=0, hold=1, fail=False),
+        _r("release_one", index=0),
+        _r("release_one", index=0),
+        _r("drive"),
+    ],
+    "s11: a direct start's worker crashed before its hand-over": [
+        _r("start_here", kind="beside", worker=1, hold=0, later=True),
+        _r("crash", worker=1),
+        _r("hand_over", index=0, hold=0),
+        _r("advance", seconds=16.0),
         _r("drive"),
     ],
 }

@@ -389,7 +389,7 @@ class App:
 
     def _run_changed(self, run_id: str, ended: RunRead | None = None, /) -> None:
         """A local worker's invocation of the run is over; ``ended``: the run as
-        its end's own transaction read it back (asked for by ``_watched``)."""
+        its end left it (asked for by ``_watched``; ``executor._finish``)."""
         callbacks = self._watchers.get(run_id)
         if callbacks:
             for callback in list(callbacks):

@@ -234,7 +234,14 @@ class Wakeup:
         if self._async is None:
             self._async, self._loop = asyncio.Event(), asyncio.get_running_loop()
         if not self._set:  # a set() from now on also sets self._async
-            await wait_event(self._async, timeout)
+            # The time-out sets the event itself (its wait then ends as a set's
+            # would: the caller looks again either way); ``asyncio.timeout``'s
+            # context manager cost ~20 K instructions a ``runs.wait``.
+            timer = asyncio.get_running_loop().call_later(timeout, self._async.set)
+            try:
+                await self._async.wait()
+            finally:
+                timer.cancel()
         self._set = False
         if self._flag is not None:
             self._flag.clear()

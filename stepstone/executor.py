@@ -36,7 +36,7 @@ from stepstone.journal import RunJournal
 from stepstone.middleware import Hooks, Middleware
 from stepstone.registry import Registry
 from stepstone.runstate import MemoSource, StoreMemos
-from stepstone.runtime import end_run, park_run
+from stepstone.runtime import end_run, park_run, stored_error
 from stepstone.runtime.waits import build_wait
 from stepstone.services import Journal, Services
 from stepstone.signals import CancelSignal, LeaseLostSignal, PauseSignal, error_info, retry_at
@@ -124,7 +124,8 @@ class ExecEnv(HostServices):
     # The worker's count of sync step threads abandoned past their timeout.
     abandoned: AbandonedThreads = field(default_factory=AbandonedThreads)
     # Whether a caller in this process waits for the run's end (``runs.wait``):
-    # the end's transaction then reads the run back for it (``Outcome.ended``).
+    # the end then tells it the run (``Outcome.ended``: as the end wrote it, or
+    # read back by the end's transaction).
     watched: Callable[[str], bool] = lambda run_id: False
 
     def memos(self, leased: LeasedRun) -> MemoSource:
@@ -181,7 +182,10 @@ async def execute(leased: LeasedRun, env: ExecEnv, invoke: Invoke | None = None)
     run = leased.run
     fn = env.registry.get(run.function_id)
     fence = Fence(run_id=run.id, owner=env.owner, epoch=leased.epoch, token=os.urandom(8).hex())
-    journal = RunJournal(env.store, fence, env.clock, held=lambda: env.lease_held(run.id))
+    # A run with no steps yet that a caller here waits for: its end may tell the
+    # waiter the run from what this invocation wrote (``_finish``).
+    told = not leased.steps and env.watched(run.id)
+    journal = RunJournal(env.store, fence, env.clock, held=lambda: env.lease_held(run.id), keep_written=told)
     journal.function_id = run.function_id
     try:
         if fn is None:
@@ -453,8 +457,14 @@ async def _finish(
     watched = env.watched(leased.run.id)
 
     def final(tx: Tx) -> Callable[[], RunRead] | None:
-        end_run(tx, leased.run, status, output, error, now, matcher, fence=fence, events=events)
-        return tx.ended_run_later(leased.run.id) if watched else None
+        ended = end_run(tx, leased.run, status, output, error, now, matcher, fence=fence, events=events)
+        if not watched:
+            return None
+        steps = journal.written() if ended and status != RunStatus.CANCELLED else None
+        if steps is None:
+            return tx.ended_run_later(leased.run.id)
+        row = leased.run.ended(status, output, stored_error(error), now)  # (a cancel's error is the flag's)
+        return lambda: (row, steps)
 
-    read_back = await journal.finish(final)  # (None: a retried end found its first attempt landed)
-    return Outcome(status, error=error, ended=read_back() if read_back is not None else None)
+    told = await journal.finish(final)  # (None: a retried end found its first attempt landed)
+    return Outcome(status, error=error, ended=told() if told is not None else None)

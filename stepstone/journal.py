@@ -25,10 +25,14 @@ from stepstone.services import Effect
 from stepstone.signals import CancelSignal, LeaseLostSignal
 from stepstone.store import faults
 from stepstone.store.base import Store, Tx
-from stepstone.store.rows import Fence, SpanRow, StepRow
+from stepstone.store.rows import Fence, SpanRow, StepKind, StepRow
 
 if TYPE_CHECKING:
     from stepstone.interpreter import Interpreter
+
+# Characters of outputs and errors a journal keeps for its run's end (``written``):
+# past them, the end's transaction reads the run's steps back for a waiter.
+KEPT_FOR_THE_END = 1 << 20
 
 
 def warning_span(run_id: str, name: str, message: str, now: float) -> SpanRow:
@@ -46,7 +50,13 @@ def warning_span(run_id: str, name: str, message: str, now: float) -> SpanRow:
 
 class RunJournal:
     def __init__(
-        self, store: Store, fence: Fence, clock: Clock, held: Callable[[], bool] = lambda: True
+        self,
+        store: Store,
+        fence: Fence,
+        clock: Clock,
+        held: Callable[[], bool] = lambda: True,
+        *,
+        keep_written: bool = False,
     ) -> None:
         self.store = store
         self.fence = fence
@@ -60,13 +70,35 @@ class RunJournal:
         self.failure: BaseException | None = None
         self.function_id = ""  # for metrics; set by the executor
         self._commits: list[tuple[asyncio.Future[Any], Callable[[Tx], Any]]] = []
+        # Every memo staged, by step id, while they may be the run's whole history
+        # (``written``); ``None`` once they may not be, or if not asked for.
+        self._written: dict[str, StepRow] | None = {} if keep_written else None
+        self._kept = 0  # characters of output and error in ``_written``
 
     def bind(self, interp: Interpreter) -> None:
         """Nothing to keep: a worker's journal commits as the interpreter goes."""
 
+    def written(self) -> list[StepRow] | None:
+        """The run's steps as this invocation staged them, in order, if they are
+        all it has: it had none before (``keep_written``: the executor asks only
+        then, and only for a run a waiter watches as the invocation begins) and
+        only ``step.run`` memos were staged, which only the run's holder writes
+        (a wait's or an invoke's memo is resolved by other transactions, a
+        ``step.transaction``'s written by its own operation). Once every commit
+        landed, they are the stored rows. ``None`` otherwise, or past
+        ``KEPT_FOR_THE_END``."""
+        written = self._written
+        return None if written is None else sorted(written.values(), key=_position)
+
     # -- Journal protocol (used by the interpreter) ---------------------------------
     def stage(self, step: StepRow, span: SpanRow | None, effect: Effect | None = None) -> None:
         self.steps.append(step)
+        if self._written is not None:
+            self._kept += len(step.output or "") + len(step.error or "")
+            if step.kind == StepKind.RUN and self._kept <= KEPT_FOR_THE_END:
+                self._written[step.step_id] = step
+            else:
+                self._written = None
         if step.kind == "run" and step.started_at is not None and step.ended_at is not None:
             metrics.step_finished(self.function_id, step.ended_at - step.started_at)
         if span is not None:
@@ -98,6 +130,7 @@ class RunJournal:
 
     async def apply(self, op: Callable[[Tx], Any]) -> Any:
         """Commit staged writes and then ``op``, in one fenced transaction, now."""
+        self._written = None  # (``op`` may write or resolve a memo)
         await self._settle_commits()
         if self.lease_lost:
             raise LeaseLostSignal()
@@ -107,6 +140,7 @@ class RunJournal:
         """``apply`` for an ``op`` that writes a step's memo itself
         (``step.transaction``): as after any checkpoint, a cancel the fence
         reports stops the invocation before the next step."""
+        self._written = None
         await self._settle_commits()
         if self.lease_lost:
             raise LeaseLostSignal()
@@ -206,7 +240,7 @@ class _Staged:
     """One fenced commit: the checkpoint of the staged memos and spans, their
     effects, then the invocation's final write (if any)."""
 
-    __slots__ = ("effects", "fence", "fenced_by_then", "keep_flag", "spans", "steps", "then")
+    __slots__ = ("effects", "fence", "fenced_by_then", "keep_flag", "spans", "steps", "then", "user_sql")
 
     def __init__(
         self,
@@ -219,6 +253,9 @@ class _Staged:
         self.fence, self.steps, self.spans, self.effects, self.then = fence, steps, spans, effects, then
         self.keep_flag = False  # return (cancel flag, the final write's value)
         self.fenced_by_then = False  # ``then`` checks the fence and ends the lease (park, end)
+        # Whether the commit runs a user's SQL (never pipelined on PostgreSQL; asked
+        # twice a commit there: an attribute, not a property)
+        self.user_sql = bool(getattr(then, "user_sql", False))
 
     def __call__(self, tx: Tx) -> Any:
         if self.fenced_by_then:  # one fence check, not two, on the run's last commit
@@ -236,17 +273,16 @@ class _Staged:
         return (cancel, value) if self.keep_flag else value
 
     @property
-    def user_sql(self) -> bool:
-        """Whether the commit runs a user's SQL (never pipelined on PostgreSQL)."""
-        return bool(getattr(self.then, "user_sql", False))
-
-    @property
     def site(self) -> str:
         """The commit's name for fault injection (``store/faults.py``)."""
         parts = ["checkpoint", *(faults.site(f) for f in self.effects)]
         if self.then is not None:
             parts.append(faults.site(self.then))
         return f"journal({'+'.join(parts)})"
+
+
+def _position(step: StepRow) -> int:
+    return step.position
 
 
 async def _outcome(future: asyncio.Future[Any]) -> Any:

@@ -393,8 +393,8 @@ class Runs(BulkActions):
         told = _Told()
         self._app._watch(run_id, told)
         try:
-            # A run a local worker holds tells its end (``_run_changed``), read
-            # back by the end's own transaction: then nothing is read here.
+            # A run a local worker holds tells its end (``_run_changed``), as the
+            # end left it: then nothing is read here.
             held = self._app._held_here(run_id)
             while True:
                 ended, told.ended = told.ended, None

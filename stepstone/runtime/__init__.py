@@ -49,6 +49,7 @@ __all__ = [
     "prepare_invoke",
     "start_invoked",
     "start_run",
+    "stored_error",
     "survey",
 ]
 
@@ -121,6 +122,9 @@ def end_run(
     return lifecycle.end_run(
         tx, run, status, output, error, now, matcher, publish=ingest, fence=fence, events=events
     )
+
+
+stored_error = lifecycle.stored_error
 
 
 def cancel_run(tx: Tx, run_id: str, now: float, matcher: Registry, reason: ErrorInfo | None = None) -> str:

@@ -47,7 +47,7 @@ def end_run(
     if status == RunStatus.CANCELLED and error is None:
         flagged = tx.cancel_reason(run.id)
         error = None if flagged is None else ErrorInfo.from_json(serde.loads(flagged))
-    error_json = None if error is None else serde.dumps(error.to_json(), what="error")
+    error_json = stored_error(error)
     closed = tx.close_run(
         RunEnd(
             fence=fence,
@@ -72,6 +72,11 @@ def end_run(
     if system:
         publish(tx, prepare(system, now, system=True), matcher, now)
     return True
+
+
+def stored_error(error: ErrorInfo | None) -> str | None:
+    """An ended run's error as its row holds it."""
+    return None if error is None else serde.dumps(error.to_json(), what="error")
 
 
 def cancel_run(

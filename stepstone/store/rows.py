@@ -333,6 +333,12 @@ class RunRow:
             singleton_key=row["singleton_key"],
         )
 
+    def ended(self, status: RunStatus, output: str | None, error: str | None, now: float) -> RunRow:
+        """This row as ``finish_run`` leaves it (the end of a run it still
+        described: nothing else written to it since)."""
+        ended = {"status": status, "output": output, "error": error, "ended_at": now}
+        return filled(RunRow, **{**self.__dict__, **ended, "event_ids": list(self.event_ids)})
+
 
 @dataclass(frozen=True, kw_only=True)
 class LeaseTerms:

@@ -154,14 +154,6 @@ class SqlQueue(SqlPlumbing):
             if run_id in items
         ]
 
-    def _started(self, row: Any, event: EventRow, start_deadline: float | None) -> LeasedRun:
-        """A run a send's direct start wrote taken (``record_event_starting``
-        with a lease), from its row as written: what its take would give."""
-        run = RunRow.from_row(row)
-        return LeasedRun(
-            run=run, epoch=int(row["epoch"]), events=[event], steps=[], start_deadline=start_deadline
-        )
-
     def _events_of(self, run_ids: Sequence[str], sent: Any = None) -> dict[str, list[EventRow]]:
         """The events of ``run_ids`` (``sent``: their read, already sent for
         these runs or more)."""
@@ -269,3 +261,11 @@ class SqlQueue(SqlPlumbing):
 
 def _lease_params(lease: LeaseTerms) -> dict[str, Any]:
     return {"owner": lease.owner, "until": lease.until, "now": lease.now, "app_version": lease.app_version}
+
+
+def started_run(row: Any, event: EventRow, start_deadline: float | None) -> LeasedRun:
+    """A run a send's direct start wrote taken (``record_event_starting``
+    with a lease), from its row as written: what its take would give."""
+    run = RunRow.from_row(row)
+    epoch = int(row["epoch"])
+    return LeasedRun(run=run, epoch=epoch, events=[event], steps=[], start_deadline=start_deadline)

@@ -29,7 +29,7 @@ from stepstone.store.rows import (
     RunStatus,
 )
 from stepstone.store.sqlbase import once
-from stepstone.store.sqlqueue import SqlQueue
+from stepstone.store.sqlqueue import SqlQueue, started_run
 from stepstone.store.sqlwaits import SqlWaits
 
 
@@ -94,7 +94,7 @@ class SqlStart(SqlQueue, SqlWaits):
         )
         sent = self._exec("record_event_started", params)
 
-        @once
+        @once  # (not a method's closure: ``_later_events`` keeps it, a cycle through the tx)
         def read() -> Recorded:
             row = sent.fetchone()
             if row is None:  # (a duplicate: nothing written)
@@ -102,7 +102,7 @@ class SqlStart(SqlQueue, SqlWaits):
             seq = seq_of(row["seq"])
             if seq is None or row["status"] != RunStatus.RUNNING:
                 return seq, bool(row["awaited"]), None  # (a due item waited: queued)
-            return seq, False, self._started(row, event.stored(seq), run.start_deadline)
+            return seq, False, started_run(row, event.stored(seq), run.start_deadline)
 
         self._later_events[run.id] = (lambda: read()[0], event)
         return read
@@ -140,7 +140,7 @@ class SqlStart(SqlQueue, SqlWaits):
             },
         )
         self._exec("settle_started", {**params, "partition_key": spec.partition_key, "ckey1": spec.ckey1})
-        return self._started(row, event, run.start_deadline)
+        return started_run(row, event, run.start_deadline)
 
     # -- the usual writes, supplied by ``SqlTx`` ------------------------------------------
     def record_event(self, event: NewEvent, dedupe_until: float) -> int | None:

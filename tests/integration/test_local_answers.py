@@ -2,10 +2,12 @@
 exactly what a read would return, on SQLite and PostgreSQL.
 
 ``runs.wait`` for a run this process's own worker holds: the worker tells the
-waiter of the run's end with the run as the end's own transaction read it
-back (``RunsTx.ended_run_later``: on PostgreSQL sent with the end and read
-after its ``COMMIT``, no round trip of its own), so the waiter reads nothing:
-for a run that completed, failed or was cancelled while held. A run that
+waiter of the run's end with the run as the end left it, so the waiter reads
+nothing: for a run that completed, failed or was cancelled while held. A run
+watched as its invocation began whose whole history is that invocation's
+``step.run`` memos is built from them and the row it was leased with (session
+11); any other is read back by the end's own transaction (``RunsTx.ended_run_later``: on PostgreSQL sent
+with the end and read after its ``COMMIT``, no round trip of its own). A run that
 parks instead is read as before (the wake-up carries nothing), and so is a
 run no local worker holds.
 
@@ -29,7 +31,8 @@ from stepstone import runs
 from stepstone.direct import unstarted
 from stepstone.errors import NonRetriableError
 from stepstone.runs import _list_op
-from stepstone.store.rows import RunFilter
+from stepstone.store.rows import RunFilter, RunRead
+from stepstone.store.sqltx import SqlTx
 from tests.conftest import run_of
 from tests.polling import wait_for
 
@@ -115,16 +118,143 @@ def _wait_while_held(app: ss.App, ending: str) -> tuple[ss.Run, ss.Run]:
     return run, app.runs.get(run_id)
 
 
+@pytest.fixture
+def read_back(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The runs whose end's transaction read them back for a waiter."""
+    seen: list[str] = []
+    later = SqlTx.ended_run_later
+
+    def counted(tx: SqlTx, run_id: str) -> Any:
+        seen.append(run_id)
+        return later(tx, run_id)
+
+    monkeypatch.setattr(SqlTx, "ended_run_later", counted)
+    return seen
+
+
 @pytest.mark.parametrize("ending", ["completed", "failed", "cancelled"])
 def test_a_wait_for_a_run_its_local_worker_ends_reads_nothing(
-    app: ss.App, waits_read: list[str], ending: str
+    app: ss.App, waits_read: list[str], read_back: list[str], ending: str
 ) -> None:
+    """A waiter that came once the invocation had begun: the end's own
+    transaction reads the run back for it."""
     run, read = _wait_while_held(app, ending)
     assert run.status == ending
     assert run == read  # every field: output, error, steps, times
-    assert waits_read == []
+    assert waits_read == [] and read_back == [run.id]
     if ending == "completed":
         assert run.output == {"x": 3} and [s.id for s in run.steps] == ["a", "b", "c"]
+
+
+def _varied(app: ss.App, ending: str) -> None:
+    """``varied``: its steps' outputs of many JSON shapes, a repeated id, a
+    step that failed for good (its error caught), then it ends as ``ending`` says."""
+
+    def refuse() -> None:
+        raise NonRetriableError("no, ü")
+
+    @app.function(id="varied", trigger=ss.on_event("go"), retries=0)
+    async def varied(ctx: ss.Context) -> Any:
+        values = [await ctx.step.run("v", lambda v=v: v) for v in (0.1 + 0.2, {"é": [None, -1e300]}, "")]
+        try:
+            await ctx.step.run("refused", refuse)
+        except ss.StepError:
+            pass
+        if ending == "failed":
+            raise NonRetriableError("the run, ✓")
+        return {"values": values, "big": 2**62}
+
+
+def _told_from_its_start(app: ss.App) -> tuple[str, RunRead]:
+    """Send ``go`` to an app without a worker, watch the run, then start the
+    worker (a lease pass takes it: watched as its invocation begins); the run
+    as its end told it."""
+    told: list[RunRead | None] = []
+    [event_id] = app.send(ss.Event("go"))
+    run_id = run_of(app, event_id).id
+    app._watch(run_id, told.append)
+    app.start(concurrency=1)
+    app.runs.wait(run_id, timeout="10s")
+    [ended] = [t for t in told if t is not None]
+    return run_id, ended
+
+
+def _told_after_a_direct_start(app: ss.App) -> tuple[str, RunRead]:
+    """Send ``go`` to a started app (the send starts the run here), then list
+    and wait on the loop as a sequential caller does: watched before the
+    invocation's first turn (the same turn as the send); the run as its end
+    told it."""
+    told: list[RunRead | None] = []
+
+    async def scenario() -> str:
+        await app.start_async(concurrency=1)
+        [event_id] = await app.send_async(ss.Event("go"))
+        [run] = await app.runs.list_async(event_id=event_id)
+        app._watch(run.id, told.append)
+        await app.runs.wait_async(run.id, timeout="10s")
+        await app.stop_async()
+        return run.id
+
+    run_id = asyncio.run(scenario())
+    [ended] = [t for t in told if t is not None]
+    return run_id, ended
+
+
+@pytest.mark.parametrize("start", ["direct", "queued"])
+@pytest.mark.parametrize("ending", ["completed", "failed"])
+def test_a_run_told_from_what_its_end_wrote_equals_a_read(
+    app: ss.App, read_back: list[str], start: str, ending: str
+) -> None:
+    """A run watched as its invocation begins, whose whole history is that
+    invocation's ``step.run`` memos, ends without reading itself back
+    (``RunJournal.written``, ``RunRow.ended``): what its end tells the waiter
+    is built from the memos and the row the run was leased with, and equals
+    a read field for field (times, outputs, errors, order), whether a send
+    started it here or a lease pass took it."""
+    _varied(app, ending)
+    run_id, ended = _told_from_its_start(app) if start == "queued" else _told_after_a_direct_start(app)
+    run = runs._seen(ended, run_id)
+    assert run == app.runs.get(run_id)
+    assert isinstance(run, ss.Run) and run.status == ending
+    assert [s.id for s in run.steps] == ["v", "v:1", "v:2", "refused"] and read_back == []
+
+
+def test_a_run_with_steps_from_an_earlier_invocation_is_read_back_by_its_end(
+    app: ss.App, read_back: list[str]
+) -> None:
+    """A run resumed after a retry's back-off: its earlier memos are not the
+    invocation's, and its end reads the run back for the waiter."""
+    failures: list[int] = []
+
+    def flaky() -> int:
+        if not failures:
+            failures.append(1)
+            raise RuntimeError("once")
+        return 2
+
+    @app.function(id="flaky", trigger=ss.on_event("go"), retries=1, backoff=ss.Backoff(initial=0.01))
+    async def retried(ctx: ss.Context) -> int:
+        done: int = await ctx.step.run("a", lambda: 1) + await ctx.step.run("b", flaky)
+        return done
+
+    run_id, ended = _told_from_its_start(app)
+    assert runs._seen(ended, run_id) == app.runs.get(run_id)
+    assert app.runs.get(run_id).steps[1].attempts == 2 and read_back == [run_id]
+
+
+def test_a_run_with_another_kind_of_step_is_read_back_by_its_end(app: ss.App, read_back: list[str]) -> None:
+    """An event sent from a step (its memo written with an effect) makes the
+    end read the run back: only ``step.run`` memos are the journal's alone."""
+
+    @app.function(id="sends", trigger=ss.on_event("go"))
+    async def sends(ctx: ss.Context) -> int:
+        await ctx.step.run("a", lambda: 1)
+        await ctx.step.send_event("tell", ss.Event("told"))
+        return 1
+
+    run_id, ended = _told_from_its_start(app)
+    assert runs._seen(ended, run_id) == app.runs.get(run_id)
+    assert [s.kind for s in app.runs.get(run_id).steps] == ["run", "send"] and read_back == [run_id]
 
 
 def test_a_wait_for_a_run_that_parks_reads_it_after_the_invocation(

@@ -562,10 +562,10 @@ def test_a_sequential_run_sent_listed_and_waited_for_here_costs_four_round_trips
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Send (its COMMIT only: ``ingest``'s ``at_once``), two checkpoints (1 each), the last step with
-    the end (its COMMIT only, the run read back in it for the waiter), and
-    no read: ``runs.list(event_id=)`` and ``runs.wait`` are answered in-process
-    (``test_local_answers.py``); a read would send ``get_run`` in a
-    transaction of its own. (A transaction a group commit shares with another
+    the end (its COMMIT only; the waiter is told the run from what the end
+    wrote, session 11: not read back in it), and no read: ``runs.list(event_id=)``
+    and ``runs.wait`` are answered in-process (``test_local_answers.py``); a
+    read would send ``get_run`` in a transaction of its own. (A transaction a group commit shares with another
     write, the worker's start-up or retention, waits more: the fewest count.
     A waiter polls the store only if its run outlives ``LOCAL_POLL``, as one may
     on a loaded host: put off here, so each read counted is one the run needs.)"""
@@ -595,4 +595,4 @@ def test_a_sequential_run_sent_listed_and_waited_for_here_costs_four_round_trips
         assert min(round_trips(_sql("fenced_step"))) == 0
         ends = round_trips(_sql("end_alone"))
         assert min(ends) == 0 and len(ends) == 5  # sent with its COMMIT: nothing read before it
-        assert len(round_trips(_sql("get_run"))) == 5  # the ends' read-backs: no read of their own
+        assert round_trips(_sql("get_run")) == []  # no read-back in the ends, no read of their own

@@ -115,3 +115,31 @@ def test_a_wakeup_set_from_another_thread_ends_either_wait_early() -> None:
 
 def _waits(wakeup: Wakeup) -> Plan[None]:
     yield wakeup.wait(30)
+
+
+def test_a_wakeup_never_set_ends_either_wait_at_its_time_out_each_time() -> None:
+    """The async face's time-out is a timer setting its event (not
+    ``asyncio.timeout``): the wait ends once it has passed, and not before,
+    the next wait waits its own time-out again, and a wait a set ended early
+    leaves no timer live on the loop."""
+    for face in ("sync", "async"):
+        wakeup = Wakeup()
+
+        def twice() -> Plan[None]:
+            yield wakeup.wait(0.05)
+            yield wakeup.wait(0.05)
+
+        started = time.monotonic()
+        if face == "sync":
+            run_sync(twice())
+        else:
+            asyncio.run(run_async(twice()))
+        assert 0.1 <= time.monotonic() - started < 5, face
+
+    async def set_early() -> list[asyncio.TimerHandle]:
+        wakeup = Wakeup()
+        asyncio.get_running_loop().call_soon(wakeup.set)
+        await run_async(_waits(wakeup))
+        return [h for h in asyncio.get_running_loop()._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
+
+    assert asyncio.run(set_early()) == []

@@ -91,7 +91,8 @@ class RunsTx(Protocol):
         """``ended_run``, sent now and read when the returned function is called:
         on PostgreSQL, after the transaction's ``COMMIT`` (no round trip of its
         own). A run's end reads itself back this way for a waiter in its
-        process (``runs.wait``), which then reads nothing."""
+        process (``runs.wait``), which then reads nothing, unless what the end
+        wrote is the whole run (``executor._finish``)."""
         ...
 
     def steps_of_runs(self, run_ids: Sequence[str]) -> dict[str, list[StepRow]]:

@@ -132,6 +132,21 @@ def run_of(app: ss.App, event_id: str, function_id: str | None = None) -> ss.Run
     return runs[0]
 
 
+def add_effect_once(*apps: ss.App) -> list[str]:
+    """On each app, the function ``once`` (event ``once``): one step,
+    ``effect``, that records its run's id and returns ``"done"``. The list it
+    records into is returned: a run's id in it twice is a step run twice."""
+    executed: list[str] = []
+    for app in apps:
+
+        @app.function(id="once", trigger=ss.on_event("once"))
+        async def once(ctx: ss.Context) -> str:
+            await ctx.step.run("effect", lambda: executed.append(ctx.run_id))
+            return "done"
+
+    return executed
+
+
 def send_and_wait(app: ss.App, event: ss.Event, timeout: str = "10s") -> ss.Run:
     [event_id] = app.send(event)
     return app.runs.wait(run_of(app, event_id).id, timeout=timeout)

@@ -31,7 +31,7 @@ from stepstone.store.base import Store, Tx
 from stepstone.store.rows import LeasedRun
 
 from ..batches import submitted_together
-from ..conftest import query, run_of
+from ..conftest import add_effect_once, query, run_of
 from ..polling import wait_for
 
 NOW = 1_000_000.0
@@ -329,12 +329,7 @@ def test_a_direct_start_takes_what_its_send_queued_within_its_slots(store: Store
 def test_a_fault_at_the_sends_commit_neither_loses_nor_doubles_a_run(
     app: ss.App, when: faults.When, pass_took: list[list[str]]
 ) -> None:
-    executed: list[str] = []
-
-    @app.function(id="once", trigger=ss.on_event("once"))
-    async def once(ctx: ss.Context) -> str:
-        await ctx.step.run("effect", lambda: executed.append(ctx.run_id))
-        return "done"
+    executed = add_effect_once(app)
 
     app.start(lease_ttl=2)
     with faults.inject("App._send.op", when) as plan, pytest.raises(ss.StoreUnavailableError):
@@ -437,12 +432,7 @@ def test_a_lease_that_lapsed_before_its_sends_commit_starts_no_step_of_the_direc
     leased again by a pass. Before: the worker measured the lease from a
     time taken after that gap, started the step on a lapsed lease and
     completed the run."""
-    executed: list[str] = []
-
-    @app.function(id="once", trigger=ss.on_event("once"))
-    async def once(ctx: ss.Context) -> str:
-        await ctx.step.run("effect", lambda: executed.append(ctx.run_id))
-        return "done"
+    executed = add_effect_once(app)
 
     ttl = 1.0
     app.start(lease_ttl=ttl)
@@ -472,13 +462,7 @@ def test_a_lease_pass_slow_between_its_time_and_its_write_starts_no_step_on_the_
     which its worker must not believe live (``Presence.hold``): the invocation
     stops before its step and a later pass leases the run again."""
     app, client = make_app("held"), make_app("client")
-    executed: list[str] = []
-    for each in (app, client):
-
-        @each.function(id="once", trigger=ss.on_event("once"))
-        async def once(ctx: ss.Context) -> str:
-            await ctx.step.run("effect", lambda: executed.append(ctx.run_id))
-            return "done"
+    executed = add_effect_once(app, client)
 
     ttl = 1.0
     app.start(lease_ttl=ttl)
@@ -559,12 +543,7 @@ def test_a_direct_start_committing_while_the_app_stops_joins_the_drain(
     The send is held after its reservation, before its transaction: held
     inside it, it would keep the store's locks (SQLite's write lock, a
     partition's row) from the worker's loop, which the stop runs on."""
-    executed: list[str] = []
-
-    @app.function(id="once", trigger=ss.on_event("once"))
-    async def once(ctx: ss.Context) -> str:
-        await ctx.step.run("effect", lambda: executed.append(ctx.run_id))
-        return "done"
+    executed = add_effect_once(app)
 
     app.start()
     [worker] = app._local_workers
@@ -598,12 +577,7 @@ def test_a_cancel_after_a_send_whose_outcome_was_lost_ends_the_run_unexecuted(
     slot given back, the lease's expiry learned). An operator's cancel then
     only flags it (the lease is live); once the lease lapses the worker's
     own pass takes it and ends it cancelled before any step."""
-    executed: list[str] = []
-
-    @app.function(id="once", trigger=ss.on_event("once"))
-    async def once(ctx: ss.Context) -> str:
-        await ctx.step.run("effect", lambda: executed.append(ctx.run_id))
-        return "done"
+    executed = add_effect_once(app)
 
     app.start(lease_ttl=1)
     with faults.inject("App._send.op", "after"), pytest.raises(ss.StoreUnavailableError):

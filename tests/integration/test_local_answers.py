@@ -33,7 +33,7 @@ from stepstone.errors import NonRetriableError
 from stepstone.runs import _list_op
 from stepstone.store.rows import RunFilter, RunRead
 from stepstone.store.sqltx import SqlTx
-from tests.conftest import run_of
+from tests.conftest import add_effect_once, run_of
 from tests.polling import wait_for
 
 
@@ -374,13 +374,7 @@ def test_a_list_by_event_after_the_sends_lease_lapsed_reads(make_app: Callable[.
     the run and completes it; a list by the event then reads it completed.
     Before: the send's rows, ``running``, with the run long completed."""
     app, other = make_app("here"), make_app("there")
-    executed: list[str] = []
-    for each in (app, other):
-
-        @each.function(id="once", trigger=ss.on_event("once"))
-        async def once(ctx: ss.Context) -> str:
-            await ctx.step.run("effect", lambda: executed.append(ctx.run_id))
-            return "done"
+    executed = add_effect_once(app, other)
 
     app.start(lease_ttl=1)
     other.start()

@@ -473,11 +473,20 @@ def test_a_lease_pass_slow_between_its_time_and_its_write_starts_no_step_on_the_
     schedules = worker._schedules
 
     def slow_schedules() -> list[tuple[str, str]]:
-        in_a_pass = sys._getframe(1).f_code.co_name == "_lease"
-        if in_a_pass and pausing.is_set() and query(db_url, "SELECT run_id FROM queue WHERE owner IS NULL"):
+        caller = sys._getframe(1)
+        # A pass that will take the run: one whose time (its ``now``, read just
+        # before) is not earlier than the run's queueing. (A pass that read its
+        # time before the send committed finds the item but not due.)
+        due = (
+            f"SELECT run_id FROM queue WHERE owner IS NULL AND available_at <= {caller.f_locals.get('now')!r}"
+        )
+        if caller.f_code.co_name == "_lease" and pausing.is_set() and query(db_url, due):
             pausing.clear()
-            began = app.clock.now()
-            wait_for(lambda: app.clock.now() > began + ttl + 0.2, 10, "the pass's leases to lapse")
+            # Past the lease in the worker's own measure (monotonic, as
+            # ``Presence`` keeps it): the app's clock follows the database's
+            # and may step forward meanwhile.
+            began = time.monotonic()
+            wait_for(lambda: time.monotonic() > began + ttl + 0.2, 10, "the pass's leases to lapse")
         return schedules()
 
     worker._schedules = slow_schedules  # type: ignore[method-assign]

@@ -688,6 +688,16 @@ def _r(name: str, **args: Any) -> Step:
 
 
 PINNED: dict[str, list[Step]] = {
+    # A park's commit lost after it landed (ambiguous), its run cancelled meanwhile:
+    # the park ended it cancelled and deleted its invoke wait, so the retry's
+    # start_child inserted the child run again (UNIQUE runs.id, raised from the
+    # invocation) before the fence refused it. Found by STEPSTONE_LONG=1.
+    "s11: a lost commit, then a direct start of a parent handed over later, cancelled": [
+        _r("lose_a_commit", worker=0),
+        _r("start_here", kind="parent", worker=0, hold=0, later=True),
+        _r("cancel", index=0),
+        _r("drive"),
+    ],
     "1: a stale invocation's fence matches again after cancel + replay": [
         _r("start", kind="seq"),
         _r("work", worker=0, hold=1, fail=False),

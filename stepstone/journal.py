@@ -211,6 +211,8 @@ class RunJournal:
         attempt already failed that way."""
         delay = 0.05
         while True:
+            if uncertain and isinstance(op, _Staged):
+                op.fence_first = True  # (see ``_Staged.__call__``)
             try:
                 return await self.store.transact(op)
             except StoreUnavailableError:
@@ -240,7 +242,17 @@ class _Staged:
     """One fenced commit: the checkpoint of the staged memos and spans, their
     effects, then the invocation's final write (if any)."""
 
-    __slots__ = ("effects", "fence", "fenced_by_then", "keep_flag", "spans", "steps", "then", "user_sql")
+    __slots__ = (
+        "effects",
+        "fence",
+        "fence_first",
+        "fenced_by_then",
+        "keep_flag",
+        "spans",
+        "steps",
+        "then",
+        "user_sql",
+    )
 
     def __init__(
         self,
@@ -253,12 +265,19 @@ class _Staged:
         self.fence, self.steps, self.spans, self.effects, self.then = fence, steps, spans, effects, then
         self.keep_flag = False  # return (cancel flag, the final write's value)
         self.fenced_by_then = False  # ``then`` checks the fence and ends the lease (park, end)
+        self.fence_first = False  # a retry of a commit that may have landed: the fence before the effects
         # Whether the commit runs a user's SQL (never pipelined on PostgreSQL; asked
         # twice a commit there: an attribute, not a property)
         self.user_sql = bool(getattr(then, "user_sql", False))
 
     def __call__(self, tx: Tx) -> Any:
-        if self.fenced_by_then:  # one fence check, not two, on the run's last commit
+        """The fence first, then the effects, unless ``then`` checks it (one
+        check, not two, on a park or an end). Not on a retry of a commit that
+        may have landed (``fence_first``): its park or end may have released
+        the lease and, for a cancelled run, deleted what made its effects
+        repeatable (an invoke's wait, which keeps a second start from
+        inserting the child run again); the fence refuses it before they run."""
+        if self.fenced_by_then and not self.fence_first:
             assert self.then is not None and not self.keep_flag
             tx.save_steps(self.steps, self.spans)
             for effect in self.effects:
